@@ -1,0 +1,3 @@
+"""specfarm: a benchmark farm for llama.cpp speculative decoding."""
+
+__version__ = "0.1.0"

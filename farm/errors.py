@@ -1,0 +1,54 @@
+"""Every error a user can meet, and what the CLI does with it.
+
+    FarmError                 base; the CLI prints its message, never a traceback
+    ├── ConfigError           bad input (matrix, flags, paths, settings): exit 2
+    │   └── UnsupportedByBuild    a flag or value the chosen llama-server does not accept
+    └── RuntimeFarmError      something failed while doing the work: exit 1
+        ├── ServerStartError      llama-server exited or never became healthy
+        ├── BenchmarkError        a request failed or returned something unusable
+        └── JobsFailed            some jobs of a campaign failed (the rest are stored)
+
+Retries key on the class: a ConfigError can never succeed on retry.
+"""
+
+from __future__ import annotations
+
+
+class FarmError(Exception):
+    """Base of all errors specfarm reports to a user."""
+
+    exit_code = 1
+
+
+class ConfigError(FarmError):
+    """The user's input is wrong; the message says where and how to fix it."""
+
+    exit_code = 2
+
+
+class UnsupportedByBuild(ConfigError):
+    """The llama-server build rejects a flag or value the matrix asks for."""
+
+
+class RuntimeFarmError(FarmError):
+    """The work failed for a reason outside the user's input."""
+
+
+class ServerStartError(RuntimeFarmError):
+    """llama-server exited early or did not answer /health in time."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message + (f"\n--- server log (tail) ---\n{log_tail}" if log_tail else ""))
+        self.log_tail = log_tail
+
+
+class BenchmarkError(RuntimeFarmError):
+    """A generation request failed or its answer lacked the server's timings."""
+
+
+class JobsFailed(RuntimeFarmError):
+    """Some jobs of a campaign failed; the others' results are stored."""
+
+    def __init__(self, message: str, campaign: str) -> None:
+        super().__init__(message)
+        self.campaign = campaign

@@ -1,0 +1,124 @@
+"""``farm run``: execute a matrix in-process on the embedded store, with progress."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from sqlalchemy import Engine
+
+from farm.errors import ConfigError, FarmError, JobsFailed
+from farm.matrix.load import load_matrix
+from farm.matrix.spec import ArmRole, JobSpec
+from farm.settings import Settings
+from farm.store import repo
+from farm.store.db import make_engine, upgrade
+from workers.checks import preflight
+from workers.executor import RunResult, execute_job
+from workers.runtime.server import HOST
+
+
+def arm_command(spec: JobSpec, role: ArmRole) -> list[str]:
+    """The exact argv of an arm, with the port the farm picks shown as ``PORT``."""
+    farm_flags = ["--model", spec.model.path, "--host", HOST, "--port", "PORT",
+                  "--parallel", "1", "--metrics"]
+    return [spec.build.path, *farm_flags, *spec.arm(role).argv]
+
+
+def print_dry_run(specs: list[JobSpec], console: Console) -> None:
+    """The expanded jobs as a table, then the exact argv of each arm (copy-pasteable)."""
+    table = Table(title=f"{len(specs)} jobs", title_justify="left")
+    for header in ("job key", "model", "variant", "varying flags"):
+        table.add_column(header, overflow="fold")
+    for spec in specs:
+        table.add_row(spec.job_key[:12], spec.model.name, spec.variant.name, spec.varying_text)
+    console.print(table)
+    for spec in specs:
+        console.print(f"\njob {spec.job_key[:12]} ({spec.model.name}, {spec.variant.name})",
+                      markup=False)
+        for role in ("baseline", "variant"):
+            console.print(f"  {role:9}{shlex.join(arm_command(spec, role))}", markup=False,
+                          soft_wrap=True)
+
+
+def check_all(path: Path, specs: list[JobSpec]) -> None:
+    """Preflight every job before anything is written; errors name the matrix file."""
+    for spec in specs:
+        try:
+            preflight(spec)
+        except ConfigError as exc:
+            raise type(exc)(f"{path}: model {spec.model.name!r}: {exc}") from exc
+
+
+class _Progress:
+    def __init__(self, console: Console, total_runs: int) -> None:
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+        self.task = self.bar.add_task("starting", total=total_runs)
+        self.label = ""
+
+    def job(self, index: int, count: int, spec: JobSpec) -> None:
+        self.label = f"job {index}/{count} {spec.model.name} {spec.variant.name}"
+        self.bar.update(self.task, description=self.label)
+
+    def run(self, result: RunResult) -> None:
+        tok_s = result.generation.decode_tok_s
+        self.bar.update(self.task, advance=1, description=(
+            f"{self.label} · {result.key.arm} block {result.slot.block} · {tok_s:.1f} tok/s"))
+
+
+def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings: Settings,
+             console: Console) -> int:
+    pending = [(spec, job_id) for spec, job_id in zip(specs, job_ids, strict=True)
+               if repo.job_state(engine, job_id) != "done"]
+    if len(pending) < len(specs):
+        console.print(f"{len(specs) - len(pending)} of {len(specs)} jobs already done: skipped")
+    runs_each = [2 * s.pairs * len(s.prompts) * s.repetitions for s, _ in pending]
+    failed = 0
+    progress = _Progress(console, sum(runs_each))
+    with progress.bar:
+        for index, (spec, job_id) in enumerate(pending, start=1):
+            progress.job(index, len(pending), spec)
+            sink = repo.DbRunSink(engine, job_id)
+            progress.bar.advance(progress.task, len(sink.done()))
+            repo.mark_running(engine, job_id)
+            try:
+                execute_job(spec, sink, logs_dir=settings.logs_dir, on_run=progress.run)
+            except KeyboardInterrupt:
+                repo.mark_finished(engine, job_id, "queued", "interrupted; `farm run` resumes")
+                raise
+            except FarmError as exc:
+                repo.mark_finished(engine, job_id, "failed", str(exc))
+                console.print(f"[red]job {spec.job_key[:10]} failed:[/red] {exc}")
+                failed += 1
+                continue
+            repo.mark_finished(engine, job_id, "done")
+    return failed
+
+
+def run_local(path: Path, settings: Settings, console: Console, *, dry_run: bool) -> str | None:
+    """Validate, check, store and execute; returns the campaign, or None for a dry run.
+
+    Raises ``FarmError`` subclasses; a failed job is reported and counted, not raised.
+    """
+    matrix, specs = load_matrix(path)
+    if dry_run:
+        print_dry_run(specs, Console())
+        return None
+    check_all(path, specs)
+    engine = make_engine(settings.database_url)
+    try:
+        upgrade(engine)
+        job_ids = repo.register(engine, matrix.campaign, str(path.resolve()), specs)
+        failed = _execute(engine, specs, job_ids, settings, console)
+    finally:
+        engine.dispose()
+    if failed:
+        raise JobsFailed(f"{failed} of {len(specs)} jobs failed; see `farm report "
+                         f"{matrix.campaign}` and the server logs in {settings.logs_dir}",
+                         matrix.campaign)
+    return matrix.campaign
+

@@ -1,0 +1,258 @@
+"""Read a matrix file: YAML -> validated ``Matrix`` -> deterministic list of ``JobSpec``.
+
+Every problem is a ``ConfigError`` naming the file, the key path and the fix, raised
+before anything runs or is written.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from farm.errors import ConfigError
+from farm.matrix.flags import FlagMap, FlagValue, normalise_name, parse_args, scalar
+from farm.matrix.schema import FlagSpec, Matrix, PromptEntry, Variant
+from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
+from workers.provision import models_dir, server_binary
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse YAML, turning syntax errors into messages with the line number."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: no such file") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: YAML syntax error: {exc.problem or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: YAML error: {exc}") from exc
+    if data is None:
+        raise ConfigError(f"{path}: the file is empty; a matrix needs at least `campaign`, "
+                          "`models`, `prompts` and `variants` (see examples/)")
+    return data
+
+
+def _key_path(loc: Sequence[int | str]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def _model_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
+    """The pydantic model that owns the key at ``loc`` (to list the allowed keys)."""
+    model: type[BaseModel] | None = Matrix
+    for part in loc[:-1]:
+        if model is None or isinstance(part, int):
+            continue
+        field = next((f for f in model.model_fields.values() if f.alias == part), None)
+        model = _inner_model(field.annotation) if field else None
+    return model
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _inner_model(arg)
+        if found:
+            return found
+    return None
+
+
+def _explain(path: Path, error: ValidationError) -> ConfigError:
+    lines = []
+    for item in error.errors():
+        loc = [part for part in item["loc"] if part not in ("str", "BuildEntry", "PromptEntry")]
+        where = f"{path}: {_key_path(loc)}"
+        if item["type"] == "extra_forbidden":
+            owner = _model_at(loc)
+            allowed = sorted(f.alias or n for n, f in owner.model_fields.items()) if owner else []
+            lines.append(f"{where}: unknown key; allowed here: {', '.join(allowed)}")
+        elif item["type"] == "missing":
+            lines.append(f"{where}: required key is missing")
+        else:
+            lines.append(f"{where}: {item['msg']} (got {item.get('input')!r})")
+    return ConfigError("\n".join(dict.fromkeys(lines)))
+
+
+def _flag_choices(spec: FlagSpec, args: str | None, prefix: str) -> list[FlagMap]:
+    """All flag maps a spec expands to: each list value sweeps its flag (cartesian product)."""
+    axes: list[list[tuple[str, FlagValue | None]]] = []
+    seen: dict[str, str] = {}
+    for raw, value in spec.items():
+        key = f"{prefix}flags.{raw}"
+        name = normalise_name(raw, key)
+        if name in seen:
+            raise ConfigError(f"{key}: same flag as {seen[name]}; give it once")
+        seen[name] = key
+        if isinstance(value, list):
+            if not value:
+                raise ConfigError(f"{key}: an empty list sweeps nothing; give values or remove it")
+            axes.append([(name, scalar(item, f"{key}[{i}]")) for i, item in enumerate(value)])
+        else:
+            axes.append([(name, scalar(value, key))])
+    for name, value in parse_args(args, f"{prefix}args") if args else []:
+        if name in seen:
+            raise ConfigError(f"{prefix}args: --{name} is also set in {seen[name]}; give it once")
+        seen[name] = f"{prefix}args"
+        axes.append([(name, value)])
+    return [dict(combo) for combo in itertools.product(*axes)]
+
+
+def _swept(spec: FlagSpec) -> list[str]:
+    return [normalise_name(raw, raw) for raw, value in spec.items() if isinstance(value, list)]
+
+
+def _apply(baseline: FlagMap, changes: FlagMap, where: str) -> FlagMap:
+    merged = dict(baseline)
+    for name, value in changes.items():
+        if value is None and name not in baseline:
+            raise ConfigError(f"{where}flags.{name}: null removes a baseline flag, but the "
+                              "baseline does not set it")
+        merged[name] = value
+    return merged
+
+
+def _arm_flags(flags: FlagMap) -> tuple[tuple[str, FlagValue], ...]:
+    # False stays (it is checked against the build, and omitted from argv) so that a
+    # YAML `off` given to a value-taking flag can be reported instead of silently dropped.
+    return tuple((name, value) for name, value in flags.items() if value is not None)
+
+
+def _varying(baseline: FlagMap, variant: FlagMap, swept: set[str]) -> dict[str, str | None]:
+    base, var = dict(_arm_flags(baseline)), dict(_arm_flags(variant))
+    changed = {name: _text(var.get(name)) for name in [*base, *var]
+               if base.get(name) != var.get(name)}
+    for name in sorted(swept):
+        changed.setdefault(name, _text(base.get(name)))
+    return changed
+
+
+def _text(value: FlagValue | None) -> str | None:
+    if value is None or value is False:
+        return None
+    return "on" if value is True else value
+
+
+def _prompts(matrix: Matrix, path: Path) -> tuple[Prompt, ...]:
+    entries: list[tuple[str, str | PromptEntry]] = [
+        (f"prompts[{i}]", item) for i, item in enumerate(matrix.prompts)]
+    if matrix.prompt_file:
+        file_path = (path.parent / matrix.prompt_file).expanduser()
+        data = read_yaml(file_path)
+        if not isinstance(data, list):
+            raise ConfigError(f"{file_path}: a prompt file is a YAML list of prompts "
+                              "(text, or {id, text, category})")
+        for i, item in enumerate(data):
+            try:
+                entry = item if isinstance(item, str) else PromptEntry.model_validate(item)
+            except ValidationError as exc:
+                raise ConfigError(f"{file_path}: [{i}]: {exc.errors()[0]['msg']}") from exc
+            entries.append((f"{file_path}[{i}]", entry))
+    if not entries:
+        raise ConfigError(f"{path}: prompts: give at least one prompt (`prompts:` or "
+                          "`prompt-file:`)")
+    prompts: dict[str, Prompt] = {}
+    for index, (where, entry) in enumerate(entries):
+        prompt = (Prompt(id=f"p{index + 1}", text=entry, category="general")
+                  if isinstance(entry, str)
+                  else Prompt(id=entry.id, text=entry.text, category=entry.category))
+        if not prompt.text.strip():
+            raise ConfigError(f"{path}: {where}: empty prompt")
+        if prompt.id in prompts:
+            raise ConfigError(f"{path}: {where}: prompt id {prompt.id!r} is used twice")
+        prompts[prompt.id] = prompt
+    return tuple(prompts.values())
+
+
+def _models(matrix: Matrix, path: Path) -> list[ModelRef]:
+    refs = []
+    for i, model in enumerate(matrix.models):
+        if model.path is not None:
+            key, location = f"models[{i}].path", (path.parent / Path(model.path).expanduser())
+            fix = "fix the path (relative paths start at the matrix file)"
+        else:
+            key, location = f"models[{i}].file", models_dir() / str(model.file)
+            fix = "run `farm provision` or set FARM_MODELS_DIR"
+        if not location.is_file():
+            raise ConfigError(f"{path}: {key}: model file {location} does not exist; {fix}")
+        refs.append(ModelRef(name=model.name, path=str(location.resolve())))
+    names = [ref.name for ref in refs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{path}: models: model names must be unique, got {names}")
+    return refs
+
+
+def _build(matrix: Matrix, path: Path) -> BuildRef:
+    entry = matrix.build_entry()
+    binary = (path.parent / Path(entry.path).expanduser()) if entry.path else server_binary(
+        entry.name)
+    if not binary.is_file():
+        fix = ("fix build.path" if entry.path else
+               f"run `farm provision` (it makes the 'cpu' build) or give build: {{name: "
+               f"{entry.name}, path: /path/to/llama-server}}")
+        raise ConfigError(f"{path}: build: llama-server for build {entry.name!r} not found "
+                          f"at {binary}; {fix}")
+    return BuildRef(name=entry.name, path=str(binary.resolve()))
+
+
+def _variant_arms(variant: Variant, prefix: str, baseline: FlagMap,
+                  ) -> Iterator[tuple[str, FlagMap]]:
+    swept = _swept(variant.flags)
+    for changes in _flag_choices(variant.flags, variant.args, prefix):
+        merged = _apply(baseline, changes, prefix)
+        suffix = ",".join(f"{name}={_text(changes[name])}" for name in swept)
+        yield (f"{variant.name}[{suffix}]" if suffix else variant.name), merged
+
+
+def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
+    """Every job of the matrix, in a deterministic order: model x baseline x variant."""
+    prompts, models, build = _prompts(matrix, path), _models(matrix, path), _build(matrix, path)
+    baselines = _flag_choices(matrix.flags, matrix.args, f"{path}: ")
+    swept = set(_swept(matrix.flags))
+    jobs: dict[str, JobSpec] = {}
+    for model, baseline in itertools.product(models, baselines):
+        for index, variant in enumerate(matrix.variants):
+            where = f"variants[{index}]"
+            for name, flags in _variant_arms(variant, f"{path}: {where}.", baseline):
+                varying = _varying(baseline, flags, swept)
+                if not any(varying.get(n) != _text(baseline.get(n)) for n in varying):
+                    raise ConfigError(f"{path}: {where} ({variant.name}): changes no flag of "
+                                      "the baseline; give `flags` or `args` that differ")
+                job = JobSpec(
+                    campaign=matrix.campaign, build=build, model=model,
+                    baseline=Arm(role="baseline", name="baseline", flags=_arm_flags(baseline)),
+                    variant=Arm(role="variant", name=name, flags=_arm_flags(flags)),
+                    varying=varying, prompt_mode=matrix.prompt_mode, prompts=prompts,
+                    n_predict=matrix.n_predict, sampling=matrix.sampling.request_fields(),
+                    repetitions=matrix.repetitions, pairs=matrix.pairs)
+                if job.job_key in jobs:
+                    raise ConfigError(f"{path}: {where} ({name}): same job as variant "
+                                      f"{jobs[job.job_key].variant.name!r}; remove one")
+                jobs[job.job_key] = job
+    return list(jobs.values())
+
+
+def load_matrix(path: Path) -> tuple[Matrix, list[JobSpec]]:
+    """Validate ``path`` and expand it; raises ``ConfigError`` with file and key on error."""
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a matrix is a YAML mapping (campaign:, models:, ...), "
+                          f"not a {type(data).__name__}")
+    try:
+        matrix = Matrix.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(path, exc) from exc
+    return matrix, expand(matrix, path)

@@ -1,0 +1,91 @@
+"""The matrix a user writes, as pydantic models (v1). Keys are kebab-case, like the flags."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_snake
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+class Strict(BaseModel):
+    """Unknown keys are errors; keys are spelled as in YAML (kebab-case)."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=_kebab, frozen=True)
+
+
+FlagScalar = str | int | float | bool | None
+FlagSpec = dict[str, FlagScalar | list[FlagScalar]]
+
+
+class ModelEntry(Strict):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                               description="Name used in job keys and reports.")]
+    path: str | None = Field(None, description="GGUF file; relative to the matrix file.")
+    file: str | None = Field(None, description="GGUF file name inside the models dir "
+                                               "(FARM_MODELS_DIR, default the cache).")
+
+    @model_validator(mode="after")
+    def _one_location(self) -> ModelEntry:
+        if (self.path is None) == (self.file is None):
+            raise ValueError("give exactly one of `path` (a GGUF file) or `file` "
+                             "(a file name inside the models dir)")
+        return self
+
+
+class BuildEntry(Strict):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    path: str | None = Field(None, description="llama-server binary; default: the named "
+                                               "build made by `farm provision`.")
+
+
+class PromptEntry(Strict):
+    id: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    text: Annotated[str, Field(min_length=1)]
+    category: str = "general"
+
+
+class Sampling(Strict):
+    temperature: float = Field(0.0, ge=0.0)
+    seed: int = 42
+    top_k: int | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repeat_penalty: float | None = Field(None, gt=0.0)
+
+    def request_fields(self) -> dict[str, Any]:
+        """The fields a llama-server request takes, snake_case as its API spells them."""
+        return {to_snake(key): value
+                for key, value in self.model_dump(by_alias=False).items() if value is not None}
+
+
+class Variant(Strict):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")]
+    flags: FlagSpec = Field(default_factory=dict,
+                            description="Added to or overriding the baseline; null removes.")
+    args: str | None = Field(None, description="Extra flags as one string, split like a shell.")
+
+
+class Matrix(Strict):
+    campaign: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    build: str | BuildEntry = Field("cpu", description="llama-server build name or {name, path}.")
+    models: Annotated[list[ModelEntry], Field(min_length=1)]
+    prompt_mode: Literal["chat", "completion"] = "chat"
+    prompts: list[str | PromptEntry] = Field(default_factory=list)
+    prompt_file: str | None = Field(None, description="YAML list of prompts, like `prompts`.")
+    n_predict: int = Field(128, ge=2, le=32768, description="Tokens generated per run.")
+    repetitions: int = Field(3, ge=1, le=1000, description="Runs per prompt per block.")
+    pairs: int = Field(1, ge=1, le=100, description="Block pairs (AB, BA, ...) per job.")
+    sampling: Sampling = Field(default_factory=Sampling)
+    flags: FlagSpec = Field(default_factory=dict, description="The baseline's flags.")
+    args: str | None = None
+    variants: Annotated[list[Variant], Field(min_length=1)]
+
+    def build_entry(self) -> BuildEntry:
+        if isinstance(self.build, BuildEntry):
+            return self.build
+        return BuildEntry(name=self.build)

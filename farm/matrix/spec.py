@@ -1,0 +1,86 @@
+"""A job: one comparison, baseline arm vs one variant arm, identified by ``job_key``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from farm.matrix.flags import FlagValue, to_argv
+
+ArmRole = Literal["baseline", "variant"]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Prompt(Frozen):
+    id: str
+    text: str
+    category: str
+
+
+class ModelRef(Frozen):
+    name: str
+    path: str
+
+
+class BuildRef(Frozen):
+    name: str
+    path: str
+
+
+class Arm(Frozen):
+    role: ArmRole
+    name: str
+    flags: tuple[tuple[str, FlagValue], ...]
+
+    @property
+    def argv(self) -> list[str]:
+        """The arm's own flags, without the ones the farm adds (model, host, port...)."""
+        return to_argv(self.flags)
+
+
+class JobSpec(Frozen):
+    campaign: str
+    build: BuildRef
+    model: ModelRef
+    baseline: Arm
+    variant: Arm
+    varying: dict[str, str | None]
+    prompt_mode: Literal["chat", "completion"]
+    prompts: tuple[Prompt, ...]
+    n_predict: int
+    sampling: dict[str, Any]
+    repetitions: int
+    pairs: int
+
+    def arm(self, role: ArmRole) -> Arm:
+        return self.baseline if role == "baseline" else self.variant
+
+    @property
+    def job_key(self) -> str:
+        """sha256 over exactly what makes two jobs the same experiment (sorted-key JSON)."""
+        identity = {
+            "campaign": self.campaign,
+            "build": self.build.name,
+            "model": self.model.name,
+            "baseline_argv": self.baseline.argv,
+            "variant_argv": self.variant.argv,
+            "prompt_mode": self.prompt_mode,
+            "prompts": [prompt.text for prompt in self.prompts],
+            "n_predict": self.n_predict,
+            "sampling": self.sampling,
+            "design": {"repetitions": self.repetitions, "pairs": self.pairs},
+        }
+        canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    @property
+    def varying_text(self) -> str:
+        """``spec-type=ngram-simple ctx-size=-`` : what this job changes, for humans."""
+        return " ".join(f"{name}={'-' if value is None else value}"
+                        for name, value in self.varying.items())

@@ -1,0 +1,1 @@
+"""The result store: SQLAlchemy models, engines, migrations and the writes the farm makes."""

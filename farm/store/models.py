@@ -1,0 +1,124 @@
+"""Tables: campaign -> job -> run. Typed columns for what people filter and aggregate on."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# Deterministic constraint names, so batch migrations can alter them on SQLite too.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Campaign(Base):
+    __tablename__ = "campaign"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    matrix_path: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
+                                                 server_default=func.now())
+
+    jobs: Mapped[list[Job]] = relationship(back_populates="campaign")
+
+
+class Job(Base):
+    """One comparison. ``spec`` is the full JobSpec; the typed columns are for queries."""
+
+    __tablename__ = "job"
+    __table_args__ = (UniqueConstraint("campaign_id", "job_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaign.id", ondelete="CASCADE"),
+                                             index=True)
+    job_key: Mapped[str] = mapped_column(String(64))
+    model_name: Mapped[str] = mapped_column(String(200))
+    build_name: Mapped[str] = mapped_column(String(200))
+    variant_name: Mapped[str] = mapped_column(String(400))
+    varying: Mapped[dict[str, Any]] = mapped_column()
+    spec: Mapped[dict[str, Any]] = mapped_column()
+    # queued -> running -> done | failed; an interrupted local run goes back to queued.
+    state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    campaign: Mapped[Campaign] = relationship(back_populates="jobs")
+    runs: Mapped[list[Run]] = relationship(back_populates="job")
+
+
+class Run(Base):
+    """One generation request (arm x block x prompt x repetition) with its provenance.
+
+    Provenance columns are copied onto every row on purpose: a run stays comparable across
+    machines and campaigns without joining to anything that may change later.
+    """
+
+    __tablename__ = "run"
+    __table_args__ = (UniqueConstraint("job_id", "arm", "block", "prompt_id", "repetition"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), index=True)
+    arm: Mapped[str] = mapped_column(String(16))
+    arm_name: Mapped[str] = mapped_column(String(400))
+    block: Mapped[int] = mapped_column(Integer)
+    pair: Mapped[int] = mapped_column(Integer)
+    position: Mapped[int] = mapped_column(Integer)  # order of the arm inside its pair (0, 1)
+    prompt_id: Mapped[str] = mapped_column(String(200))
+    prompt_category: Mapped[str] = mapped_column(String(100))
+    repetition: Mapped[int] = mapped_column(Integer)
+
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    generated_tokens: Mapped[int] = mapped_column(Integer)
+    prompt_tok_s: Mapped[float | None] = mapped_column(Float)
+    decode_tok_s: Mapped[float] = mapped_column(Float)  # server timings.predicted_per_second
+    client_decode_tok_s: Mapped[float | None] = mapped_column(Float)
+    ttft_ms: Mapped[float] = mapped_column(Float)
+    e2e_ms: Mapped[float] = mapped_column(Float)
+    tpot_ms: Mapped[float | None] = mapped_column(Float)
+    # Speculation: the request's timings and the /metrics counter deltas, raw.
+    draft_n: Mapped[int] = mapped_column(Integer, default=0)
+    draft_accepted: Mapped[int] = mapped_column(Integer, default=0)
+    spec_drafts: Mapped[int] = mapped_column(Integer, default=0)
+    spec_drafted: Mapped[int] = mapped_column(Integer, default=0)
+    spec_accepted: Mapped[int] = mapped_column(Integer, default=0)
+    spec_accepted_per_pos: Mapped[list[Any]] = mapped_column(default=list)
+    text: Mapped[str] = mapped_column(Text)
+
+    server_version: Mapped[str] = mapped_column(Text)
+    build_name: Mapped[str] = mapped_column(String(200))
+    model_file: Mapped[str] = mapped_column(Text)
+    model_size: Mapped[int] = mapped_column(BigInteger)
+    model_sha256: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(255))
+    argv: Mapped[list[Any]] = mapped_column()
+    server_log: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    job: Mapped[Job] = relationship(back_populates="runs")

@@ -1,0 +1,187 @@
+"""HTTP to a running llama-server: streamed generations with timings, /metrics counters."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from farm.errors import BenchmarkError
+
+_METRIC = re.compile(r'^llamacpp:(\w+)(?:\{position="(\d+)"\})?\s+([0-9.eE+-]+)$')
+SPEC_COUNTERS = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
+                 "spec_decode_num_accepted_tokens_total")
+PER_POSITION = "spec_decode_num_accepted_tokens_per_pos_total"
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """The server's cumulative speculative counters, or the difference of two scrapes."""
+
+    drafts: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    accepted_per_pos: tuple[int, ...] = ()
+
+    def __sub__(self, before: SpecCounters) -> SpecCounters:
+        width = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
+        after_pos = list(self.accepted_per_pos) + [0] * (width - len(self.accepted_per_pos))
+        before_pos = list(before.accepted_per_pos) + [0] * (width - len(before.accepted_per_pos))
+        return SpecCounters(self.drafts - before.drafts, self.drafted - before.drafted,
+                            self.accepted - before.accepted,
+                            tuple(a - b for a, b in zip(after_pos, before_pos, strict=True)))
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What one request measured; token counts come from the server, never from chunks."""
+
+    text: str
+    prompt_tokens: int
+    generated_tokens: int
+    prompt_tok_s: float | None
+    decode_tok_s: float
+    ttft_ms: float
+    e2e_ms: float
+    draft_n: int
+    draft_accepted: int
+    chunk_gaps_ms: list[float] = field(default_factory=list)
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first: (E2E - TTFT) / (n - 1)."""
+        if self.generated_tokens < 2:
+            return None
+        return (self.e2e_ms - self.ttft_ms) / (self.generated_tokens - 1)
+
+    @property
+    def client_decode_tok_s(self) -> float | None:
+        tpot = self.tpot_ms
+        return 1000.0 / tpot if tpot else None
+
+
+def parse_metrics(text: str) -> SpecCounters:
+    values: dict[str, float] = {}
+    per_pos: dict[int, int] = {}
+    for line in text.splitlines():
+        match = _METRIC.match(line.strip())
+        if not match:
+            continue
+        name, position, value = match.groups()
+        if name == PER_POSITION and position is not None:
+            per_pos[int(position)] = int(float(value))
+        elif name in SPEC_COUNTERS:
+            values[name] = float(value)
+    drafts, drafted, accepted = (int(values.get(name, 0)) for name in SPEC_COUNTERS)
+    positions = tuple(per_pos.get(i, 0) for i in range(max(per_pos) + 1)) if per_pos else ()
+    return SpecCounters(drafts, drafted, accepted, positions)
+
+
+def _sse_events(response: httpx.Response) -> Iterator[dict[str, Any]]:
+    for line in response.iter_lines():
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return
+        event = json.loads(payload)
+        if isinstance(event, dict):
+            yield event
+
+
+def _chunk_text(event: dict[str, Any]) -> str:
+    if "content" in event:  # native /completion
+        return str(event.get("content") or "")
+    choices = event.get("choices") or []
+    if not choices:
+        return ""
+    delta = choices[0].get("delta") or {}
+    return str(delta.get("content") or choices[0].get("text") or "")
+
+
+class ServerClient:
+    """A client for one server; timeouts are explicit because generations can be long."""
+
+    def __init__(self, base_url: str, *, request_timeout: float = 600.0) -> None:
+        self._http = httpx.Client(base_url=base_url,
+                                  timeout=httpx.Timeout(request_timeout, connect=10.0))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ServerClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def spec_counters(self) -> SpecCounters:
+        response = self._http.get("/metrics")
+        if response.status_code != 200:
+            raise BenchmarkError(f"/metrics answered {response.status_code}")
+        return parse_metrics(response.text)
+
+    def generate(self, prompt: str, *, mode: Literal["chat", "completion"], n_predict: int,
+                 sampling: dict[str, Any]) -> Generation:
+        """One streamed request of exactly ``n_predict`` tokens (``ignore_eos``, no cache)."""
+        body: dict[str, Any] = {**sampling, "stream": True, "ignore_eos": True,
+                                "cache_prompt": False, "n_predict": n_predict}
+        if mode == "chat":
+            path = "/v1/chat/completions"
+            body |= {"messages": [{"role": "user", "content": prompt}],
+                     "max_tokens": n_predict, "timings_per_token": False}
+        else:
+            path = "/completion"
+            body["prompt"] = prompt
+        return self._stream(path, body)
+
+    def _stream(self, path: str, body: dict[str, Any]) -> Generation:
+        pieces: list[str] = []
+        gaps: list[float] = []
+        timings: dict[str, Any] | None = None
+        started = time.perf_counter()
+        first = last = None
+        try:
+            with self._http.stream("POST", path, json=body) as response:
+                if response.status_code != 200:
+                    response.read()
+                    raise BenchmarkError(f"POST {path} answered {response.status_code}: "
+                                         f"{response.text[:500]}")
+                for event in _sse_events(response):
+                    now = time.perf_counter()
+                    piece = _chunk_text(event)
+                    if piece:
+                        if first is None:
+                            first = now
+                        elif last is not None:
+                            gaps.append((now - last) * 1000.0)
+                        last = now
+                        pieces.append(piece)
+                    timings = event.get("timings") or timings
+        except httpx.TransportError as exc:
+            raise BenchmarkError(f"POST {path} failed: {exc}") from exc
+        ended = time.perf_counter()
+        if timings is None:
+            raise BenchmarkError(f"POST {path}: the stream ended without `timings`")
+        return _generation("".join(pieces), timings, started, first or ended, ended, gaps)
+
+
+def _generation(text: str, timings: dict[str, Any], started: float, first: float,
+                ended: float, gaps: list[float]) -> Generation:
+    return Generation(
+        text=text,
+        prompt_tokens=int(timings.get("prompt_n", 0)),
+        generated_tokens=int(timings.get("predicted_n", 0)),
+        prompt_tok_s=timings.get("prompt_per_second"),
+        decode_tok_s=float(timings.get("predicted_per_second", 0.0)),
+        ttft_ms=(first - started) * 1000.0,
+        e2e_ms=(ended - started) * 1000.0,
+        draft_n=int(timings.get("draft_n", 0)),
+        draft_accepted=int(timings.get("draft_n_accepted", 0)),
+        chunk_gaps_ms=gaps,
+    )

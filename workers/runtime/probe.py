@@ -1,0 +1,140 @@
+"""What a llama-server binary is and accepts, read from ``--version`` and ``--help``.
+
+The help text is the truth about a build: which flags exist, which take a value, and
+the enumerated values (speculative types, KV cache types, on/off switches). Results are
+cached per (path, size, mtime), so a rebuilt binary is probed again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from farm.errors import ConfigError
+
+_NEW_VERSION = re.compile(r"version:\s*(?P<semver>\S+)\s*\(build (?P<build>\d+), "
+                          r"commit (?P<commit>\w+)\)")
+_OLD_VERSION = re.compile(r"version:\s*(?P<build>\d+)\s*\((?P<commit>\w+)\)")
+_HELP_COLUMN = 40
+_ALLOWED = re.compile(r"allowed values:\s*([\w.,\s-]+?)(?:\n\s*\(|\n\S|$)")
+
+
+@dataclass(frozen=True)
+class Option:
+    names: tuple[str, ...]  # without dashes: ("c", "ctx-size")
+    hint: str | None  # None for a bare switch
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+    @property
+    def takes_value(self) -> bool:
+        return self.hint is not None
+
+    @property
+    def removed(self) -> bool:
+        """Old spellings a build still parses only to fail (e.g. --draft-max)."""
+        return self.help.startswith("the argument has been removed")
+
+
+@dataclass(frozen=True)
+class BinaryProbe:
+    path: str
+    version: str  # the whole --version text, for provenance
+    build_number: int | None
+    commit: str | None
+    options: dict[str, Option] = field(repr=False)
+
+    def option(self, name: str) -> Option | None:
+        return self.options.get(name)
+
+
+def _run(path: str, flag: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run([path, flag], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot execute llama-server: {exc.strerror}") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ConfigError(f"{path} {flag} did not finish within 60 s") from exc
+
+
+def parse_version(text: str) -> tuple[int | None, str | None]:
+    """Build number and commit from either ``--version`` format."""
+    for pattern in (_NEW_VERSION, _OLD_VERSION):
+        match = pattern.search(text)
+        if match:
+            return int(match["build"]), match["commit"]
+    return None, None
+
+
+def _choices(hint: str | None, help_text: str) -> tuple[str, ...]:
+    if hint and hint[:1] in "[{" and hint[-1:] in "]}":
+        return tuple(re.split(r"[|,]", hint[1:-1]))
+    if hint and "," in hint and " " not in hint:
+        return tuple(hint.split(","))
+    allowed = _ALLOWED.search(help_text)
+    if allowed:
+        return tuple(v.strip() for v in allowed.group(1).replace("\n", " ").split(",")
+                     if v.strip())
+    return ()
+
+
+def _header(line: str) -> tuple[tuple[str, ...], str | None, str]:
+    # llama.cpp pads names and hint to column 40 and starts the help there; a longer
+    # header gets a line of its own (common/arg.cpp, common_arg::to_string).
+    if len(line) > _HELP_COLUMN and not line[_HELP_COLUMN - 3:_HELP_COLUMN].strip():
+        head, rest = line[:_HELP_COLUMN], line[_HELP_COLUMN:]
+    else:
+        head, rest = line, ""
+    tokens = head.split()
+    is_name = [t.startswith("-") and len(t) > 1 and not t[1].isdigit() for t in tokens]
+    names = tuple(t.strip(",").lstrip("-") for t, name in zip(tokens, is_name, strict=True)
+                  if name)
+    hint = " ".join(t for t, name in zip(tokens, is_name, strict=True) if not name)
+    return names, (hint or None), rest.strip()
+
+
+def parse_help(text: str) -> dict[str, Option]:
+    """Every option of a ``--help`` text, indexed by each of its names (without dashes)."""
+    entries: list[tuple[tuple[str, ...], str | None, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("-") and not line.startswith("---"):
+            names, hint, first_help = _header(line)
+            entries.append((names, hint, [first_help]))
+        elif line.startswith(" ") and entries:
+            entries[-1][2].append(line.strip())
+    options: dict[str, Option] = {}
+    for names, hint, help_lines in entries:
+        help_text = "\n".join(help_lines)
+        option = Option(names=names, hint=hint, choices=_choices(hint, help_text),
+                        help=help_text)
+        for name in names:
+            options.setdefault(name, option)
+    return options
+
+
+@lru_cache(maxsize=32)
+def _probe_cached(path: str, _size: int, _mtime_ns: int) -> BinaryProbe:
+    version = _run(path, "--version")
+    version_text = (version.stderr + version.stdout).strip()
+    help_run = _run(path, "--help")
+    if help_run.returncode != 0 or "--spec-type" not in help_run.stdout:
+        raise ConfigError(f"{path}: `--help` did not list llama-server options; is this "
+                          "a llama-server binary?")
+    build, commit = parse_version(version_text)
+    return BinaryProbe(path=path, version=version_text, build_number=build, commit=commit,
+                       options=parse_help(help_run.stdout))
+
+
+def probe_binary(path: str | Path) -> BinaryProbe:
+    """Probe a llama-server binary once per (path, size, mtime)."""
+    binary = str(Path(path).resolve())
+    try:
+        stat = os.stat(binary)
+    except OSError as exc:
+        raise ConfigError(f"{binary}: llama-server binary not found: {exc.strerror}") from exc
+    return _probe_cached(binary, stat.st_size, stat.st_mtime_ns)

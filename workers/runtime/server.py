@@ -1,0 +1,121 @@
+"""Start and stop one ``llama-server`` process: argv only, loopback, own process group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from farm.errors import ServerStartError
+
+HOST = "127.0.0.1"
+_BIND_FAILURES = ("couldn't bind", "address already in use", "failed to bind")
+
+
+def free_port() -> int:
+    """A port the kernel just handed out; the server may still lose a race for it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class LlamaServer:
+    """One server process for one arm. Use as a context manager: it always stops."""
+
+    def __init__(self, binary: str, model: str, arm_argv: list[str], log_path: Path,
+                 *, startup_timeout: float = 180.0, bind_attempts: int = 5) -> None:
+        self.binary, self.model, self.arm_argv = binary, model, arm_argv
+        self.log_path = log_path
+        self.startup_timeout = startup_timeout
+        self.bind_attempts = bind_attempts
+        self.port = 0
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def argv(self, port: int) -> list[str]:
+        """The full command line: the farm's own flags, then the arm's."""
+        return [self.binary, "--model", self.model, "--host", HOST, "--port", str(port),
+                "--parallel", "1", "--metrics", *self.arm_argv]
+
+    def __enter__(self) -> LlamaServer:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(self.bind_attempts):
+            self.port = free_port()
+            if self._launch_and_wait():
+                return
+        raise ServerStartError(f"llama-server could not bind a port after "
+                               f"{self.bind_attempts} attempts", log_tail(self.log_path))
+
+    def _launch_and_wait(self) -> bool:
+        """True once healthy; False on a lost port race; raises on any other failure."""
+        with self.log_path.open("ab") as log:
+            log.write(("$ " + " ".join(self.argv(self.port)) + "\n").encode())
+            log.flush()
+            self._process = subprocess.Popen(
+                self.argv(self.port), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + self.startup_timeout
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                code = self._process.poll()
+                if code is not None:
+                    return self._exited(code)
+                try:
+                    if client.get(f"{self.base_url}/health").status_code == 200:
+                        return True
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1)
+        self.stop()
+        raise ServerStartError(f"llama-server did not answer /health within "
+                               f"{self.startup_timeout:.0f} s", log_tail(self.log_path))
+
+    def _exited(self, code: int) -> bool:
+        self._process = None
+        tail = log_tail(self.log_path)
+        if any(marker in tail.lower() for marker in _BIND_FAILURES):
+            return False
+        raise ServerStartError(f"llama-server exited with code {code} while starting", tail)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Terminate the whole process group, then kill it if it lingers."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        except ProcessLookupError:
+            pass
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
