@@ -78,7 +78,7 @@ def _speedup(runs: pd.DataFrame) -> float:
     return float(np.exp(np.log(ratios).mean())) if len(ratios) else float("nan")
 
 
-def _job_numbers(runs: pd.DataFrame) -> dict[str, float | int]:
+def job_numbers(runs: pd.DataFrame) -> dict[str, float | int]:
     baseline = runs[runs["arm"] == "baseline"]
     variant = runs[runs["arm"] == "variant"]
     drafted = int(variant["spec_drafted"].sum())
@@ -101,7 +101,7 @@ def job_report(engine: Engine, campaign: str) -> pd.DataFrame:
     rows = []
     for job in jobs.itertuples(index=False):
         job_runs = runs[runs["job_key"] == job.job_key] if not runs.empty else runs
-        numbers = _job_numbers(job_runs) if not job_runs.empty else {
+        numbers = job_numbers(job_runs) if not job_runs.empty else {
             "baseline_tok_s": float("nan"), "variant_tok_s": float("nan"),
             "speedup": float("nan"), "acceptance_rate": float("nan"),
             "drafted": 0, "accepted": 0, "runs": 0}

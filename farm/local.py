@@ -12,12 +12,14 @@ from sqlalchemy import Engine
 
 from farm.errors import ConfigError, FarmError, JobsFailed
 from farm.matrix.load import load_matrix
+from farm.matrix.schema import Matrix
 from farm.matrix.spec import ArmRole, JobSpec
 from farm.settings import Settings
 from farm.store import repo
 from farm.store.db import make_engine, upgrade
-from workers.checks import preflight
+from workers.checks import check_arm, preflight
 from workers.executor import RunResult, execute_job
+from workers.runtime.probe import probe_binary
 from workers.runtime.server import HOST
 
 
@@ -44,13 +46,31 @@ def print_dry_run(specs: list[JobSpec], console: Console) -> None:
                           soft_wrap=True)
 
 
-def check_all(path: Path, specs: list[JobSpec]) -> None:
-    """Preflight every job before anything is written; errors name the matrix file."""
+def _variant_key(matrix: Matrix, spec: JobSpec) -> str:
+    for index, variant in enumerate(matrix.variants):
+        if spec.variant.name == variant.name or spec.variant.name.startswith(variant.name + "["):
+            return f"variants[{index}] ({spec.variant.name})"
+    return f"variant {spec.variant.name}"
+
+
+def check_all(path: Path, matrix: Matrix, specs: list[JobSpec]) -> None:
+    """Check every job against its build and model before anything is written.
+
+    Errors name the matrix file and the place in it: the baseline's flags, a variant, or
+    a model.
+    """
     for spec in specs:
+        probe = probe_binary(spec.build.path)
+        for arm, where in ((spec.baseline, "flags (baseline)"),
+                           (spec.variant, _variant_key(matrix, spec))):
+            try:
+                check_arm(probe, arm, spec.build.name)
+            except ConfigError as exc:
+                raise type(exc)(f"{path}: {where}: {exc}") from exc
         try:
             preflight(spec)
         except ConfigError as exc:
-            raise type(exc)(f"{path}: model {spec.model.name!r}: {exc}") from exc
+            raise type(exc)(f"{path}: models ({spec.model.name}): {exc}") from exc
 
 
 class _Progress:
@@ -108,7 +128,7 @@ def run_local(path: Path, settings: Settings, console: Console, *, dry_run: bool
     if dry_run:
         print_dry_run(specs, Console())
         return None
-    check_all(path, specs)
+    check_all(path, matrix, specs)
     engine = make_engine(settings.database_url)
     try:
         upgrade(engine)

@@ -26,8 +26,8 @@ def _check_value(option: Option, name: str, value: FlagValue, build: str) -> Non
     if isinstance(value, bool):
         if option.takes_value:
             raise ConfigError(
-                f"--{name} takes a value ({option.hint}), not {str(value).lower()}. YAML reads bare "
-                f"on/off/yes/no as booleans: quote it, e.g. {name}: \"on\"")
+                f"--{name} takes a value ({option.hint}), not {str(value).lower()}. YAML "
+                f"reads bare on/off/yes/no as booleans: quote it, e.g. {name}: \"on\"")
         return
     if not option.takes_value:
         raise ConfigError(f"--{name} is a switch without a value: set it to true to pass it, "
@@ -45,26 +45,25 @@ def check_arm(probe: BinaryProbe, arm: Arm, build: str) -> None:
     """Every flag of ``arm`` exists in the build and has a value it accepts."""
     for name, value in arm.flags:
         option = probe.option(name)
-        where = f"arm {arm.name!r}: " if arm.role == "variant" else "baseline: "
         if option is None:
-            raise UnsupportedByBuild(f"{where}build {build!r} ({probe.path}) has no flag "
-                                     f"--{name}; see `{probe.path} --help`")
+            raise UnsupportedByBuild(f"build {build!r} ({probe.path}) has no flag --{name}; "
+                                     f"see `{probe.path} --help`")
         if option.removed:
-            raise UnsupportedByBuild(f"{where}build {build!r} removed --{name}: "
+            raise UnsupportedByBuild(f"build {build!r} removed --{name}: "
                                      f"{' '.join(option.help.split())}")
-        try:
-            _check_value(option, name, value, build)
-        except ConfigError as exc:
-            raise type(exc)(where + str(exc)) from exc
+        _check_value(option, name, value, build)
 
 
 def preflight(spec: JobSpec) -> Preflight:
     """Probe the build, check both arms and the model; raises ``ConfigError`` if unfit."""
     probe = probe_binary(spec.build.path)
     for arm in (spec.baseline, spec.variant):
-        check_arm(probe, arm, spec.build.name)
+        try:
+            check_arm(probe, arm, spec.build.name)
+        except ConfigError as exc:
+            raise type(exc)(f"{arm.role} arm {arm.name!r}: {exc}") from exc
     model = inspect_model(spec.model.path)
     if spec.prompt_mode == "chat" and not model.has_chat_template:
-        raise ConfigError(f"model {spec.model.name!r} ({model.file_name}) has no chat template; "
-                          "set `prompt-mode: completion` or use an instruct model")
+        raise ConfigError(f"model {spec.model.name!r} ({model.file_name}) has no chat "
+                          "template; set `prompt-mode: completion` or use an instruct model")
     return Preflight(probe=probe, model=model)

@@ -157,10 +157,24 @@ def fetch_smollm2() -> Path:
     return target
 
 
+def generate_qwen35(archs_tool: Path) -> Path:
+    """A random-weight Qwen3.5 (~5.5 MB, vocab 128, no chat template) from test-llama-archs."""
+    target = models_dir() / "qwen35-dense.gguf"
+    if target.is_file():
+        return target
+    scratch = models_dir() / ".qwen35.partial"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    _run([str(archs_tool), "-a", "^qwen35$", "-o", str(scratch)])
+    (scratch / target.name).rename(target)
+    shutil.rmtree(scratch)
+    return target
+
+
 def provision() -> Provisioned:
     server, archs = build_cpu_server()
-    smollm2 = fetch_smollm2()
-    return Provisioned(server=server, archs_tool=archs, models={"smollm2": smollm2})
+    models = {"smollm2": fetch_smollm2(), "qwen35-random": generate_qwen35(archs)}
+    return Provisioned(server=server, archs_tool=archs, models=models)
 
 
 def main() -> None:

@@ -134,7 +134,7 @@ def _arm_flags(flags: FlagMap) -> tuple[tuple[str, FlagValue], ...]:
 def _varying(baseline: FlagMap, variant: FlagMap, swept: set[str]) -> dict[str, str | None]:
     base, var = dict(_arm_flags(baseline)), dict(_arm_flags(variant))
     changed = {name: _text(var.get(name)) for name in [*base, *var]
-               if base.get(name) != var.get(name)}
+               if base.get(name) is not var.get(name) and base.get(name) != var.get(name)}
     for name in sorted(swept):
         changed.setdefault(name, _text(base.get(name)))
     return changed
@@ -228,7 +228,7 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
             where = f"variants[{index}]"
             for name, flags in _variant_arms(variant, f"{path}: {where}.", baseline):
                 varying = _varying(baseline, flags, swept)
-                if not any(varying.get(n) != _text(baseline.get(n)) for n in varying):
+                if not set(varying) - swept:
                     raise ConfigError(f"{path}: {where} ({variant.name}): changes no flag of "
                                       "the baseline; give `flags` or `args` that differ")
                 job = JobSpec(

@@ -1,0 +1,54 @@
+"""Shared fixtures: isolated data dirs, the provisioned llama-server and models, databases."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from workers.provision import Provisioned, provision
+
+PG_ADMIN_URL = os.environ.get("FARM_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(autouse=True)
+def isolated_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own data dir and the embedded database in it."""
+    data_dir = tmp_path / "farm-data"
+    monkeypatch.setenv("FARM_DATA_DIR", str(data_dir))
+    monkeypatch.delenv("FARM_DATABASE_URL", raising=False)
+    return data_dir
+
+
+@pytest.fixture(scope="session")
+def provisioned() -> Provisioned:
+    """The CPU llama-server and the tiny models (built or fetched once, then cached)."""
+    return provision()
+
+
+@pytest.fixture(scope="session")
+def smollm2(provisioned: Provisioned) -> Path:
+    return provisioned.models["smollm2"]
+
+
+@pytest.fixture(scope="session")
+def qwen35_random(provisioned: Provisioned) -> Path:
+    return provisioned.models["qwen35-random"]
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    name = f"specfarm_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

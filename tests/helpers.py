@@ -1,0 +1,36 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+COPY_PROMPT = (
+    "Repeat the following text exactly, word for word, and nothing else:\n\n"
+    "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with "
+    "a single step. All that glitters is not gold. Actions speak louder than words.")
+
+
+def matrix_dict(model_path: Path, **overrides: Any) -> dict[str, Any]:
+    """A small valid matrix: SmolLM2, one copy prompt, baseline vs ngram-simple."""
+    matrix: dict[str, Any] = {
+        "campaign": "test-campaign",
+        "build": "cpu",
+        "models": [{"name": "smollm2", "path": str(model_path)}],
+        "prompt-mode": "chat",
+        "prompts": [{"id": "copy", "text": COPY_PROMPT, "category": "rewrite"}],
+        "n-predict": 32,
+        "repetitions": 2,
+        "flags": {"ctx-size": 1024, "threads": 2},
+        "variants": [{"name": "ngram", "flags": {"spec-type": "ngram-simple"}}],
+    }
+    matrix.update(overrides)
+    return matrix
+
+
+def write_matrix(directory: Path, matrix: dict[str, Any], name: str = "matrix.yaml") -> Path:
+    path = directory / name
+    path.write_text(yaml.safe_dump(matrix, sort_keys=False))
+    return path

@@ -1,0 +1,71 @@
+"""A real llama-server: start, measure, stop; failures carry the server's own words."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from farm.errors import ServerStartError
+from workers.provision import Provisioned
+from workers.runtime import server as server_module
+from workers.runtime.client import ServerClient
+from workers.runtime.server import LlamaServer
+
+pytestmark = pytest.mark.server
+ARGS = ["--ctx-size", "512", "--threads", "2"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_server_answers_a_fixed_length_streamed_generation(
+        provisioned: Provisioned, smollm2: Path, tmp_path: Path) -> None:
+    server = LlamaServer(str(provisioned.server), str(smollm2), ARGS, tmp_path / "s.log")
+    with server, ServerClient(server.base_url) as client:
+        pid = server.pid
+        assert pid is not None
+        generation = client.generate("Count from one to ten.", mode="chat", n_predict=24,
+                                     sampling={"temperature": 0.0, "seed": 1})
+        counters = client.spec_counters()
+    assert generation.generated_tokens == 24
+    assert generation.decode_tok_s > 0 and generation.prompt_tokens > 0
+    assert 0 < generation.ttft_ms < generation.e2e_ms
+    assert generation.text
+    assert counters.drafted == 0
+    assert not _alive(pid)
+    assert "--parallel 1 --metrics" in (tmp_path / "s.log").read_text()
+
+
+def test_server_that_exits_on_start_raises_with_its_log_tail(
+        provisioned: Provisioned, smollm2: Path, tmp_path: Path) -> None:
+    server = LlamaServer(str(provisioned.server), str(smollm2), ["--cache-type-k", "q9_9"],
+                         tmp_path / "bad.log")
+    with pytest.raises(ServerStartError, match="exited with code 1") as caught:
+        server.start()
+    assert "q9_9" in caught.value.log_tail
+
+
+def test_a_lost_port_race_is_retried_on_another_port(
+        provisioned: Provisioned, smollm2: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+    real_free_port = server_module.free_port
+    monkeypatch.setattr(server_module, "free_port", lambda: next(ports, None) or real_free_port())
+    server = LlamaServer(str(provisioned.server), str(smollm2), ARGS, tmp_path / "race.log")
+    try:
+        with server:
+            assert server.port != taken.getsockname()[1]
+    finally:
+        taken.close()
+    assert (tmp_path / "race.log").read_text().count("$ ") == 2

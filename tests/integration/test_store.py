@@ -1,0 +1,46 @@
+"""Migrations run both ways on SQLite and PostgreSQL; the engine settings hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from farm.store.db import downgrade, make_engine, table_names, upgrade
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'db' / 'farm.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def test_migrations_go_base_head_base(database_url: str) -> None:
+    engine = make_engine(database_url)
+    try:
+        upgrade(engine)
+        assert {"campaign", "job", "run", "alembic_version"} <= set(table_names(engine))
+        downgrade(engine, "base")
+        assert set(table_names(engine)) <= {"alembic_version"}
+        upgrade(engine)
+        assert "run" in table_names(engine)
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_uses_wal_and_a_busy_timeout(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'farm.db'}")
+    with engine.connect() as connection:
+        assert connection.scalar(text("PRAGMA journal_mode")) == "wal"
+        assert connection.scalar(text("PRAGMA busy_timeout")) == 30000
+    engine.dispose()
+
+
+def test_postgres_urls_are_driven_by_psycopg3(postgres_url: str) -> None:
+    engine = make_engine(postgres_url)
+    assert engine.dialect.driver == "psycopg"
+    with engine.connect() as connection:
+        assert connection.scalar(text("select 1")) == 1
+    engine.dispose()

@@ -1,0 +1,160 @@
+"""Matrix validation and expansion: every bad input is one clear ConfigError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from farm.errors import ConfigError
+from farm.matrix.load import load_matrix
+from tests.helpers import matrix_dict, write_matrix
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Any]:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    server = tmp_path / "llama-server"
+    server.write_text("")
+    return {"model": model, "build": {"name": "test", "path": str(server)}, "dir": tmp_path}
+
+
+def load(files: dict[str, Any], **overrides: Any) -> list[Any]:
+    matrix = matrix_dict(files["model"], build=files["build"], **overrides)
+    return load_matrix(write_matrix(files["dir"], matrix))[1]
+
+
+def error_of(files: dict[str, Any], text: str | None = None, **overrides: Any) -> str:
+    path = files["dir"] / "matrix.yaml"
+    if text is None:
+        write_matrix(files["dir"], matrix_dict(files["model"], build=files["build"], **overrides))
+    else:
+        path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_matrix(path)
+    message = str(caught.value)
+    assert str(path) in message
+    return message
+
+
+def test_valid_matrix_expands_to_one_job_per_variant(files: dict[str, Any]) -> None:
+    jobs = load(files, variants=[{"name": "a", "flags": {"spec-type": "ngram-simple"}},
+                                 {"name": "b", "flags": {"spec-type": "ngram-mod"}}])
+    assert [job.variant.name for job in jobs] == ["a", "b"]
+    assert jobs[0].baseline.argv == ["--ctx-size", "1024", "--threads", "2"]
+    assert jobs[0].variant.argv == ["--ctx-size", "1024", "--threads", "2",
+                                    "--spec-type", "ngram-simple"]
+    assert jobs[0].varying == {"spec-type": "ngram-simple"}
+
+
+def test_expansion_and_job_keys_are_deterministic(files: dict[str, Any]) -> None:
+    first = [job.job_key for job in load(files)]
+    second = [job.job_key for job in load(files)]
+    assert first == second and len(first[0]) == 64
+
+
+def test_job_key_changes_with_what_makes_the_experiment(files: dict[str, Any]) -> None:
+    base = load(files)[0].job_key
+    assert load(files, **{"n-predict": 33})[0].job_key != base
+    assert load(files, campaign="other")[0].job_key != base
+    assert load(files, flags={"ctx-size": 2048, "threads": 2})[0].job_key != base
+
+
+def test_short_flag_names_normalise_to_long_ones(files: dict[str, Any]) -> None:
+    job = load(files, flags={"-c": 512, "ctk": "q8_0", "-fa": "on"})[0]
+    assert job.baseline.argv == ["--ctx-size", "512", "--cache-type-k", "q8_0",
+                                 "--flash-attn", "on"]
+
+
+def test_list_values_sweep_and_null_removes_a_baseline_flag(files: dict[str, Any]) -> None:
+    jobs = load(files, flags={"ctx-size": [512, 1024], "threads": 2},
+                variants=[{"name": "n", "flags": {"spec-draft-n-max": [2, 3],
+                                                  "spec-type": "ngram-simple",
+                                                  "threads": None}}])
+    assert len(jobs) == 4
+    assert {job.variant.name for job in jobs} == {"n[spec-draft-n-max=2]",
+                                                  "n[spec-draft-n-max=3]"}
+    assert all("--threads" not in job.variant.argv for job in jobs)
+    assert jobs[0].varying["threads"] is None
+    assert {job.varying["ctx-size"] for job in jobs} == {"512", "1024"}
+
+
+def test_true_is_a_bare_switch_and_false_is_left_out(files: dict[str, Any]) -> None:
+    job = load(files, variants=[{"name": "v", "flags": {"no-warmup": True, "spec-type":
+                                                        "ngram-simple", "no-perf": False}}])[0]
+    assert job.variant.argv[-3:] == ["--no-warmup", "--spec-type", "ngram-simple"]
+
+
+def test_args_string_is_split_without_a_shell(files: dict[str, Any]) -> None:
+    args = "--spec-type ngram-simple --spec-ngram-simple-size-n 4 --no-warmup"
+    job = load(files, variants=[{"name": "v", "args": args}])[0]
+    assert job.variant.argv[-5:] == ["--spec-type", "ngram-simple",
+                                     "--spec-ngram-simple-size-n", "4", "--no-warmup"]
+
+
+def test_unknown_key_names_the_key_and_what_is_allowed(files: dict[str, Any]) -> None:
+    message = error_of(files, variants=[{"name": "v", "flag": {"spec-type": "ngram-simple"}}])
+    assert "variants[0].flag: unknown key" in message
+    assert "allowed here: args, flags, name" in message
+
+
+def test_wrong_type_and_missing_field_are_named(files: dict[str, Any]) -> None:
+    assert "repetitions" in error_of(files, repetitions="many")
+    matrix = matrix_dict(files["model"], build=files["build"])
+    del matrix["campaign"]
+    write_matrix(files["dir"], matrix)
+    with pytest.raises(ConfigError, match="campaign: required key is missing"):
+        load_matrix(files["dir"] / "matrix.yaml")
+
+
+def test_missing_model_file_names_the_key_and_path(files: dict[str, Any]) -> None:
+    message = error_of(files, models=[{"name": "m", "path": "nowhere.gguf"}])
+    assert "models[0].path" in message and "nowhere.gguf does not exist" in message
+
+
+def test_empty_variants_are_refused(files: dict[str, Any]) -> None:
+    assert "variants" in error_of(files, variants=[])
+
+
+def test_variant_that_changes_nothing_is_refused(files: dict[str, Any]) -> None:
+    message = error_of(files, variants=[{"name": "same", "flags": {"threads": 2}}])
+    assert "changes no flag" in message
+
+
+def test_yaml_syntax_error_names_the_line(files: dict[str, Any]) -> None:
+    message = error_of(files, text="campaign: x\nmodels: [\n  - name: a\nvariants: :\n")
+    assert "YAML syntax error" in message and "matrix.yaml:" in message
+
+
+def test_empty_file_says_what_a_matrix_needs(files: dict[str, Any]) -> None:
+    assert "the file is empty" in error_of(files, text="\n# nothing\n")
+
+
+def test_shell_metacharacters_in_a_value_are_refused(files: dict[str, Any]) -> None:
+    variants = [{"name": "v", "flags": {"cache-type-k": "q8_0; rm -rf ~"}}]
+    message = error_of(files, variants=variants)
+    assert "variants[0].flags.cache-type-k" in message and "';'" in message
+
+
+@pytest.mark.parametrize("flag", ["port", "--host", "-m", "np", "metrics"])
+def test_farm_owned_flags_are_refused(files: dict[str, Any], flag: str) -> None:
+    assert "belongs to the farm" in error_of(files, flags={flag: "1"})
+
+
+def test_duplicate_prompt_ids_are_refused(files: dict[str, Any]) -> None:
+    message = error_of(files, prompts=[{"id": "a", "text": "x"}, {"id": "a", "text": "y"}])
+    assert "used twice" in message
+
+
+def test_prompt_file_adds_prompts(files: dict[str, Any]) -> None:
+    (files["dir"] / "prompts.yaml").write_text("- plain text prompt\n- id: q\n  text: question\n")
+    jobs = load(files, **{"prompt-file": "prompts.yaml"})
+    assert [p.id for p in jobs[0].prompts] == ["copy", "p2", "q"]
+
+
+def test_yaml_off_for_a_value_flag_is_kept_for_the_build_check(files: dict[str, Any]) -> None:
+    job = load(files, variants=[{"name": "v", "flags": {"flash-attn": False}}])[0]
+    assert ("flash-attn", False) in job.variant.flags
+    assert "--flash-attn" not in job.variant.argv
