@@ -6,16 +6,19 @@ identity and every measurement and provenance column.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, text
 
 from farm.errors import ConfigError
 from farm.store.models import Campaign, Job, Run
 
-REPORT_COLUMNS = ["campaign", "job_key", "model", "variant", "varying_flags", "state",
-                  "baseline_tok_s", "variant_tok_s", "speedup", "acceptance_rate",
-                  "drafted", "accepted", "runs"]
+REPORT_COLUMNS = ["campaign", "job_key", "model", "variant", "varying_flags", "gpu_class",
+                  "worker", "state", "error", "baseline_tok_s", "variant_tok_s", "speedup",
+                  "sd_log_speedup", "acceptance_rate", "drafted", "accepted", "runs"]
 
 
 def latest_campaign(engine: Engine) -> str:
@@ -36,21 +39,6 @@ def _campaign_id(engine: Engine, name: str) -> int:
     return int(campaign_id)
 
 
-def jobs_frame(engine: Engine, campaign: str) -> pd.DataFrame:
-    query = (select(Campaign.name.label("campaign"), Job.id.label("job_id"), Job.job_key,
-                    Job.model_name.label("model"), Job.variant_name.label("variant"),
-                    Job.varying, Job.state, Job.error)
-             .join(Campaign).where(Job.campaign_id == _campaign_id(engine, campaign))
-             .order_by(Job.id))
-    with engine.connect() as connection:
-        frame = pd.DataFrame(connection.execute(query).mappings().all())
-    if frame.empty:
-        return pd.DataFrame(columns=["campaign", "job_id", "job_key", "model", "variant",
-                                     "varying", "state", "error", "varying_flags"])
-    frame["varying_flags"] = frame["varying"].map(_varying_text)
-    return frame
-
-
 def _varying_text(varying: dict[str, str | None]) -> str:
     return " ".join(f"{k}={'-' if v is None else v}" for k, v in varying.items())
 
@@ -68,44 +56,57 @@ def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
         return pd.DataFrame(connection.execute(query).mappings().all())
 
 
-def _speedup(runs: pd.DataFrame) -> float:
-    """Geometric mean over prompts of median variant tok/s / median baseline tok/s."""
-    medians = runs.pivot_table(index="prompt_id", columns="arm", values="decode_tok_s",
-                               aggfunc="median")
-    if not {"baseline", "variant"} <= set(medians.columns):
-        return float("nan")
-    ratios = (medians["variant"] / medians["baseline"]).dropna()
-    return float(np.exp(np.log(ratios).mean())) if len(ratios) else float("nan")
+_REPORT_SQL = """
+SELECT c.name AS campaign, j.job_key, j.model_name AS model, j.variant_name AS variant,
+       j.varying, j.gpu_class, j.lease_owner AS worker, j.state, j.error,
+       b.median_tok_s AS baseline_tok_s, v.median_tok_s AS variant_tok_s,
+       s.speedup, s.sd_log_speedup, s.prompts,
+       COALESCE(v.drafted, 0) AS drafted, COALESCE(v.accepted, 0) AS accepted,
+       COALESCE(b.runs, 0) + COALESCE(v.runs, 0) AS runs
+FROM job j
+JOIN campaign c ON c.id = j.campaign_id
+LEFT JOIN job_speedup s ON s.job_id = j.id
+LEFT JOIN arm_summary b ON b.job_id = j.id AND b.arm = 'baseline'
+LEFT JOIN arm_summary v ON v.job_id = j.id AND v.arm = 'variant'
+{where}
+ORDER BY c.id, j.id
+"""
 
 
-def job_numbers(runs: pd.DataFrame) -> dict[str, float | int]:
-    baseline = runs[runs["arm"] == "baseline"]
-    variant = runs[runs["arm"] == "variant"]
-    drafted = int(variant["spec_drafted"].sum())
-    accepted = int(variant["spec_accepted"].sum())
-    return {
-        "baseline_tok_s": float(baseline["decode_tok_s"].median()),
-        "variant_tok_s": float(variant["decode_tok_s"].median()),
-        "speedup": _speedup(runs),
-        "acceptance_rate": accepted / drafted if drafted else float("nan"),
-        "drafted": drafted,
-        "accepted": accepted,
-        "runs": len(runs),
-    }
+def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
+    """One row per job (of ``campaign``, or of all campaigns), aggregated in SQL."""
+    where, params = "", {}
+    if campaign is not None:
+        where, params = "WHERE j.campaign_id = :campaign_id", {
+            "campaign_id": _campaign_id(engine, campaign)}
+    with engine.connect() as connection:
+        frame = pd.DataFrame(connection.execute(
+            text(_REPORT_SQL.format(where=where)), params).mappings().all())
+    if frame.empty:
+        return pd.DataFrame(columns=REPORT_COLUMNS)
+    frame["varying"] = frame["varying"].map(_load_json)
+    frame["varying_flags"] = frame["varying"].map(_varying_text)
+    frame["acceptance_rate"] = (frame["accepted"] / frame["drafted"].where(frame["drafted"] > 0))
+    for column in ("baseline_tok_s", "variant_tok_s", "speedup", "acceptance_rate"):
+        frame[column] = frame[column].astype(float)
+    frame[["drafted", "accepted", "runs"]] = frame[["drafted", "accepted", "runs"]].astype(int)
+    return frame[REPORT_COLUMNS]
 
 
-def job_report(engine: Engine, campaign: str) -> pd.DataFrame:
-    """One row per job of ``campaign`` with the comparison people quote."""
-    jobs = jobs_frame(engine, campaign)
-    runs = runs_frame(engine, campaign)
-    rows = []
-    for job in jobs.itertuples(index=False):
-        job_runs = runs[runs["job_key"] == job.job_key] if not runs.empty else runs
-        numbers = job_numbers(job_runs) if not job_runs.empty else {
-            "baseline_tok_s": float("nan"), "variant_tok_s": float("nan"),
-            "speedup": float("nan"), "acceptance_rate": float("nan"),
-            "drafted": 0, "accepted": 0, "runs": 0}
-        rows.append({"campaign": job.campaign, "job_key": job.job_key, "model": job.model,
-                     "variant": job.variant, "varying_flags": job.varying_flags,
-                     "state": job.state, **numbers})
-    return pd.DataFrame(rows, columns=REPORT_COLUMNS)
+def _load_json(value: Any) -> dict[str, Any]:
+    # Raw SQL returns JSON columns as text on SQLite and as objects on PostgreSQL.
+    return json.loads(value) if isinstance(value, str) else dict(value)
+
+
+def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Jobs grouped by a column: geometric-mean speedup, range, counters, runs."""
+    grouped = report.assign(log_speedup=np.log(report["speedup"])).groupby(by, dropna=False)
+    return pd.DataFrame({
+        "jobs": grouped.size(),
+        "speedup": np.exp(grouped["log_speedup"].mean()),
+        "min_speedup": grouped["speedup"].min(),
+        "max_speedup": grouped["speedup"].max(),
+        "drafted": grouped["drafted"].sum(),
+        "accepted": grouped["accepted"].sum(),
+        "runs": grouped["runs"].sum(),
+    }).reset_index()

@@ -31,16 +31,15 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def to_table(report: pd.DataFrame, campaign: str) -> Table:
-    table = Table(title=f"campaign {campaign}", title_justify="left")
-    for header in ("job", "model", "variant", "varying flags", "state", "base tok/s",
-                   "var tok/s", "speedup", "accept", "drafted", "accepted", "runs"):
-        table.add_column(header, justify="right" if "tok" in header or header in (
-            "speedup", "accept", "drafted", "accepted", "runs") else "left")
+def to_table(report: pd.DataFrame, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    numeric = ("base tok/s", "var tok/s", "speedup", "accept", "drafted", "accepted", "runs")
+    for header in ("job", "model", "variant", "varying flags", "class", "state", *numeric):
+        table.add_column(header, justify="right" if header in numeric else "left")
     for row in report.to_dict(orient="records"):
         speedup, accept = float(row["speedup"]), float(row["acceptance_rate"])
         table.add_row(str(row["job_key"])[:10], str(row["model"]), str(row["variant"]),
-                      str(row["varying_flags"]), str(row["state"]),
+                      str(row["varying_flags"]), str(row["gpu_class"]), str(row["state"]),
                       _fmt(row["baseline_tok_s"]), _fmt(row["variant_tok_s"]),
                       "-" if math.isnan(speedup) else f"{speedup:.2f}x",
                       "-" if math.isnan(accept) else f"{accept:.0%}",
@@ -48,10 +47,22 @@ def to_table(report: pd.DataFrame, campaign: str) -> Table:
     return table
 
 
-def render(report: pd.DataFrame, campaign: str, fmt: ReportFormat, console: Console) -> None:
+def group_table(groups: pd.DataFrame, by: str) -> Table:
+    table = Table(title=f"by {by}", title_justify="left")
+    for header in (by, "jobs", "speedup", "min", "max", "drafted", "accepted", "runs"):
+        table.add_column(header, justify="left" if header == by else "right")
+    for row in groups.to_dict(orient="records"):
+        table.add_row(str(row[by]), str(row["jobs"]),
+                      *(f"{_fmt(float(row[k]), 2)}x" for k in ("speedup", "min_speedup",
+                                                              "max_speedup")),
+                      str(row["drafted"]), str(row["accepted"]), str(row["runs"]))
+    return table
+
+
+def render(report: pd.DataFrame, title: str, fmt: ReportFormat, console: Console) -> None:
     if fmt == "json":
         print(to_json(report))
     elif fmt == "csv":
         print(report.to_csv(index=False), end="")
     else:
-        console.print(to_table(report, campaign))
+        console.print(to_table(report, title))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from farm.store.models import Base
 
@@ -12,7 +12,9 @@ engine = config.attributes.get("engine")
 if not isinstance(engine, Engine):
     raise RuntimeError("run migrations through `farm db upgrade`, which supplies the engine")
 
-with engine.connect() as connection:
+
+
+def _migrate(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,
@@ -21,3 +23,13 @@ with engine.connect() as connection:
     )
     with context.begin_transaction():
         context.run_migrations()
+
+
+given = config.attributes.get("connection")
+if isinstance(given, Connection):
+    _migrate(given)
+    given.commit()
+else:
+    with engine.connect() as connection:
+        _migrate(connection)
+        connection.commit()

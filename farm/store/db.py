@@ -6,7 +6,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
@@ -48,26 +48,59 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
-def _alembic_config(engine: Engine) -> Any:
+# Any fixed number: every `farm db upgrade` against one PostgreSQL takes the same lock.
+_MIGRATION_LOCK = 0x5FA12
+
+
+def _alembic_config(engine: Engine, connection: Connection | None = None) -> Any:
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(resources.files("migrations")))
     config.attributes["engine"] = engine
+    config.attributes["connection"] = connection
     return config
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Migrate the database to ``revision``; one clear error if it cannot be reached."""
+    """Migrate to ``revision``; on PostgreSQL under an advisory lock, so that two
+    concurrent upgrades run one after the other instead of racing."""
     from alembic import command
 
     try:
-        with engine.connect():
-            pass
+        connection = engine.connect()
     except OperationalError as exc:
         raise RuntimeFarmError(f"cannot connect to the database {redact_url(str(engine.url))}: "
                                f"{exc.orig}") from exc
-    command.upgrade(_alembic_config(engine), revision)
+    with connection:
+        if engine.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _MIGRATION_LOCK})
+            connection.commit()
+        try:
+            command.upgrade(_alembic_config(engine, connection), revision)
+        finally:
+            if engine.dialect.name == "postgresql":
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"),
+                                   {"key": _MIGRATION_LOCK})
+                connection.commit()
+
+
+def require_current_schema(engine: Engine) -> None:
+    """Refuse to work on a database whose schema is older (or newer) than this farm's."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_alembic_config(engine)).get_current_head()
+    try:
+        with engine.connect() as connection:
+            current = MigrationContext.configure(connection).get_current_revision()
+    except OperationalError as exc:
+        raise RuntimeFarmError(f"cannot connect to the database {redact_url(str(engine.url))}: "
+                               f"{exc.orig}") from exc
+    if current != head:
+        raise RuntimeFarmError(f"the database {redact_url(str(engine.url))} is at schema "
+                               f"{current or 'none'}, this farm needs {head}: run `farm db "
+                               "upgrade` (once, from the coordinator)")
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:

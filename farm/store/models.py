@@ -62,10 +62,20 @@ class Job(Base):
     variant_name: Mapped[str] = mapped_column(String(400))
     varying: Mapped[dict[str, Any]] = mapped_column()
     spec: Mapped[dict[str, Any]] = mapped_column()
-    # queued -> running -> done | failed; an interrupted local run goes back to queued.
+    gpu_class: Mapped[str] = mapped_column(String(100), default="default",
+                                           server_default="default", index=True)
+    # queued -> running -> done | failed | cancelled. A running job whose lease expired
+    # becomes lost and is posted again; an interrupted local run goes back to queued.
     state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3, server_default="3")
     error: Mapped[str | None] = mapped_column(Text)
+    # The database owns job ownership (see DESIGN.md, fleet semantics): the worker holding
+    # the lease until lease_expires_at (database clock) is the only one allowed to write.
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    task_id: Mapped[str | None] = mapped_column(String(64))
+    posted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
@@ -119,6 +129,27 @@ class Run(Base):
     host: Mapped[str] = mapped_column(String(255))
     argv: Mapped[list[Any]] = mapped_column()
     server_log: Mapped[str | None] = mapped_column(Text)
+    worker_name: Mapped[str | None] = mapped_column(String(255))
+    attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     job: Mapped[Job] = relationship(back_populates="runs")
+
+
+class Worker(Base):
+    """A worker process bound to one GPU (or GPU set), as it registered itself."""
+
+    __tablename__ = "worker"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    gpu_class: Mapped[str] = mapped_column(String(100), index=True)
+    devices: Mapped[list[Any]] = mapped_column()
+    gpus: Mapped[list[Any]] = mapped_column()  # [{index, name, uuid}] or [] on a CPU node
+    driver: Mapped[str | None] = mapped_column(String(100))
+    builds: Mapped[dict[str, Any]] = mapped_column()  # build name -> llama-server --version
+    models: Mapped[list[Any]] = mapped_column()  # GGUF file names in its models dir
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -23,7 +23,8 @@ def ensure_campaign(session: Session, name: str, matrix_path: str) -> Campaign:
     return campaign
 
 
-def ensure_jobs(session: Session, campaign: Campaign, specs: Sequence[JobSpec]) -> list[Job]:
+def ensure_jobs(session: Session, campaign: Campaign, specs: Sequence[JobSpec],
+                max_attempts: int = 3) -> list[Job]:
     """The campaign's job rows for ``specs``, inserting only those not stored yet."""
     existing = {job.job_key: job for job in session.scalars(
         select(Job).where(Job.campaign_id == campaign.id))}
@@ -34,7 +35,8 @@ def ensure_jobs(session: Session, campaign: Campaign, specs: Sequence[JobSpec]) 
             job = Job(campaign_id=campaign.id, job_key=spec.job_key, model_name=spec.model.name,
                       build_name=spec.build.name, variant_name=spec.variant.name,
                       varying=spec.varying, spec=spec.model_dump(mode="json"),
-                      state="queued", attempt=0)
+                      gpu_class=spec.gpu_class, state="queued", attempt=0,
+                      max_attempts=max_attempts)
             session.add(job)
         rows.append(job)
     session.flush()
@@ -42,11 +44,11 @@ def ensure_jobs(session: Session, campaign: Campaign, specs: Sequence[JobSpec]) 
 
 
 def register(engine: Engine, campaign_name: str, matrix_path: str,
-             specs: Sequence[JobSpec]) -> list[int]:
+             specs: Sequence[JobSpec], max_attempts: int = 3) -> list[int]:
     """Store the campaign and its jobs in one transaction; return the job ids in order."""
     with Session(engine) as session, session.begin():
         campaign = ensure_campaign(session, campaign_name, matrix_path)
-        return [job.id for job in ensure_jobs(session, campaign, specs)]
+        return [job.id for job in ensure_jobs(session, campaign, specs, max_attempts)]
 
 
 def job_state(engine: Engine, job_id: int) -> str:
@@ -87,7 +89,8 @@ class DbRunSink:
             session.add(run_row(self.job_id, result, checked, self.host))
 
 
-def run_row(job_id: int, result: RunResult, checked: Preflight, host: str) -> Run:
+def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
+            worker_name: str | None = None, attempt: int = 1) -> Run:
     gen, counters = result.generation, result.counters
     return Run(
         job_id=job_id, arm=result.key.arm, arm_name=result.arm_name, block=result.slot.block,
@@ -102,4 +105,5 @@ def run_row(job_id: int, result: RunResult, checked: Preflight, host: str) -> Ru
         text=gen.text, server_version=checked.probe.version, build_name=result.build_name,
         model_file=checked.model.file_name, model_size=checked.model.size,
         model_sha256=checked.model.sha256, host=host, argv=result.argv,
-        server_log=result.server_log, started_at=result.started_at)
+        server_log=result.server_log, worker_name=worker_name, attempt=attempt,
+        started_at=result.started_at)

@@ -106,7 +106,6 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f("ix_run_job_id"), ["job_id"], unique=False)
 
 
-
 def downgrade() -> None:
     with op.batch_alter_table("run", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_run_job_id"))

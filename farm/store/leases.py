@@ -1,0 +1,106 @@
+"""Job ownership on the database clock: claim, renew, guarded writes, reaping.
+
+The broker only delivers; these conditional updates decide who runs a job. Every write a
+worker makes names the attempt and owner it holds, so a worker whose lease was taken over
+changes nothing. Times come from PostgreSQL's ``now()``, never from a worker's clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import ColumnElement, Engine, and_, func, select, update
+from sqlalchemy.orm import Session
+
+from farm.store.models import Job, Run
+
+CLAIMABLE = ("queued", "lost")
+
+
+class LeaseLost(Exception):
+    """This worker no longer holds the job (expired, taken over, or cancelled)."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    job_id: int
+    owner: str
+    attempt: int
+
+    def holds(self) -> ColumnElement[bool]:
+        """SQL condition: the job is still running under exactly this lease."""
+        return and_(Job.id == self.job_id, Job.lease_owner == self.owner,
+                    Job.attempt == self.attempt, Job.state == "running")
+
+
+def _expiry(seconds: int) -> ColumnElement[datetime]:
+    return func.now() + timedelta(seconds=seconds)
+
+
+def claim(engine: Engine, job_id: int, owner: str, seconds: int) -> Lease | None:
+    """Take a queued or lost job, or None if it is running elsewhere, done or over its limit."""
+    with Session(engine) as session, session.begin():
+        attempt = session.scalar(
+            update(Job)
+            .where(Job.id == job_id, Job.state.in_(CLAIMABLE), Job.attempt < Job.max_attempts)
+            .values(state="running", lease_owner=owner, lease_expires_at=_expiry(seconds),
+                    attempt=Job.attempt + 1, started_at=func.now(), error=None)
+            .returning(Job.attempt))
+    return Lease(job_id, owner, attempt) if attempt is not None else None
+
+
+def renew(engine: Engine, lease: Lease, seconds: int) -> None:
+    with Session(engine) as session, session.begin():
+        result = session.execute(update(Job).where(lease.holds())
+                                 .values(lease_expires_at=_expiry(seconds)))
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise LeaseLost(f"job {lease.job_id}: attempt {lease.attempt} no longer "
+                            f"held by {lease.owner}")
+
+
+def finish(engine: Engine, lease: Lease, state: str, error: str | None = None) -> bool:
+    """End the attempt (done, failed, or queued again for a retry); False if not held."""
+    values: dict[str, object] = {"state": state, "error": error}
+    if state in ("done", "failed"):
+        values["finished_at"] = func.now()
+    with Session(engine) as session, session.begin():
+        result = session.execute(update(Job).where(lease.holds()).values(**values))
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def insert_run(engine: Engine, lease: Lease, run: Run) -> None:
+    """Store a run only while the lease holds: lock the job row, check, insert."""
+    with Session(engine) as session, session.begin():
+        held = session.scalar(select(Job.id).where(lease.holds()).with_for_update())
+        if held is None:
+            raise LeaseLost(f"job {lease.job_id}: attempt {lease.attempt} lost its lease; "
+                            "run discarded")
+        session.add(run)
+
+
+@dataclass(frozen=True)
+class Reaped:
+    job_id: int
+    gpu_class: str
+    failed: bool
+
+
+def reap_expired(engine: Engine) -> list[Reaped]:
+    """Mark running jobs whose lease expired as lost, or failed past their attempts."""
+    with Session(engine) as session, session.begin():
+        rows = session.execute(
+            update(Job)
+            .where(Job.state == "running", Job.lease_expires_at < func.now())
+            .values(state="lost", error="lease of " + func.coalesce(Job.lease_owner, "?")
+                    + " expired: the worker stopped heartbeating")
+            .returning(Job.id, Job.gpu_class, Job.attempt, Job.max_attempts)).all()
+        reaped = []
+        for job_id, gpu_class, attempt, max_attempts in rows:
+            failed = attempt >= max_attempts
+            if failed:
+                session.execute(update(Job).where(Job.id == job_id).values(
+                    state="failed", finished_at=func.now(),
+                    error=f"lost its worker in each of {attempt} attempts; giving up"))
+            reaped.append(Reaped(job_id, gpu_class, failed))
+    return reaped

@@ -1,0 +1,52 @@
+"""Workers as rows: registration, heartbeats, and who is alive (database clock)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.orm import Session
+
+from farm.store.models import Worker
+
+
+def register(engine: Engine, name: str, values: dict[str, Any]) -> None:
+    """Insert or refresh this worker's row (same name: a restart of the same worker)."""
+    row = {"name": name, **values, "started_at": func.now(), "heartbeat_at": func.now(),
+           "stopped_at": None}
+    statement = postgresql.insert(Worker).values(**row)
+    statement = statement.on_conflict_do_update(
+        index_elements=[Worker.name],
+        set_={key: statement.excluded[key] for key in row if key != "name"})
+    with Session(engine) as session, session.begin():
+        session.execute(statement)
+
+
+def heartbeat(engine: Engine, name: str) -> None:
+    with Session(engine) as session, session.begin():
+        session.execute(update(Worker).where(Worker.name == name)
+                        .values(heartbeat_at=func.now(), stopped_at=None))
+
+
+def mark_stopped(engine: Engine, name: str) -> None:
+    with Session(engine) as session, session.begin():
+        session.execute(update(Worker).where(Worker.name == name)
+                        .values(stopped_at=func.now()))
+
+
+def live_workers(engine: Engine, within: timedelta) -> list[Worker]:
+    """Workers whose last heartbeat is recent and that did not say they stopped."""
+    query = (select(Worker).where(Worker.heartbeat_at > func.now() - within,
+                                  Worker.stopped_at.is_(None)).order_by(Worker.name))
+    with Session(engine) as session:
+        return list(session.scalars(query))
+
+
+def all_workers(engine: Engine) -> list[tuple[Worker, float]]:
+    """Every worker with the seconds since its last heartbeat."""
+    age = func.extract("epoch", func.now() - Worker.heartbeat_at)
+    with Session(engine) as session:
+        return [(worker, float(seconds)) for worker, seconds in
+                session.execute(select(Worker, age).order_by(Worker.gpu_class, Worker.name))]

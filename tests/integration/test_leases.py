@@ -1,0 +1,87 @@
+"""Job ownership on PostgreSQL: claims, renewals, guarded writes, reaping."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.orm import Session
+
+from farm.store import leases
+from farm.store.db import make_engine, upgrade
+from farm.store.models import Campaign, Job, Run
+
+
+@pytest.fixture
+def engine(postgres_url: str) -> Iterator[Engine]:
+    engine = make_engine(postgres_url)
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def _job(engine: Engine, max_attempts: int = 2) -> int:
+    with Session(engine) as session, session.begin():
+        job = Job(campaign=Campaign(name="c", matrix_path="m"), job_key="k" * 64,
+                  model_name="m", build_name="b", variant_name="v", varying={}, spec={},
+                  state="queued", gpu_class="cpu", max_attempts=max_attempts)
+        session.add(job)
+        session.flush()
+        return job.id
+
+
+def _run(job_id: int, rep: int) -> Run:
+    return Run(job_id=job_id, arm="baseline", arm_name="b", block=0, pair=0, position=0,
+               prompt_id="p", prompt_category="c", repetition=rep, prompt_tokens=1,
+               generated_tokens=2, decode_tok_s=1.0, ttft_ms=1.0, e2e_ms=2.0, text="",
+               server_version="v", build_name="b", model_file="m", model_size=1,
+               model_sha256="0" * 64, host="h", argv=[], started_at=datetime.now(UTC))
+
+
+def _expire(engine: Engine, job_id: int) -> None:
+    with Session(engine) as session, session.begin():
+        session.execute(update(Job).where(Job.id == job_id)
+                        .values(lease_expires_at=func.now() - timedelta(seconds=1)))
+
+
+def test_only_one_worker_claims_a_job(engine: Engine) -> None:
+    job_id = _job(engine)
+    lease = leases.claim(engine, job_id, "a", 30)
+    assert lease == leases.Lease(job_id, "a", 1)
+    assert leases.claim(engine, job_id, "b", 30) is None
+
+
+def test_expired_lease_is_reaped_and_the_old_owner_can_write_nothing(engine: Engine) -> None:
+    job_id = _job(engine)
+    old = leases.claim(engine, job_id, "a", 30)
+    assert old is not None
+    leases.insert_run(engine, old, _run(job_id, 0))
+    _expire(engine, job_id)
+    [reaped] = leases.reap_expired(engine)
+    assert reaped == leases.Reaped(job_id, "cpu", failed=False)
+    new = leases.claim(engine, job_id, "b", 30)
+    assert new == leases.Lease(job_id, "b", 2)
+    with pytest.raises(leases.LeaseLost):
+        leases.insert_run(engine, old, _run(job_id, 1))
+    with pytest.raises(leases.LeaseLost):
+        leases.renew(engine, old, 30)
+    assert not leases.finish(engine, old, "done")
+    leases.insert_run(engine, new, _run(job_id, 1))
+    assert leases.finish(engine, new, "done")
+    with Session(engine) as session:
+        assert session.scalar(select(func.count()).select_from(Run)) == 2
+        assert session.get_one(Job, job_id).state == "done"
+
+
+def test_a_job_that_loses_its_worker_too_often_fails_instead_of_looping(engine: Engine) -> None:
+    job_id = _job(engine, max_attempts=2)
+    for owner in ("a", "b"):
+        assert leases.claim(engine, job_id, owner, 30) is not None
+        _expire(engine, job_id)
+        leases.reap_expired(engine)
+    with Session(engine) as session:
+        job = session.get_one(Job, job_id)
+        assert job.state == "failed" and "2 attempts" in (job.error or "")
+    assert leases.claim(engine, job_id, "c", 30) is None

@@ -1,0 +1,76 @@
+"""The SQL views and the report built on them, on SQLite and PostgreSQL, with known data."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from farm.analysis import group_report, job_report, runs_frame
+from farm.store.db import make_engine, upgrade
+from farm.store.models import Campaign, Job, Run
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
+    url = (f"sqlite:///{tmp_path / 'farm.db'}" if request.param == "sqlite"
+           else str(request.getfixturevalue("postgres_url")))
+    engine = make_engine(url)
+    upgrade(engine)
+    request.addfinalizer(engine.dispose)
+    return engine
+
+
+def _run(job: Job, arm: str, prompt: str, tok_s: float, rep: int,
+         drafted: int = 0, accepted: int = 0) -> Run:
+    return Run(job=job, arm=arm, arm_name=arm, block=0 if arm == "baseline" else 1, pair=0,
+               position=0, prompt_id=prompt, prompt_category="c", repetition=rep,
+               prompt_tokens=10, generated_tokens=32, decode_tok_s=tok_s, ttft_ms=5.0,
+               e2e_ms=100.0, spec_drafted=drafted, spec_accepted=accepted, text="t",
+               server_version="v", build_name="cpu", model_file="m.gguf", model_size=1,
+               model_sha256="0" * 64, host="h", argv=[], started_at=datetime.now(UTC))
+
+
+def _fill(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        campaign = Campaign(name="views", matrix_path="m.yaml")
+        job = Job(campaign=campaign, job_key="k" * 64, model_name="m", build_name="cpu",
+                  variant_name="v", varying={"spec-type": "ngram-simple"}, spec={},
+                  state="done", gpu_class="rtx")
+        empty = Job(campaign=campaign, job_key="e" * 64, model_name="m", build_name="cpu",
+                    variant_name="w", varying={}, spec={}, state="queued", gpu_class="cpu")
+        session.add_all([job, empty])
+        for rep, (base_a, var_a) in enumerate([(100, 200), (110, 210), (90, 190)]):
+            session.add(_run(job, "baseline", "a", base_a, rep))
+            session.add(_run(job, "variant", "a", var_a, rep, 10, 8))
+        session.add(_run(job, "baseline", "b", 100, 0))
+        session.add(_run(job, "variant", "b", 50, 0, 20, 2))
+
+
+def test_report_speedup_is_the_geometric_mean_of_per_prompt_median_ratios(
+        engine: Engine) -> None:
+    _fill(engine)
+    report = job_report(engine, "views")
+    row = report[report["variant"] == "v"].iloc[0]
+    assert row["speedup"] == pytest.approx(math.sqrt(2.0 * 0.5))
+    assert row["baseline_tok_s"] == pytest.approx(100.0)  # median of 100, 110, 90, 100
+    assert row["variant_tok_s"] == pytest.approx(195.0)  # median of 200, 210, 190, 50
+    assert (row["drafted"], row["accepted"], row["runs"]) == (50, 26, 8)
+    assert row["acceptance_rate"] == pytest.approx(26 / 50)
+    assert row["sd_log_speedup"] == pytest.approx(math.sqrt(2) * math.log(2))
+    assert row["varying_flags"] == "spec-type=ngram-simple" and row["gpu_class"] == "rtx"
+
+    empty = report[report["variant"] == "w"].iloc[0]
+    assert math.isnan(empty["speedup"]) and empty["runs"] == 0
+    assert math.isnan(empty["acceptance_rate"])
+
+
+def test_group_report_and_runs_frame(engine: Engine) -> None:
+    _fill(engine)
+    groups = group_report(job_report(engine, None), "gpu_class").set_index("gpu_class")
+    assert groups.loc["rtx", "jobs"] == 1 and groups.loc["rtx", "runs"] == 8
+    assert len(runs_frame(engine, "views")) == 8
