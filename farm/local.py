@@ -25,18 +25,20 @@ from workers.runtime.server import HOST
 
 def arm_command(spec: JobSpec, role: ArmRole) -> list[str]:
     """The exact argv of an arm, with the port the farm picks shown as ``PORT``."""
-    farm_flags = ["--model", spec.model.path, "--host", HOST, "--port", "PORT",
-                  "--parallel", "1", "--metrics"]
-    return [spec.build.path, *farm_flags, *spec.arm(role).argv]
+    model = spec.model.path or f"MODELS_DIR/{spec.model.file}"
+    farm_flags = ["--model", model, "--host", HOST, "--port", "PORT", "--parallel", "1",
+                  "--metrics"]
+    return [spec.build.path or f"<build {spec.build.name}>", *farm_flags, *spec.arm(role).argv]
 
 
 def print_dry_run(specs: list[JobSpec], console: Console) -> None:
     """The expanded jobs as a table, then the exact argv of each arm (copy-pasteable)."""
     table = Table(title=f"{len(specs)} jobs", title_justify="left")
-    for header in ("job key", "model", "variant", "varying flags"):
+    for header in ("job key", "class", "model", "variant", "varying flags"):
         table.add_column(header, overflow="fold")
     for spec in specs:
-        table.add_row(spec.job_key[:12], spec.model.name, spec.variant.name, spec.varying_text)
+        table.add_row(spec.job_key[:12], spec.gpu_class, spec.model.name, spec.variant.name,
+                      spec.varying_text)
     console.print(table)
     for spec in specs:
         console.print(f"\njob {spec.job_key[:12]} ({spec.model.name}, {spec.variant.name})",
@@ -60,7 +62,7 @@ def check_all(path: Path, matrix: Matrix, specs: list[JobSpec]) -> None:
     a model.
     """
     for spec in specs:
-        probe = probe_binary(spec.build.path)
+        probe = probe_binary(spec.build.local_path)
         for arm, where in ((spec.baseline, "flags (baseline)"),
                            (spec.variant, _variant_key(matrix, spec))):
             try:
@@ -119,12 +121,24 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings:
     return failed
 
 
-def run_local(path: Path, settings: Settings, console: Console, *, dry_run: bool) -> str | None:
+def _one_class(path: Path, matrix: Matrix, gpu_class: str | None) -> str:
+    if gpu_class is None and len(matrix.gpu_classes) == 1:
+        return matrix.gpu_classes[0]
+    if gpu_class in matrix.gpu_classes:
+        return gpu_class
+    raise ConfigError(f"{path}: gpu-classes: `farm run` runs on this one machine; pick one "
+                      f"of {', '.join(matrix.gpu_classes)} with --gpu-class")
+
+
+def run_local(path: Path, settings: Settings, console: Console, *, dry_run: bool,
+              gpu_class: str | None = None) -> str | None:
     """Validate, check, store and execute; returns the campaign, or None for a dry run.
 
     Raises ``FarmError`` subclasses; a failed job is reported and counted, not raised.
     """
     matrix, specs = load_matrix(path)
+    chosen = _one_class(path, matrix, gpu_class)
+    specs = [spec for spec in specs if spec.gpu_class == chosen]
     if dry_run:
         print_dry_run(specs, Console())
         return None

@@ -56,13 +56,13 @@ def check_arm(probe: BinaryProbe, arm: Arm, build: str) -> None:
 
 def preflight(spec: JobSpec) -> Preflight:
     """Probe the build, check both arms and the model; raises ``ConfigError`` if unfit."""
-    probe = probe_binary(spec.build.path)
+    probe = probe_binary(spec.build.local_path)
     for arm in (spec.baseline, spec.variant):
         try:
             check_arm(probe, arm, spec.build.name)
         except ConfigError as exc:
             raise type(exc)(f"{arm.role} arm {arm.name!r}: {exc}") from exc
-    model = inspect_model(spec.model.path)
+    model = inspect_model(spec.model.local_path)
     if spec.prompt_mode == "chat" and not model.has_chat_template:
         raise ConfigError(f"model {spec.model.name!r} ({model.file_name}) has no chat "
                           "template; set `prompt-mode: completion` or use an instruct model")

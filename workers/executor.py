@@ -93,7 +93,7 @@ def _run_block(spec: JobSpec, slot: Slot, todo: list[tuple[Prompt, int]], sink: 
                checked: Preflight, logs_dir: Path, on_run: ProgressFn | None) -> None:
     arm = spec.arm(slot.role)
     log_path = logs_dir / spec.job_key[:16] / f"block{slot.block}-{slot.role}.log"
-    server = LlamaServer(spec.build.path, spec.model.path, arm.argv, log_path)
+    server = LlamaServer(spec.build.local_path, spec.model.local_path, arm.argv, log_path)
     with server, ServerClient(server.base_url) as client:
         argv = server.argv(server.port)
         client.generate(todo[0][0].text, mode=spec.prompt_mode, n_predict=WARMUP_TOKENS,

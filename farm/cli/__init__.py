@@ -42,7 +42,8 @@ def cli() -> None:
 @cli.command()
 @click.argument("matrix", type=click.Path(path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Print the expanded jobs and their argv.")
-def run(matrix: Path, dry_run: bool) -> None:
+@click.option("--gpu-class", help="With several gpu-classes in MATRIX: the one to run here.")
+def run(matrix: Path, dry_run: bool, gpu_class: str | None) -> None:
     """Run MATRIX on this machine against real llama-server processes."""
     from farm.local import run_local
     from farm.report_cmd import show_report
@@ -51,7 +52,7 @@ def run(matrix: Path, dry_run: bool) -> None:
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
-        campaign = run_local(matrix, settings, console, dry_run=dry_run)
+        campaign = run_local(matrix, settings, console, dry_run=dry_run, gpu_class=gpu_class)
     except JobsFailed as exc:
         show_report(settings, exc.campaign, "table")
         raise
@@ -63,11 +64,15 @@ def run(matrix: Path, dry_run: bool) -> None:
 @click.argument("campaign", required=False)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]),
               default="table", show_default=True)
-def report(campaign: str | None, fmt: str) -> None:
+@click.option("--all", "all_campaigns", is_flag=True, help="Every campaign in the store.")
+@click.option("--group-by", type=click.Choice(["gpu_class", "worker", "model", "variant"]),
+              help="Aggregate jobs: geometric-mean speedup per group.")
+def report(campaign: str | None, fmt: str, all_campaigns: bool, group_by: str | None) -> None:
     """Show one row per job of CAMPAIGN (default: the latest)."""
     from farm.report_cmd import show_report
 
-    show_report(load_settings(), campaign, fmt)
+    show_report(load_settings(), campaign, fmt, all_campaigns=all_campaigns,
+                group_by=group_by)
 
 
 @cli.group()
@@ -88,6 +93,131 @@ def db_upgrade(url: str | None) -> None:
     finally:
         engine.dispose()
     click.echo(f"database {redact_url(target)} is at the newest schema")
+
+
+@cli.command()
+@click.argument("matrix", type=click.Path(path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Print the expanded jobs and their argv.")
+@click.option("--retry-failed", is_flag=True, help="Post failed jobs again (attempts reset).")
+def submit(matrix: Path, dry_run: bool, retry_failed: bool) -> None:
+    """Store MATRIX as a campaign and post its jobs to the GPU workers' queues."""
+    from farm.fleet.app import make_app
+    from farm.fleet.submit import require_fleet
+    from farm.fleet.submit import submit as do_submit
+    from farm.local import print_dry_run
+    from farm.matrix.load import load_matrix
+    from farm.store.db import make_engine
+
+    if dry_run:
+        print_dry_run(load_matrix(matrix, resolve=False)[1], Console())
+        return
+    settings = load_settings()
+    require_fleet(settings)
+    load_matrix(matrix, resolve=False)  # bad input fails before any service is touched
+    app, engine = make_app(settings), make_engine(settings.database_url)
+    try:
+        result = do_submit(matrix, settings, app, engine, retry_failed=retry_failed)
+    finally:
+        engine.dispose()
+    posted = ", ".join(f"{n} to {queue}" for queue, n in sorted(result.posted.items()))
+    already = ", ".join(f"{n} {state}" for state, n in sorted(result.already.items()))
+    click.echo(f"campaign {result.campaign}: {result.jobs} jobs; posted {posted or 'none'}"
+               + (f"; not posted: {already}" if already else ""))
+    for spec, reason in result.unrunnable:
+        click.echo(f"cannot run {spec.job_key[:10]} {spec.model.name} {spec.variant.name}: "
+                   f"{reason}", err=True)
+    if result.unrunnable:
+        raise click.exceptions.Exit(1)
+
+
+@cli.command()
+@click.argument("campaign", required=False)
+def status(campaign: str | None) -> None:
+    """Jobs of CAMPAIGN (default: the latest) by state, who runs what, failures, time left."""
+    from farm.fleet.status import campaign_status, render_status
+    from farm.store.db import make_engine
+
+    engine = make_engine(load_settings().database_url)
+    try:
+        render_status(campaign_status(engine, campaign), Console())
+    finally:
+        engine.dispose()
+
+
+@cli.command()
+def workers() -> None:
+    """Registered workers, live and dead, with their builds and models."""
+    from farm.fleet.status import render_workers
+    from farm.fleet.submit import require_fleet
+    from farm.store.db import make_engine
+
+    settings = load_settings()
+    require_fleet(settings)
+    engine = make_engine(settings.database_url)
+    try:
+        render_workers(engine, Console(), live_within=settings.lease_seconds)
+    finally:
+        engine.dispose()
+
+
+@cli.command()
+@click.argument("campaign")
+def cancel(campaign: str) -> None:
+    """Revoke CAMPAIGN's queued jobs and stop its running ones."""
+    from farm.fleet.app import make_app
+    from farm.fleet.submit import cancel as do_cancel
+    from farm.fleet.submit import require_fleet
+    from farm.store.db import make_engine
+
+    settings = load_settings()
+    require_fleet(settings)
+    engine = make_engine(settings.database_url)
+    try:
+        count = do_cancel(engine, make_app(settings), campaign)
+    finally:
+        engine.dispose()
+    click.echo(f"campaign {campaign}: {count} jobs cancelled")
+
+
+def _devices(value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(item) for item in value.split(",") if item.strip()]
+    except ValueError as exc:
+        raise click.BadParameter("a comma list of GPU indices, e.g. 0,1") from exc
+
+
+@cli.command()
+@click.option("--gpu-class", help="The class this worker serves (queue gpu.CLASS).")
+@click.option("--devices", help="GPU indices, e.g. 0 or 0,1 for a tensor-split set.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="Worker config: name, gpu-class, devices, models-dir, builds.")
+def worker(gpu_class: str | None, devices: str | None, config_path: Path | None) -> None:
+    """Run a Celery worker for one GPU (or GPU set): concurrency 1, late acks."""
+    from workers.config import load_worker_config
+    from workers.daemon import run_worker
+
+    if not gpu_class and not config_path:
+        raise click.UsageError("give --gpu-class or a --config that names one")
+    config = load_worker_config(config_path, gpu_class=gpu_class, devices=_devices(devices))
+    run_worker(load_settings(), config)
+
+
+@cli.command()
+@click.option("--port", default=5555, show_default=True)
+@click.option("--address", default="127.0.0.1", show_default=True)
+def flower(port: int, address: str) -> None:
+    """Start Flower on the farm's broker, with basic auth from FARM_FLOWER_AUTH."""
+    from farm.errors import ConfigError
+    from farm.fleet.app import make_app
+
+    settings = load_settings()
+    if not settings.flower_auth or ":" not in settings.flower_auth:
+        raise ConfigError("set FARM_FLOWER_AUTH=user:password; Flower is never started "
+                          "without authentication")
+    make_app(settings).start(["flower", f"--port={port}", f"--address={address}",
+                              f"--basic-auth={settings.flower_auth}"])
 
 
 @cli.command()

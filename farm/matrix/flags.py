@@ -47,7 +47,10 @@ FARM_OWNED: dict[str, str] = {
     "metrics": "the farm always enables /metrics",
 }
 
-_SHELL_META = re.compile(r"[;&|$`<>(){}\[\]*?!\\\"'\n\r\t~#]")
+# Shell syntax that means a value was written for a shell: command separators, pipes,
+# redirections, substitutions, variables, leftover quotes, home expansion. Regex
+# characters stay allowed (e.g. --override-tensor "blk\..*_exps\.=CPU").
+_SHELL_META = re.compile(r"[;&`<>\n\r\"']|\$[\w({]\w*|\s\|\s|^~")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 FlagValue = str | bool
@@ -73,9 +76,9 @@ def check_value(value: str, where: str) -> str:
     bad = _SHELL_META.search(value)
     if bad:
         raise ConfigError(
-            f"{where}: value {value!r} contains {bad.group()!r}. Flags are passed to "
+            f"{where}: value {value!r} contains {bad.group().strip()!r}. Flags are passed to "
             "llama-server as an argument list, never through a shell, so shell syntax "
-            "has no meaning here: remove it")
+            "has no meaning here: write the literal value (a full path, not ~ or $HOME)")
     if not value.strip():
         raise ConfigError(f"{where}: empty value; give a value or remove the flag")
     return value

@@ -134,7 +134,7 @@ def _arm_flags(flags: FlagMap) -> tuple[tuple[str, FlagValue], ...]:
 def _varying(baseline: FlagMap, variant: FlagMap, swept: set[str]) -> dict[str, str | None]:
     base, var = dict(_arm_flags(baseline)), dict(_arm_flags(variant))
     changed = {name: _text(var.get(name)) for name in [*base, *var]
-               if base.get(name) is not var.get(name) and base.get(name) != var.get(name)}
+               if base.get(name) != var.get(name)}
     for name in sorted(swept):
         changed.setdefault(name, _text(base.get(name)))
     return changed
@@ -177,26 +177,33 @@ def _prompts(matrix: Matrix, path: Path) -> tuple[Prompt, ...]:
     return tuple(prompts.values())
 
 
-def _models(matrix: Matrix, path: Path) -> list[ModelRef]:
+def _models(matrix: Matrix, path: Path, resolve: bool) -> list[ModelRef]:
+    """Models as refs; with ``resolve``, checked to exist here (``farm run``)."""
     refs = []
     for i, model in enumerate(matrix.models):
         if model.path is not None:
             key, location = f"models[{i}].path", (path.parent / Path(model.path).expanduser())
             fix = "fix the path (relative paths start at the matrix file)"
         else:
-            key, location = f"models[{i}].file", models_dir() / str(model.file)
-            fix = "run `farm provision` or set FARM_MODELS_DIR"
+            key, location = f"models[{i}].file", models_dir() / model.file_name
+            fix = "run `farm provision`, set FARM_MODELS_DIR, or give `path`"
+        if not resolve:
+            refs.append(ModelRef(name=model.name, file=model.file_name if model.path is None
+                                 else None, path=model.path))
+            continue
         if not location.is_file():
             raise ConfigError(f"{path}: {key}: model file {location} does not exist; {fix}")
-        refs.append(ModelRef(name=model.name, path=str(location.resolve())))
+        refs.append(ModelRef(name=model.name, file=model.file, path=str(location.resolve())))
     names = [ref.name for ref in refs]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: models: model names must be unique, got {names}")
     return refs
 
 
-def _build(matrix: Matrix, path: Path) -> BuildRef:
+def _build(matrix: Matrix, path: Path, resolve: bool) -> BuildRef:
     entry = matrix.build_entry()
+    if not resolve:
+        return BuildRef(name=entry.name, path=entry.path)
     binary = (path.parent / Path(entry.path).expanduser()) if entry.path else server_binary(
         entry.name)
     if not binary.is_file():
@@ -217,13 +224,18 @@ def _variant_arms(variant: Variant, prefix: str, baseline: FlagMap,
         yield (f"{variant.name}[{suffix}]" if suffix else variant.name), merged
 
 
-def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
-    """Every job of the matrix, in a deterministic order: model x baseline x variant."""
-    prompts, models, build = _prompts(matrix, path), _models(matrix, path), _build(matrix, path)
+def expand(matrix: Matrix, path: Path, *, resolve: bool = True) -> list[JobSpec]:
+    """Every job of the matrix, deterministically: GPU class x model x baseline x variant.
+
+    With ``resolve`` (``farm run``) models and the build are found on this machine; without
+    it (``farm submit``) they stay names, resolved by the worker that runs the job.
+    """
+    prompts = _prompts(matrix, path)
+    models, build = _models(matrix, path, resolve), _build(matrix, path, resolve)
     baselines = _flag_choices(matrix.flags, matrix.args, f"{path}: ")
     swept = set(_swept(matrix.flags))
     jobs: dict[str, JobSpec] = {}
-    for model, baseline in itertools.product(models, baselines):
+    for gpu_class, model, baseline in itertools.product(matrix.gpu_classes, models, baselines):
         for index, variant in enumerate(matrix.variants):
             where = f"variants[{index}]"
             for name, flags in _variant_arms(variant, f"{path}: {where}.", baseline):
@@ -232,7 +244,7 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
                     raise ConfigError(f"{path}: {where} ({variant.name}): changes no flag of "
                                       "the baseline; give `flags` or `args` that differ")
                 job = JobSpec(
-                    campaign=matrix.campaign, build=build, model=model,
+                    campaign=matrix.campaign, gpu_class=gpu_class, build=build, model=model,
                     baseline=Arm(role="baseline", name="baseline", flags=_arm_flags(baseline)),
                     variant=Arm(role="variant", name=name, flags=_arm_flags(flags)),
                     varying=varying, prompt_mode=matrix.prompt_mode, prompts=prompts,
@@ -245,7 +257,7 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
     return list(jobs.values())
 
 
-def load_matrix(path: Path) -> tuple[Matrix, list[JobSpec]]:
+def load_matrix(path: Path, *, resolve: bool = True) -> tuple[Matrix, list[JobSpec]]:
     """Validate ``path`` and expand it; raises ``ConfigError`` with file and key on error."""
     data = read_yaml(path)
     if not isinstance(data, dict):
@@ -255,4 +267,4 @@ def load_matrix(path: Path) -> tuple[Matrix, list[JobSpec]]:
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
         raise _explain(path, exc) from exc
-    return matrix, expand(matrix, path)
+    return matrix, expand(matrix, path, resolve=resolve)

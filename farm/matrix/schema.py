@@ -25,16 +25,21 @@ FlagSpec = dict[str, FlagScalar | list[FlagScalar]]
 class ModelEntry(Strict):
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
                                description="Name used in job keys and reports.")]
-    path: str | None = Field(None, description="GGUF file; relative to the matrix file.")
+    path: str | None = Field(None, description="GGUF file; relative to the matrix file "
+                                               "(`farm run` only).")
     file: str | None = Field(None, description="GGUF file name inside the models dir "
-                                               "(FARM_MODELS_DIR, default the cache).")
+                                               "(default NAME.gguf).")
 
     @model_validator(mode="after")
     def _one_location(self) -> ModelEntry:
-        if (self.path is None) == (self.file is None):
-            raise ValueError("give exactly one of `path` (a GGUF file) or `file` "
-                             "(a file name inside the models dir)")
+        if self.path is not None and self.file is not None:
+            raise ValueError("give `path` (a GGUF file) or `file` (a file name inside the "
+                             "models dir), not both")
         return self
+
+    @property
+    def file_name(self) -> str:
+        return self.file or f"{self.name}.gguf"
 
 
 class BuildEntry(Strict):
@@ -73,6 +78,9 @@ class Variant(Strict):
 class Matrix(Strict):
     campaign: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
     build: str | BuildEntry = Field("cpu", description="llama-server build name or {name, path}.")
+    gpu_classes: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]] = Field(
+        default_factory=lambda: ["default"], min_length=1,
+        description="GPU classes to run every job on (one queue each, gpu.CLASS).")
     models: Annotated[list[ModelEntry], Field(min_length=1)]
     prompt_mode: Literal["chat", "completion"] = "chat"
     prompts: list[str | PromptEntry] = Field(default_factory=list)

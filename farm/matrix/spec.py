@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from farm.errors import ConfigError
 from farm.matrix.flags import FlagValue, to_argv
 
 ArmRole = Literal["baseline", "variant"]
@@ -24,13 +25,30 @@ class Prompt(Frozen):
 
 
 class ModelRef(Frozen):
+    """A model by name; ``path`` is set once resolved on the machine that runs the job."""
+
     name: str
-    path: str
+    file: str | None = None
+    path: str | None = None
+
+    @property
+    def local_path(self) -> str:
+        if self.path is None:
+            raise ConfigError(f"model {self.name!r} is not resolved to a file on this machine")
+        return self.path
 
 
 class BuildRef(Frozen):
+    """A llama-server build by name; ``path`` is set once resolved to a binary."""
+
     name: str
-    path: str
+    path: str | None = None
+
+    @property
+    def local_path(self) -> str:
+        if self.path is None:
+            raise ConfigError(f"build {self.name!r} is not resolved to a binary on this machine")
+        return self.path
 
 
 class Arm(Frozen):
@@ -46,6 +64,7 @@ class Arm(Frozen):
 
 class JobSpec(Frozen):
     campaign: str
+    gpu_class: str
     build: BuildRef
     model: ModelRef
     baseline: Arm
@@ -66,6 +85,7 @@ class JobSpec(Frozen):
         """sha256 over exactly what makes two jobs the same experiment (sorted-key JSON)."""
         identity = {
             "campaign": self.campaign,
+            "gpu_class": self.gpu_class,
             "build": self.build.name,
             "model": self.model.name,
             "baseline_argv": self.baseline.argv,

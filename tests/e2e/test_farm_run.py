@@ -140,6 +140,8 @@ def test_ctrl_c_stops_the_server_keeps_finished_runs_and_the_next_run_resumes(
     while _stored_runs(db) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _servers_using(model), "a server should be running mid-job"
+    [live] = report_rows()  # WAL: reading while `farm run` writes
+    assert live["state"] == "running" and live["runs"] >= 2
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import TracebackType
@@ -15,7 +17,19 @@ import httpx
 from farm.errors import ServerStartError
 
 HOST = "127.0.0.1"
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform == "linux" else None
 _BIND_FAILURES = ("couldn't bind", "address already in use", "failed to bind")
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the process that started it dies (Linux).
+
+    llama-server runs in its own session so that Ctrl-C reaches the farm first; without
+    this it would outlive a worker killed with -9.
+    """
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def free_port() -> int:
@@ -78,7 +92,9 @@ class LlamaServer:
             log.flush()
             self._process = subprocess.Popen(
                 self.argv(self.port), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True)
+                stderr=subprocess.STDOUT, start_new_session=True,
+                # Only a prctl call on an already loaded libc: safe between fork and exec.
+                preexec_fn=_die_with_parent)
         deadline = time.monotonic() + self.startup_timeout
         with httpx.Client(timeout=2.0) as client:
             while time.monotonic() < deadline:

@@ -1,0 +1,94 @@
+"""``farm status`` and ``farm workers``: the campaign and the fleet, read from the database."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from farm.analysis import latest_campaign
+from farm.errors import ConfigError
+from farm.store.models import Campaign, Job, Run
+from farm.store.registry import all_workers
+
+STATES = ("queued", "running", "done", "failed", "lost", "cancelled")
+
+
+@dataclass
+class CampaignStatus:
+    campaign: str
+    counts: dict[str, int]
+    running: list[tuple[str, str, str, int, int]] = field(default_factory=list)
+    failures: list[tuple[str, str, str]] = field(default_factory=list)
+    eta_seconds: float | None = None
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def campaign_status(engine: Engine, campaign: str | None) -> CampaignStatus:
+    name = campaign or latest_campaign(engine)
+    with Session(engine) as session:
+        campaign_id = session.scalar(select(Campaign.id).where(Campaign.name == name))
+        if campaign_id is None:
+            raise ConfigError(f"no campaign named {name!r}")
+        jobs = list(session.scalars(select(Job).where(Job.campaign_id == campaign_id)
+                                    .order_by(Job.id)))
+        runs = dict(session.execute(select(Run.job_id, func.count()).join(Job)
+                                    .where(Job.campaign_id == campaign_id)
+                                    .group_by(Run.job_id)).tuples().all())
+    counts = {state: sum(job.state == state for job in jobs) for state in STATES}
+    status = CampaignStatus(campaign=name, counts=counts)
+    for job in jobs:
+        if job.state == "running":
+            status.running.append((job.job_key[:10], job.variant_name, job.lease_owner or "?",
+                                   job.attempt, runs.get(job.id, 0)))
+        elif job.state == "failed":
+            status.failures.append((job.job_key[:10], job.variant_name, job.error or ""))
+    durations = [(_aware(job.finished_at) - _aware(job.started_at)).total_seconds()
+                 for job in jobs if job.state == "done" and job.started_at and job.finished_at]
+    left = counts["queued"] + counts["lost"] + counts["running"]
+    if durations and left:
+        owners = {job.lease_owner for job in jobs if job.state == "running"} or {None}
+        status.eta_seconds = statistics.median(durations) * left / len(owners)
+    return status
+
+
+def render_status(status: CampaignStatus, console: Console) -> None:
+    total = sum(status.counts.values())
+    summary = ", ".join(f"{n} {state}" for state, n in status.counts.items() if n)
+    eta = (f"; about {status.eta_seconds / 60:.0f} min left" if status.eta_seconds else "")
+    console.print(f"campaign {status.campaign}: {total} jobs: {summary or 'none'}{eta}")
+    if status.running:
+        table = Table(title="running", title_justify="left")
+        for header in ("job", "variant", "worker", "attempt", "runs"):
+            table.add_column(header)
+        for running in status.running:
+            table.add_row(*map(str, running))
+        console.print(table)
+    if status.failures:
+        table = Table(title="failed", title_justify="left")
+        for header in ("job", "variant", "reason"):
+            table.add_column(header, overflow="fold")
+        for failure in status.failures:
+            table.add_row(*failure)
+        console.print(table)
+
+
+def render_workers(engine: Engine, console: Console, live_within: float) -> None:
+    table = Table(title="workers", title_justify="left")
+    for header in ("name", "class", "host", "devices", "builds", "models", "state", "heartbeat"):
+        table.add_column(header, overflow="fold")
+    for worker, age in all_workers(engine):
+        alive = worker.stopped_at is None and age <= live_within
+        state = "live" if alive else ("stopped" if worker.stopped_at else "dead")
+        table.add_row(worker.name, worker.gpu_class, worker.host,
+                      ",".join(map(str, worker.devices)) or "cpu", ", ".join(worker.builds),
+                      str(len(worker.models)), state, f"{age:.0f} s ago")
+    console.print(table)

@@ -1,0 +1,120 @@
+"""``farm submit`` and ``farm cancel``: campaigns into PostgreSQL, jobs onto Celery queues."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from celery import Celery, current_app
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.orm import Session
+
+from farm.errors import ConfigError
+from farm.fleet.app import TASK_NAME, queue_name
+from farm.matrix.load import load_matrix
+from farm.matrix.spec import JobSpec
+from farm.settings import Settings
+from farm.store import repo
+from farm.store.db import require_current_schema
+from farm.store.models import Campaign, Job, Worker
+from farm.store.registry import live_workers
+
+
+def require_fleet(settings: Settings) -> None:
+    if settings.embedded:
+        raise ConfigError("the fleet needs one shared PostgreSQL: set FARM_DATABASE_URL="
+                          "postgresql://USER:PASSWORD@HOST/DB (on one machine, use `farm run`)")
+
+
+def post_job(engine: Engine, job_id: int, *, app: Celery | None = None,
+             countdown: float | None = None) -> None:
+    """Send job ``job_id`` to its class's queue, named readably for Flower."""
+    app = app or current_app
+    with Session(engine) as session, session.begin():
+        job = session.get_one(Job, job_id)
+        label = f"{job.campaign.name} {job.model_name} {job.variant_name} [{job.gpu_class}]"
+        result = app.send_task(TASK_NAME, args=[job_id], queue=queue_name(job.gpu_class),
+                               argsrepr=label, countdown=countdown)
+        job.task_id, job.posted_at = result.id, func.now()
+
+
+def _why_unrunnable(spec: JobSpec, workers: list[Worker]) -> str | None:
+    """None if some live worker of the job's class has its build and model, else why not."""
+    of_class = [w for w in workers if w.gpu_class == spec.gpu_class]
+    if not of_class:
+        return (f"no live worker of GPU class {spec.gpu_class!r} (start one: farm worker "
+                f"--gpu-class {spec.gpu_class})")
+    with_build = [w for w in of_class if spec.build.name in w.builds]
+    if not with_build:
+        return f"no worker of class {spec.gpu_class!r} has build {spec.build.name!r}"
+    wanted = spec.model.path or spec.model.file or f"{spec.model.name}.gguf"
+    if not any(wanted in w.models or Path(wanted).name in w.models for w in with_build):
+        return (f"no worker of class {spec.gpu_class!r} with build {spec.build.name!r} has "
+                f"model file {wanted!r} in its models dir")
+    return None
+
+
+@dataclass
+class SubmitResult:
+    campaign: str
+    jobs: int
+    posted: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    already: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    unrunnable: list[tuple[JobSpec, str]] = field(default_factory=list)
+
+
+def _to_post(job: Job, retry_failed: bool) -> bool:
+    if job.state == "failed" and retry_failed:
+        job.state, job.attempt, job.error = "queued", 0, None
+        return True
+    return job.state in ("lost", "cancelled") or (job.state == "queued" and job.posted_at is None)
+
+
+def submit(path: Path, settings: Settings, app: Celery, engine: Engine, *,
+           retry_failed: bool) -> SubmitResult:
+    """Validate, store the campaign's jobs, and post those not done to their queues."""
+    matrix, specs = load_matrix(path, resolve=False)
+    require_current_schema(engine)
+    workers = live_workers(engine, timedelta(seconds=settings.lease_seconds))
+    result = SubmitResult(campaign=matrix.campaign, jobs=len(specs))
+    runnable = []
+    for spec in specs:
+        reason = _why_unrunnable(spec, workers)
+        if reason:
+            result.unrunnable.append((spec, reason))
+        else:
+            runnable.append(spec)
+    with Session(engine) as session, session.begin():
+        campaign = repo.ensure_campaign(session, matrix.campaign, str(path.resolve()))
+        jobs = repo.ensure_jobs(session, campaign, runnable, settings.max_attempts)
+        to_post: list[tuple[int, str]] = []
+        for job in jobs:
+            if _to_post(job, retry_failed):
+                job.state = "queued" if job.state == "cancelled" else job.state
+                to_post.append((job.id, job.gpu_class))
+            else:
+                result.already[job.state] += 1
+    for job_id, gpu_class in to_post:
+        post_job(engine, job_id, app=app)
+        result.posted[queue_name(gpu_class)] += 1
+    return result
+
+
+def cancel(engine: Engine, app: Celery, campaign: str) -> int:
+    """Cancel what is queued or running; running jobs stop when their lease renewal fails."""
+    with Session(engine) as session, session.begin():
+        campaign_id = session.scalar(select(Campaign.id).where(Campaign.name == campaign))
+        if campaign_id is None:
+            raise ConfigError(f"no campaign named {campaign!r}")
+        rows = session.execute(
+            update(Job).where(Job.campaign_id == campaign_id,
+                              Job.state.in_(("queued", "lost", "running")))
+            .values(state="cancelled", error="cancelled by `farm cancel`",
+                    finished_at=func.now())
+            .returning(Job.task_id)).all()
+    task_ids = [task_id for (task_id,) in rows if task_id]
+    if task_ids:
+        app.control.revoke(task_ids)
+    return len(rows)

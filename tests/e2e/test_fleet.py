@@ -1,0 +1,225 @@
+"""The fleet for real: Redis, PostgreSQL, `farm worker` processes, `farm submit`, Flower."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import yaml
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from farm.store.db import make_engine
+from farm.store.models import Job, Run
+from tests.helpers import COPY_PROMPT
+from workers.provision import Provisioned
+
+pytestmark = pytest.mark.server
+FARM = str(Path(sys.executable).with_name("farm"))
+REDIS_URL = os.environ.get("FARM_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+
+
+@dataclass
+class Fleet:
+    """One test's services and worker processes; everything is torn down after the test."""
+
+    env: dict[str, str]
+    root: Path
+    models: Path
+    engine: Engine
+    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def farm(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([FARM, *args], capture_output=True, text=True, env=self.env,
+                              timeout=300, check=False)
+
+    def start_worker(self, name: str, gpu_class: str, server: Path) -> None:
+        config = self.root / f"{name}.yaml"
+        config.write_text(yaml.safe_dump({"name": name, "gpu-class": gpu_class,
+                                          "models-dir": str(self.models),
+                                          "builds": {"cpu": str(server)}}))
+        log = (self.root / f"{name}.log").open("wb")
+        self.workers[name] = subprocess.Popen(
+            [FARM, "worker", "--config", str(config)], env=self.env, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for(lambda: self.farm("workers").stdout.count(" live ") >= len(self.workers),
+                 60, f"worker {name} to register")
+
+    def matrix(self, campaign: str, classes: list[str], variants: int = 1,
+               repetitions: int = 1) -> Path:
+        path = self.root / f"{campaign}.yaml"
+        spec_types = ["ngram-simple", "ngram-mod", "ngram-map-k"][:variants]
+        path.write_text(yaml.safe_dump({
+            "campaign": campaign, "gpu-classes": classes,
+            "models": [{"name": "smollm2", "file": "smollm2.gguf"}],
+            "prompts": [COPY_PROMPT], "n-predict": 24, "repetitions": repetitions,
+            "flags": {"ctx-size": 1024, "threads": 1},
+            "variants": [{"name": t, "flags": {"spec-type": t}} for t in spec_types]}))
+        return path
+
+    def jobs(self) -> list[Job]:
+        with Session(self.engine) as session:
+            return list(session.scalars(select(Job).order_by(Job.id)))
+
+    def run_keys(self) -> list[tuple[Any, ...]]:
+        with Session(self.engine) as session:
+            return list(session.execute(select(Run.job_id, Run.arm, Run.block, Run.prompt_id,
+                                               Run.repetition, Run.attempt, Run.worker_name)))
+
+
+def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, postgres_url: str, smollm2: Path) -> Iterator[Fleet]:
+    redis_db = random.randint(8, 15)
+    broker = f"{REDIS_URL}/{redis_db}"
+    redis.Redis.from_url(broker).flushdb()
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "smollm2.gguf").hardlink_to(smollm2)
+    env = {**os.environ, "FARM_DATABASE_URL": postgres_url, "FARM_BROKER_URL": broker,
+           "FARM_DATA_DIR": str(tmp_path / "data"), "FARM_LEASE_SECONDS": "15"}
+    fleet = Fleet(env=env, root=tmp_path, models=models, engine=make_engine(postgres_url))
+    assert fleet.farm("db", "upgrade").returncode == 0
+    try:
+        yield fleet
+    finally:
+        for process in fleet.workers.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+        fleet.engine.dispose()
+        redis.Redis.from_url(broker).flushdb()
+
+
+def test_campaign_split_across_gpu_classes_runs_every_job_once(
+        fleet: Fleet, provisioned: Provisioned) -> None:
+    fleet.start_worker("alpha", "class-a", provisioned.server)
+    fleet.start_worker("beta", "class-b", provisioned.server)
+    matrix = fleet.matrix("split", ["class-a", "class-b"], variants=2)
+    submitted = fleet.farm("submit", str(matrix))
+    assert submitted.returncode == 0, submitted.stderr
+    assert "posted 2 to gpu.class-a, 2 to gpu.class-b" in submitted.stdout
+    wait_for(lambda: all(job.state == "done" for job in fleet.jobs()), 240, "4 jobs done")
+
+    jobs = fleet.jobs()
+    assert {(job.gpu_class, job.lease_owner) for job in jobs} == {
+        ("class-a", "alpha"), ("class-b", "beta")}
+    assert all(job.attempt == 1 for job in jobs)
+    keys = fleet.run_keys()
+    assert len(keys) == 4 * 2 and len({key[:5] for key in keys}) == len(keys)
+    status = fleet.farm("status", "split")
+    assert "4 done" in status.stdout
+    report = fleet.farm("report", "split", "--group-by", "gpu_class")
+    assert "class-a" in report.stdout and "class-b" in report.stdout
+
+    again = fleet.farm("submit", str(matrix))
+    assert again.returncode == 0
+    assert "posted none; not posted: 4 done" in again.stdout
+
+
+def test_submit_reports_jobs_no_live_worker_can_run(fleet: Fleet,
+                                                   provisioned: Provisioned) -> None:
+    fleet.start_worker("alpha", "class-a", provisioned.server)
+    result = fleet.farm("submit", str(fleet.matrix("orphans", ["class-a", "nobody"])))
+    assert result.returncode == 1
+    assert "no live worker of GPU class 'nobody'" in result.stderr
+    assert [job.gpu_class for job in fleet.jobs()] == ["class-a"]
+
+
+def _servers_of(models: Path) -> set[int]:
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(models).encode() in (entry / "cmdline").read_bytes():
+                    pids.add(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_job_of_a_killed_worker_moves_to_another_worker_and_runs_once(
+        fleet: Fleet, provisioned: Provisioned) -> None:
+    fleet.start_worker("first", "shared", provisioned.server)
+    matrix = fleet.matrix("killed", ["shared"], repetitions=6)
+    assert fleet.farm("submit", str(matrix)).returncode == 0
+    wait_for(lambda: len(fleet.run_keys()) >= 2, 120, "the first runs")
+    fleet.start_worker("second", "shared", provisioned.server)
+    servers = _servers_of(fleet.models)
+    assert servers, "the job's llama-server should be running"
+
+    killed_at = time.monotonic()
+    os.killpg(fleet.workers["first"].pid, signal.SIGKILL)
+    fleet.workers["first"].wait()
+    wait_for(lambda: not (servers & _servers_of(fleet.models)), 10,
+             "the killed worker's llama-server to die with it")
+    wait_for(lambda: fleet.jobs()[0].state == "done", 15 + 60, "the job done elsewhere")
+    assert time.monotonic() - killed_at < 15 + 60
+
+    [job] = fleet.jobs()
+    assert (job.attempt, job.lease_owner) == (2, "second")
+    keys = fleet.run_keys()
+    assert len(keys) == 2 * 6 and len({key[:5] for key in keys}) == 12
+    assert {key[6] for key in keys if key[5] == 2} == {"second"}
+
+
+def test_flower_lists_workers_and_named_tasks_with_auth(
+        fleet: Fleet, provisioned: Provisioned) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**fleet.env, "FARM_FLOWER_AUTH": "admin:s3cret"}
+    flower = subprocess.Popen([FARM, "flower", "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(base), 60, "Flower to answer")
+        assert httpx.get(f"{base}/api/workers").status_code == 401
+        fleet.start_worker("alpha", "class-a", provisioned.server)
+        assert fleet.farm("submit", str(fleet.matrix("flowers", ["class-a"]))).returncode == 0
+        auth = ("admin", "s3cret")
+        wait_for(lambda: any("alpha" in name for name in httpx.get(
+            f"{base}/api/workers?refresh=1", auth=auth, timeout=30).json()),
+            60, "the worker in Flower")
+        wait_for(lambda: _task_args(base, auth) != [], 60, "the task in Flower")
+        assert _task_args(base, auth) == ["flowers smollm2 ngram-simple [class-a]"]
+    finally:
+        os.killpg(flower.pid, signal.SIGTERM)
+        flower.wait(30)
+
+
+def _answers(base: str) -> bool:
+    try:
+        httpx.get(base, timeout=2)
+    except httpx.TransportError:
+        return False
+    return True
+
+
+def _task_args(base: str, auth: tuple[str, str]) -> list[str]:
+    tasks = httpx.get(f"{base}/api/tasks", auth=auth, timeout=10).json()
+    return [task["args"] for task in tasks.values() if task["name"] == "farm.execute_job"]

@@ -1,0 +1,57 @@
+"""A worker's own configuration: its GPU class and devices, its builds, its models dir."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from pydantic import Field, ValidationError
+
+from farm.errors import ConfigError
+from farm.matrix.load import read_yaml
+from farm.matrix.schema import Strict
+from workers.provision import CPU_BUILD_NAME, models_dir, server_binary
+
+
+class WorkerConfig(Strict):
+    name: str | None = Field(None, description="Default CLASS@HOST-DEVICES.")
+    gpu_class: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    devices: list[int] = Field(default_factory=list)
+    models_dir: Path = Field(default_factory=models_dir)
+    builds: dict[str, Path] = Field(default_factory=dict,
+                                    description="Build name -> llama-server binary.")
+
+    @property
+    def worker_name(self) -> str:
+        devices = ",".join(map(str, self.devices)) or "cpu"
+        return self.name or f"{self.gpu_class}@{socket.gethostname()}-{devices}"
+
+
+def load_worker_config(path: Path | None, *, gpu_class: str | None,
+                       devices: list[int] | None) -> WorkerConfig:
+    """The config file (if any) with the command line's class and devices on top.
+
+    Without builds, the ``cpu`` build made by ``farm provision`` is used when present.
+    """
+    data = read_yaml(path) if path else {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a worker config is a YAML mapping")
+    if gpu_class:
+        data["gpu-class"] = gpu_class
+    if devices is not None:
+        data["devices"] = devices
+    try:
+        config = WorkerConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path or 'worker options'}: {problems}") from exc
+    if not config.builds and server_binary(CPU_BUILD_NAME).is_file():
+        config = config.model_copy(update={"builds": {CPU_BUILD_NAME:
+                                                      server_binary(CPU_BUILD_NAME)}})
+    if not config.builds:
+        raise ConfigError(f"{path or 'worker options'}: no builds; list them under `builds:` "
+                          "(name: /path/to/llama-server) or run `farm provision`")
+    for build, binary in config.builds.items():
+        if not binary.is_file():
+            raise ConfigError(f"{path}: builds.{build}: {binary} does not exist")
+    return config

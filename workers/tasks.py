@@ -1,0 +1,144 @@
+"""The Celery task: claim a job in the database, run it under a lease, finish it.
+
+The task is registered with ``shared_task`` so it binds to whichever farm Celery app the
+process created (``farm worker``); the coordinator posts it by name.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from types import TracebackType
+
+from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from farm.errors import ConfigError, RuntimeFarmError
+from farm.fleet.app import TASK_NAME
+from farm.matrix.spec import JobSpec
+from farm.settings import Settings
+from farm.store import leases
+from farm.store.db import make_engine
+from farm.store.models import Job
+from farm.store.repo import DbRunSink, run_row
+from workers.checks import Preflight
+from workers.config import WorkerConfig
+from workers.executor import RunResult, execute_job
+from workers.node import resolve
+
+
+@dataclass
+class Node:
+    """This worker process's settings and config; set by ``farm worker`` before forking."""
+
+    settings: Settings
+    config: WorkerConfig
+    _engine: Engine | None = None
+    _engine_pid: int = 0
+
+    def engine(self) -> Engine:
+        import os
+
+        # Pool children are forked: each process needs its own connection pool.
+        if self._engine is None or self._engine_pid != os.getpid():
+            self._engine, self._engine_pid = make_engine(self.settings.database_url), os.getpid()
+        return self._engine
+
+
+NODE: Node | None = None
+
+
+def current_node() -> Node:
+    if NODE is None:
+        raise RuntimeError("workers.tasks.NODE is unset: start workers with `farm worker`")
+    return NODE
+
+
+class LeaseKeeper:
+    """Renews a job's lease every third of its length in a thread, until stopped."""
+
+    def __init__(self, engine: Engine, lease: leases.Lease, seconds: int) -> None:
+        self.engine, self.lease, self.seconds = engine, lease, seconds
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.seconds / 3):
+            try:
+                leases.renew(self.engine, self.lease, self.seconds)
+            except leases.LeaseLost:
+                self.lost.set()
+                return
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class LeasedRunSink(DbRunSink):
+    """Runs written only while this worker's lease on the job holds."""
+
+    def __init__(self, engine: Engine, lease: leases.Lease, keeper: LeaseKeeper,
+                 worker_name: str) -> None:
+        super().__init__(engine, lease.job_id)
+        self.lease, self.keeper, self.worker_name = lease, keeper, worker_name
+
+    def record(self, result: RunResult, checked: Preflight) -> None:
+        if self.keeper.lost.is_set():
+            raise leases.LeaseLost(f"job {self.lease.job_id}: lease lost; stopping")
+        leases.insert_run(self.engine, self.lease, run_row(
+            self.job_id, result, checked, self.host, self.worker_name, self.lease.attempt))
+
+
+def _load_spec(engine: Engine, job_id: int) -> tuple[JobSpec, int]:
+    with Session(engine) as session:
+        job = session.get_one(Job, job_id)
+        return JobSpec.model_validate(job.spec), job.max_attempts
+
+
+@shared_task(name=TASK_NAME, bind=True, acks_late=True)
+def execute_job_task(self: object, job_id: int) -> str:
+    """Run job ``job_id`` if this worker can claim it; the return value says what happened."""
+    node = current_node()
+    engine, seconds = node.engine(), node.settings.lease_seconds
+    lease = leases.claim(engine, job_id, node.config.worker_name, seconds)
+    if lease is None:
+        return f"job {job_id}: not claimable (running elsewhere, finished or out of attempts)"
+    spec, max_attempts = _load_spec(engine, job_id)
+    try:
+        with LeaseKeeper(engine, lease, seconds) as keeper:
+            sink = LeasedRunSink(engine, lease, keeper, node.config.worker_name)
+            execute_job(resolve(spec, node.config), sink, logs_dir=node.settings.logs_dir)
+    except leases.LeaseLost as exc:
+        return f"job {job_id}: {exc}"
+    except ConfigError as exc:
+        leases.finish(engine, lease, "failed", f"configuration: {exc}")
+        return f"job {job_id}: failed: {exc}"
+    except SoftTimeLimitExceeded:
+        leases.finish(engine, lease, "failed", "the job ran past the worker's time limit")
+        return f"job {job_id}: failed: time limit"
+    except RuntimeFarmError as exc:
+        return _retry_or_fail(engine, lease, max_attempts, exc)
+    leases.finish(engine, lease, "done")
+    return f"job {job_id}: done (attempt {lease.attempt})"
+
+
+def _retry_or_fail(engine: Engine, lease: leases.Lease, max_attempts: int,
+                   exc: RuntimeFarmError) -> str:
+    """Transient failures are posted again with backoff until the attempts run out."""
+    from farm.fleet.submit import post_job
+
+    if lease.attempt >= max_attempts:
+        leases.finish(engine, lease, "failed", f"attempt {lease.attempt}: {exc}")
+        return f"job {lease.job_id}: failed after {lease.attempt} attempts: {exc}"
+    if leases.finish(engine, lease, "queued", f"attempt {lease.attempt} failed, retrying: {exc}"):
+        post_job(engine, lease.job_id, countdown=min(300, 10 * 2 ** lease.attempt))
+    return f"job {lease.job_id}: attempt {lease.attempt} failed, posted again: {exc}"
