@@ -11,7 +11,7 @@ from celery import Celery
 from sqlalchemy import Engine
 
 from farm.fleet.app import make_app, queue_name
-from farm.fleet.submit import post_job, require_fleet
+from farm.fleet.submit import post_jobs, require_fleet
 from farm.settings import Settings
 from farm.store import leases, registry
 from farm.store.db import make_engine, require_current_schema
@@ -36,12 +36,14 @@ class Heartbeat:
 
     def beat(self) -> None:
         registry.heartbeat(self.engine, self.name)
+        again = []
         for reaped in leases.reap_expired(self.engine):
             if reaped.failed:
                 log.warning("job %s failed: lost its worker too often", reaped.job_id)
             else:
                 log.warning("job %s lost its worker; posting it again", reaped.job_id)
-                post_job(self.engine, reaped.job_id, app=self.app)
+                again.append(reaped.job_id)
+        post_jobs(self.engine, again, app=self.app)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

@@ -134,11 +134,11 @@ def execute_job_task(self: object, job_id: int) -> str:
 def _retry_or_fail(engine: Engine, lease: leases.Lease, max_attempts: int,
                    exc: RuntimeFarmError) -> str:
     """Transient failures are posted again with backoff until the attempts run out."""
-    from farm.fleet.submit import post_job
+    from farm.fleet.submit import post_jobs
 
     if lease.attempt >= max_attempts:
         leases.finish(engine, lease, "failed", f"attempt {lease.attempt}: {exc}")
         return f"job {lease.job_id}: failed after {lease.attempt} attempts: {exc}"
     if leases.finish(engine, lease, "queued", f"attempt {lease.attempt} failed, retrying: {exc}"):
-        post_job(engine, lease.job_id, countdown=min(300, 10 * 2 ** lease.attempt))
+        post_jobs(engine, [lease.job_id], countdown=min(300, 10 * 2 ** lease.attempt))
     return f"job {lease.job_id}: attempt {lease.attempt} failed, posted again: {exc}"

@@ -8,10 +8,11 @@ from datetime import timedelta
 from pathlib import Path
 
 from celery import Celery, current_app
+from kombu.exceptions import OperationalError
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
-from farm.errors import ConfigError
+from farm.errors import ConfigError, RuntimeFarmError
 from farm.fleet.app import TASK_NAME, queue_name
 from farm.matrix.load import load_matrix
 from farm.matrix.spec import JobSpec
@@ -28,16 +29,35 @@ def require_fleet(settings: Settings) -> None:
                           "postgresql://USER:PASSWORD@HOST/DB (on one machine, use `farm run`)")
 
 
-def post_job(engine: Engine, job_id: int, *, app: Celery | None = None,
-             countdown: float | None = None) -> None:
-    """Send job ``job_id`` to its class's queue, named readably for Flower."""
+def post_jobs(engine: Engine, job_ids: list[int], *, app: Celery | None = None,
+              countdown: float | None = None) -> None:
+    """Send jobs to their class's queues over one broker connection, named for Flower."""
+    if not job_ids:
+        return
     app = app or current_app
+    query = (select(Job.id, Job.gpu_class, Job.model_name, Job.variant_name, Campaign.name)
+             .join(Campaign).where(Job.id.in_(job_ids)))
     with Session(engine) as session, session.begin():
-        job = session.get_one(Job, job_id)
-        label = f"{job.campaign.name} {job.model_name} {job.variant_name} [{job.gpu_class}]"
-        result = app.send_task(TASK_NAME, args=[job_id], queue=queue_name(job.gpu_class),
-                               argsrepr=label, countdown=countdown)
-        job.task_id, job.posted_at = result.id, func.now()
+        rows = session.execute(query).all()
+        task_ids = {}
+        try:
+            with app.producer_or_acquire() as producer:
+                for job_id, gpu_class, model, variant, campaign in rows:
+                    result = app.send_task(
+                        TASK_NAME, args=[job_id], queue=queue_name(gpu_class),
+                        argsrepr=f"{campaign} {model} {variant} [{gpu_class}]",
+                        countdown=countdown, producer=producer)
+                    task_ids[job_id] = result.id
+        except OperationalError as exc:
+            raise RuntimeFarmError(f"cannot reach the broker {_broker(app)}: {exc}") from exc
+        session.execute(update(Job), [{"id": job_id, "task_id": task_id}
+                                      for job_id, task_id in task_ids.items()])
+        session.execute(update(Job).where(Job.id.in_(list(task_ids)))
+                        .values(posted_at=func.now()))
+
+
+def _broker(app: Celery) -> str:
+    return str(app.connection_for_write().as_uri())
 
 
 def _why_unrunnable(spec: JobSpec, workers: list[Worker]) -> str | None:
@@ -96,8 +116,8 @@ def submit(path: Path, settings: Settings, app: Celery, engine: Engine, *,
                 to_post.append((job.id, job.gpu_class))
             else:
                 result.already[job.state] += 1
-    for job_id, gpu_class in to_post:
-        post_job(engine, job_id, app=app)
+    post_jobs(engine, [job_id for job_id, _ in to_post], app=app)
+    for _, gpu_class in to_post:
         result.posted[queue_name(gpu_class)] += 1
     return result
 

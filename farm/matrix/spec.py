@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -80,7 +81,7 @@ class JobSpec(Frozen):
     def arm(self, role: ArmRole) -> Arm:
         return self.baseline if role == "baseline" else self.variant
 
-    @property
+    @cached_property
     def job_key(self) -> str:
         """sha256 over exactly what makes two jobs the same experiment (sorted-key JSON)."""
         identity = {

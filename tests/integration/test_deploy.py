@@ -29,10 +29,10 @@ URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]+)@")
 
 
 def tool(name: str, package: str) -> str:
-    """The executable's path; a missing tool fails the test (scripts/test installs it)."""
+    """The executable's path; a missing tool fails the test (tests/run installs it)."""
     path = shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} is not installed; scripts/test installs it "
+        pytest.fail(f"{name} is not installed; tests/run installs it "
                     f"(apt-get install {package}), or install it yourself.")
     return path
 
