@@ -60,6 +60,15 @@ def _broker(app: Celery) -> str:
     return str(app.connection_for_write().as_uri())
 
 
+def require_broker(app: Celery) -> None:
+    """Fail before anything is stored if the broker does not answer."""
+    try:
+        with app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=1, timeout=5)
+    except OperationalError as exc:
+        raise RuntimeFarmError(f"cannot reach the broker {_broker(app)}: {exc}") from exc
+
+
 def _why_unrunnable(spec: JobSpec, workers: list[Worker]) -> str | None:
     """None if some live worker of the job's class has its build and model, else why not."""
     of_class = [w for w in workers if w.gpu_class == spec.gpu_class]
@@ -97,6 +106,7 @@ def submit(path: Path, settings: Settings, app: Celery, engine: Engine, *,
     """Validate, store the campaign's jobs, and post those not done to their queues."""
     matrix, specs = load_matrix(path, resolve=False)
     require_current_schema(engine)
+    require_broker(app)
     workers = live_workers(engine, timedelta(seconds=settings.lease_seconds))
     result = SubmitResult(campaign=matrix.campaign, jobs=len(specs))
     runnable = []

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import redis
 import yaml
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from farm.store.db import make_engine
@@ -223,3 +223,72 @@ def _answers(base: str) -> bool:
 def _task_args(base: str, auth: tuple[str, str]) -> list[str]:
     tasks = httpx.get(f"{base}/api/tasks", auth=auth, timeout=10).json()
     return [task["args"] for task in tasks.values() if task["name"] == "farm.execute_job"]
+
+
+def test_cancel_stops_a_running_job_and_its_server(fleet: Fleet,
+                                                  provisioned: Provisioned) -> None:
+    fleet.start_worker("alpha", "class-a", provisioned.server)
+    assert fleet.farm("submit", str(fleet.matrix("stopme", ["class-a"],
+                                                 repetitions=20))).returncode == 0
+    wait_for(lambda: len(fleet.run_keys()) >= 1, 120, "the first run")
+    result = fleet.farm("cancel", "stopme")
+    assert result.returncode == 0 and "1 jobs cancelled" in result.stdout
+    wait_for(lambda: not _servers_of(fleet.models), 30, "the cancelled job's server to stop")
+    stored = len(fleet.run_keys())
+    assert stored < 2 * 20 and fleet.jobs()[0].state == "cancelled"
+    time.sleep(6)  # longer than a lease renewal: nothing more is written
+    assert len(fleet.run_keys()) == stored
+
+
+def test_a_duplicate_delivery_of_a_finished_job_runs_nothing(
+        fleet: Fleet, provisioned: Provisioned) -> None:
+    from farm.fleet.app import make_app
+    from farm.fleet.submit import post_jobs
+    from farm.settings import load_settings
+
+    fleet.start_worker("alpha", "class-a", provisioned.server)
+    assert fleet.farm("submit", str(fleet.matrix("twice", ["class-a"]))).returncode == 0
+    wait_for(lambda: fleet.jobs()[0].state == "done", 120, "the job done")
+    runs = fleet.run_keys()
+    os.environ.update(FARM_BROKER_URL=fleet.env["FARM_BROKER_URL"])
+    try:
+        post_jobs(fleet.engine, [fleet.jobs()[0].id], app=make_app(load_settings()))
+    finally:
+        del os.environ["FARM_BROKER_URL"]
+    log = fleet.root / "alpha.log"
+    wait_for(lambda: "not claimable" in log.read_text(), 30, "the duplicate to be refused")
+    assert fleet.run_keys() == runs and fleet.jobs()[0].attempt == 1
+
+
+def test_worker_and_submit_refuse_an_unmigrated_database(
+        tmp_path: Path, postgres_url: str, provisioned: Provisioned) -> None:
+    env = {**os.environ, "FARM_DATABASE_URL": postgres_url,
+           "FARM_BROKER_URL": f"{REDIS_URL}/15", "FARM_DATA_DIR": str(tmp_path)}
+    worker = subprocess.run([FARM, "worker", "--gpu-class", "x"], env=env, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert worker.returncode == 1 and "run `farm db upgrade`" in worker.stderr
+    assert "Traceback" not in worker.stderr
+
+
+def test_unreachable_services_give_one_message_and_exit_1(tmp_path: Path,
+                                                         postgres_url: str) -> None:
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(yaml.safe_dump({
+        "campaign": "c", "models": [{"name": "m"}], "prompts": ["hi"],
+        "variants": [{"name": "v", "flags": {"spec-type": "ngram-simple"}}]}))
+    base = {**os.environ, "FARM_DATA_DIR": str(tmp_path)}
+    cases = [({"FARM_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/x",
+               "FARM_BROKER_URL": f"{REDIS_URL}/15"}, "cannot connect to the database"),
+             ({"FARM_DATABASE_URL": postgres_url, "FARM_BROKER_URL": "redis://127.0.0.1:1/0"},
+              "cannot reach the broker")]
+    subprocess.run([FARM, "db", "upgrade"], env={**base, "FARM_DATABASE_URL": postgres_url},
+                   check=True, capture_output=True)
+    for env, message in cases:
+        result = subprocess.run([FARM, "submit", str(matrix)], env={**base, **env},
+                                capture_output=True, text=True, timeout=60, check=False)
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    engine = make_engine(postgres_url)
+    with Session(engine) as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == 0  # nothing half-stored
+    engine.dispose()

@@ -1,0 +1,71 @@
+"""What a worker refuses to do to its box, and how it resolves names to files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from farm.errors import ConfigError
+from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
+from workers.config import WorkerConfig, load_worker_config
+from workers.node import resolve
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> WorkerConfig:
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "target.gguf").write_bytes(b"GGUF")
+    (models / "draft.gguf").write_bytes(b"GGUF")
+    server = tmp_path / "llama-server"
+    server.write_text("")
+    return WorkerConfig.model_validate({"gpu-class": "rtx", "models-dir": str(models),
+                                        "builds": {"master": str(server)}})
+
+
+def _spec(variant_flags: tuple[tuple[str, str | bool], ...], model: str = "target.gguf",
+          build: str = "master") -> JobSpec:
+    return JobSpec(
+        campaign="c", gpu_class="rtx", build=BuildRef(name=build),
+        model=ModelRef(name="target", file=model),
+        baseline=Arm(role="baseline", name="baseline", flags=()),
+        variant=Arm(role="variant", name="v", flags=variant_flags), varying={},
+        prompt_mode="chat", prompts=(Prompt(id="p", text="t", category="c"),), n_predict=8,
+        sampling={}, repetitions=1, pairs=1)
+
+
+def test_names_resolve_inside_the_models_dir(config: WorkerConfig) -> None:
+    resolved = resolve(_spec((("spec-draft-model", "draft.gguf"),)), config)
+    assert resolved.model.path == str(config.models_dir.resolve() / "target.gguf")
+    assert resolved.build.path == str(config.builds["master"])
+    assert resolved.variant.flags == (("spec-draft-model",
+                                       str(config.models_dir.resolve() / "draft.gguf")),)
+
+
+@pytest.mark.parametrize(("flags", "model", "build", "message"), [
+    ((("log-file", "/tmp/x.log"),), "target.gguf", "master", "writes files"),
+    ((("slot-save-path", "/tmp"),), "target.gguf", "master", "writes files"),
+    ((("spec-draft-model", "../../etc/passwd"),), "target.gguf", "master", "outside"),
+    ((), "/etc/hostname", "master", "outside"),
+    ((), "missing.gguf", "master", "not found"),
+    ((), "target.gguf", "turboquant", "build 'turboquant' is not on worker"),
+])
+def test_worker_refuses_what_a_matrix_must_not_do(
+        config: WorkerConfig, flags: tuple[tuple[str, str], ...], model: str, build: str,
+        message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        resolve(_spec(flags, model, build), config)
+
+
+def test_worker_config_file_with_command_line_on_top(tmp_path: Path) -> None:
+    server = tmp_path / "srv"
+    server.write_text("")
+    path = tmp_path / "worker.yaml"
+    path.write_text(f"gpu-class: a\ndevices: [0]\nbuilds: {{x: {server}}}\n")
+    config = load_worker_config(path, gpu_class="b", devices=[0, 1])
+    assert (config.gpu_class, config.devices) == ("b", [0, 1])
+    assert config.worker_name.startswith("b@") and config.worker_name.endswith("-0,1")
+    path.write_text("gpu-class: a\nbuilds: {x: /nowhere/llama-server}\n")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_worker_config(path, gpu_class=None, devices=None)
