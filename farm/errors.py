@@ -21,9 +21,17 @@ class FarmError(Exception):
 
 
 class ConfigError(FarmError):
-    """The user's input is wrong; the message says where and how to fix it."""
+    """The user's input is wrong; the message says where and how to fix it.
+
+    ``role`` names the arm ("baseline" or "variant") a job check failed on, so that the
+    caller can point at the right place of the matrix.
+    """
 
     exit_code = 2
+
+    def __init__(self, message: str, *, role: str | None = None) -> None:
+        super().__init__(message)
+        self.role = role
 
 
 class UnsupportedByBuild(ConfigError):
@@ -37,9 +45,10 @@ class RuntimeFarmError(FarmError):
 class ServerStartError(RuntimeFarmError):
     """llama-server exited early or did not answer /health in time."""
 
-    def __init__(self, message: str, log_tail: str = "") -> None:
+    def __init__(self, message: str, log_tail: str = "", *, timed_out: bool = False) -> None:
         super().__init__(message + (f"\n--- server log (tail) ---\n{log_tail}" if log_tail else ""))
         self.log_tail = log_tail
+        self.timed_out = timed_out
 
 
 class BenchmarkError(RuntimeFarmError):

@@ -17,10 +17,11 @@ from farm.matrix.spec import ArmRole, JobSpec
 from farm.settings import Settings
 from farm.store import repo
 from farm.store.db import make_engine, upgrade
-from workers.checks import check_arm, preflight
+from workers.checks import preflight
 from workers.executor import RunResult, execute_job
-from workers.runtime.probe import probe_binary
+from workers.failures import classify
 from workers.runtime.server import HOST
+from workers.telemetry import all_gpus
 
 
 def arm_command(spec: JobSpec, role: ArmRole) -> list[str]:
@@ -28,7 +29,8 @@ def arm_command(spec: JobSpec, role: ArmRole) -> list[str]:
     model = spec.model.path or f"MODELS_DIR/{spec.model.file}"
     farm_flags = ["--model", model, "--host", HOST, "--port", "PORT", "--parallel", "1",
                   "--metrics"]
-    return [spec.build.path or f"<build {spec.build.name}>", *farm_flags, *spec.arm(role).argv]
+    arm = spec.arm(role)
+    return [arm.build.path or f"<build {arm.build.name}>", *farm_flags, *arm.argv]
 
 
 def print_dry_run(specs: list[JobSpec], console: Console) -> None:
@@ -62,17 +64,12 @@ def check_all(path: Path, matrix: Matrix, specs: list[JobSpec]) -> None:
     a model.
     """
     for spec in specs:
-        probe = probe_binary(spec.build.local_path)
-        for arm, where in ((spec.baseline, "flags (baseline)"),
-                           (spec.variant, _variant_key(matrix, spec))):
-            try:
-                check_arm(probe, arm, spec.build.name)
-            except ConfigError as exc:
-                raise type(exc)(f"{path}: {where}: {exc}") from exc
         try:
             preflight(spec)
         except ConfigError as exc:
-            raise type(exc)(f"{path}: models ({spec.model.name}): {exc}") from exc
+            where = {"baseline": "flags (baseline)", "variant": _variant_key(matrix, spec)}.get(
+                exc.role or "", f"models ({spec.model.name})")
+            raise type(exc)(f"{path}: {where}: {exc}") from exc
 
 
 class _Progress:
@@ -100,6 +97,7 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings:
         console.print(f"{len(specs) - len(pending)} of {len(specs)} jobs already done: skipped")
     runs_each = [2 * s.pairs * len(s.prompts) * s.repetitions for s, _ in pending]
     failed = 0
+    gpus = all_gpus()
     progress = _Progress(console, sum(runs_each))
     with progress.bar:
         for index, (spec, job_id) in enumerate(pending, start=1):
@@ -108,15 +106,17 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings:
             progress.bar.advance(progress.task, len(sink.done()))
             repo.mark_running(engine, job_id)
             try:
-                execute_job(spec, sink, logs_dir=settings.logs_dir, on_run=progress.run)
+                checked = execute_job(spec, sink, logs_dir=settings.logs_dir,
+                                      on_run=progress.run, gpus=gpus)
             except KeyboardInterrupt:
                 repo.mark_finished(engine, job_id, "queued", "interrupted; `farm run` resumes")
                 raise
             except FarmError as exc:
-                repo.mark_finished(engine, job_id, "failed", str(exc))
-                console.print(f"[red]job {spec.job_key[:10]} failed:[/red] {exc}")
+                repo.mark_finished(engine, job_id, "failed", str(exc), classify(exc))
+                console.print(f"[red]job {spec.job_key[:10]} failed:[/red] {exc}", markup=False)
                 failed += 1
                 continue
+            repo.speculation_verdict(engine, job_id, checked.spec.variant)
             repo.mark_finished(engine, job_id, "done")
     return failed
 

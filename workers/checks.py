@@ -1,8 +1,13 @@
-"""Check a job against its build and model before any server starts."""
+"""Check a job against its builds and model before any server starts.
+
+Known renames are translated (the tutorial's ``--spec-type mtp``, the removed
+``--draft-max``) when the build only knows the new spelling, and recorded, so old command
+lines still run and the stored argv shows what really ran.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from farm.errors import ConfigError, UnsupportedByBuild
 from farm.matrix.flags import FlagValue
@@ -12,14 +17,26 @@ from workers.runtime.probe import BinaryProbe, Option, probe_binary
 
 # Flags whose value is a comma-separated list of enumerated items.
 _LIST_VALUED = frozenset({"spec-type"})
+# Old flag name -> new name, applied when the build has removed the old one.
+FLAG_RENAMES = {"draft": "spec-draft-n-max", "draft-n": "spec-draft-n-max",
+                "draft-max": "spec-draft-n-max", "draft-min": "spec-draft-n-min",
+                "draft-n-min": "spec-draft-n-min"}
+# Old --spec-type value -> new one (renamed before the MTP merge, PR #22673).
+SPEC_TYPE_RENAMES = {"mtp": "draft-mtp"}
+SPECULATIVE_FLAGS = frozenset({"spec-type", "spec-draft-model"})
 
 
 @dataclass(frozen=True)
 class Preflight:
     """What the checks learnt, kept as provenance for every run of the job."""
 
-    probe: BinaryProbe
+    spec: JobSpec  # with renames applied: what will really run
+    probes: dict[str, BinaryProbe]  # by arm role
     model: ModelInfo
+    translations: list[str] = field(default_factory=list)
+
+    def probe(self, role: str) -> BinaryProbe:
+        return self.probes[role]
 
 
 def _check_value(option: Option, name: str, value: FlagValue, build: str) -> None:
@@ -41,29 +58,86 @@ def _check_value(option: Option, name: str, value: FlagValue, build: str) -> Non
                     f"it accepts: {', '.join(option.choices)}")
 
 
-def check_arm(probe: BinaryProbe, arm: Arm, build: str) -> None:
-    """Every flag of ``arm`` exists in the build and has a value it accepts."""
-    for name, value in arm.flags:
+def _translate(probe: BinaryProbe, name: str, value: FlagValue,
+               notes: list[str]) -> tuple[str, FlagValue]:
+    old = probe.option(name)
+    new_name = FLAG_RENAMES.get(name)
+    if new_name and (old is None or old.removed) and probe.option(new_name):
+        notes.append(f"--{name} -> --{new_name} (removed in this build)")
+        name = new_name
+    if name == "spec-type" and isinstance(value, str):
+        accepted = probe.choices("spec-type")
+        items = [SPEC_TYPE_RENAMES.get(item, item) if item not in accepted else item
+                 for item in value.split(",")]
+        if ",".join(items) != value:
+            notes.append(f"--spec-type {value} -> {','.join(items)} (renamed upstream)")
+            value = ",".join(items)
+    return name, value
+
+
+def check_arm(probe: BinaryProbe, arm: Arm) -> tuple[Arm, list[str]]:
+    """The arm with known renames applied, after checking every flag against the build."""
+    notes: list[str] = []
+    flags = []
+    for raw_name, raw_value in arm.flags:
+        name, value = _translate(probe, raw_name, raw_value, notes)
         option = probe.option(name)
         if option is None:
-            raise UnsupportedByBuild(f"build {build!r} ({probe.path}) has no flag --{name}; "
-                                     f"see `{probe.path} --help`")
+            raise UnsupportedByBuild(f"build {arm.build.name!r} ({probe.path}) has no flag "
+                                     f"--{name}; see `{probe.path} --help`")
         if option.removed:
-            raise UnsupportedByBuild(f"build {build!r} removed --{name}: "
+            raise UnsupportedByBuild(f"build {arm.build.name!r} removed --{name}: "
                                      f"{' '.join(option.help.split())}")
-        _check_value(option, name, value, build)
+        _check_value(option, name, value, arm.build.name)
+        flags.append((name, value))
+    return arm.model_copy(update={"flags": tuple(flags)}), notes
 
 
-def preflight(spec: JobSpec) -> Preflight:
-    """Probe the build, check both arms and the model; raises ``ConfigError`` if unfit."""
-    probe = probe_binary(spec.build.local_path)
-    for arm in (spec.baseline, spec.variant):
-        try:
-            check_arm(probe, arm, spec.build.name)
-        except ConfigError as exc:
-            raise type(exc)(f"{arm.role} arm {arm.name!r}: {exc}") from exc
-    model = inspect_model(spec.model.local_path)
+def asks_for_speculation(arm: Arm) -> bool:
+    """Whether an arm's flags request speculative decoding of any kind."""
+    return any(name in SPECULATIVE_FLAGS and value not in (False, "none")
+               for name, value in arm.flags)
+
+
+def _check_model(spec: JobSpec, model: ModelInfo) -> None:
     if spec.prompt_mode == "chat" and not model.has_chat_template:
         raise ConfigError(f"model {spec.model.name!r} ({model.file_name}) has no chat "
                           "template; set `prompt-mode: completion` or use an instruct model")
-    return Preflight(probe=probe, model=model)
+    for arm in (spec.baseline, spec.variant):
+        flags = dict(arm.flags)
+        if "draft-mtp" in str(flags.get("spec-type", "")).split(",") and not model.nextn_layers \
+                and "spec-draft-model" not in flags:
+            raise ConfigError(f"{arm.role} arm {arm.name!r}: --spec-type draft-mtp needs MTP "
+                              f"heads, and model {spec.model.name!r} ({model.file_name}) has "
+                              f"none ({model.architecture}.nextn_predict_layers is 0); use a "
+                              "GGUF with MTP layers", role=arm.role)
+        draft = flags.get("spec-draft-model")
+        if isinstance(draft, str):
+            _check_draft(arm, model, inspect_model(draft))
+
+
+def _check_draft(arm: Arm, target: ModelInfo, draft: ModelInfo) -> None:
+    if (draft.vocab_size, draft.vocab_hash) != (target.vocab_size, target.vocab_hash):
+        raise ConfigError(
+            f"{arm.role} arm {arm.name!r}: draft model {draft.file_name} does not share the "
+            f"target's vocabulary ({draft.vocab_size} tokens, {draft.tokenizer} vs "
+            f"{target.vocab_size}, {target.tokenizer}); speculative drafts must use the "
+            "same tokens: pick a draft model of the same family", role=arm.role)
+
+
+def preflight(spec: JobSpec) -> Preflight:
+    """Probe the builds, check and translate both arms, check the model; ConfigError if unfit."""
+    probes: dict[str, BinaryProbe] = {}
+    arms: dict[str, Arm] = {}
+    translations: list[str] = []
+    for arm in (spec.baseline, spec.variant):
+        probes[arm.role] = probe_binary(arm.build.local_path)
+        try:
+            arms[arm.role], notes = check_arm(probes[arm.role], arm)
+        except ConfigError as exc:
+            raise type(exc)(f"{arm.role} arm {arm.name!r}: {exc}", role=arm.role) from exc
+        translations += [f"{arm.role}: {note}" for note in notes]
+    checked = spec.model_copy(update={"baseline": arms["baseline"], "variant": arms["variant"]})
+    model = inspect_model(spec.model.local_path)
+    _check_model(checked, model)
+    return Preflight(spec=checked, probes=probes, model=model, translations=translations)

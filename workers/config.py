@@ -10,7 +10,8 @@ from pydantic import Field, ValidationError
 from farm.errors import ConfigError
 from farm.matrix.load import read_yaml
 from farm.matrix.schema import Strict
-from workers.provision import CPU_BUILD_NAME, models_dir, server_binary
+from workers.builds import all_manifests
+from workers.paths import models_dir
 
 
 class WorkerConfig(Strict):
@@ -31,7 +32,7 @@ def load_worker_config(path: Path | None, *, gpu_class: str | None,
                        devices: list[int] | None) -> WorkerConfig:
     """The config file (if any) with the command line's class and devices on top.
 
-    Without builds, the ``cpu`` build made by ``farm provision`` is used when present.
+    Without builds in the config, every build made by ``farm build`` on this node is used.
     """
     data = read_yaml(path) if path else {}
     if not isinstance(data, dict):
@@ -45,12 +46,12 @@ def load_worker_config(path: Path | None, *, gpu_class: str | None,
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{path or 'worker options'}: {problems}") from exc
-    if not config.builds and server_binary(CPU_BUILD_NAME).is_file():
-        config = config.model_copy(update={"builds": {CPU_BUILD_NAME:
-                                                      server_binary(CPU_BUILD_NAME)}})
+    if not config.builds:
+        config = config.model_copy(update={"builds": {
+            manifest.name: Path(manifest.server) for manifest in all_manifests()}})
     if not config.builds:
         raise ConfigError(f"{path or 'worker options'}: no builds; list them under `builds:` "
-                          "(name: /path/to/llama-server) or run `farm provision`")
+                          "(name: /path/to/llama-server), or run `farm build`/`farm provision`")
     for build, binary in config.builds.items():
         if not binary.is_file():
             raise ConfigError(f"{path}: builds.{build}: {binary} does not exist")

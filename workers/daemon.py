@@ -18,6 +18,7 @@ from farm.store.db import make_engine, require_current_schema
 from workers import tasks
 from workers.config import WorkerConfig
 from workers.node import advertise
+from workers.telemetry import cpu_info, gpus_for_devices
 
 log = logging.getLogger("farm.worker")
 # One line per HTTP request to llama-server would drown the worker log.
@@ -67,10 +68,12 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
     require_current_schema(engine)
     app = make_app(settings)
     advertisement = advertise(config)
+    gpus = gpus_for_devices(config.devices)
     registry.register(engine, config.worker_name, {
         **asdict(advertisement), "gpu_class": config.gpu_class, "devices": config.devices,
-        "gpus": [], "driver": None, "pid": os.getpid()})
-    tasks.NODE = tasks.Node(settings=settings, config=config)
+        "gpus": [asdict(gpu) for gpu in gpus] or [cpu_info()],
+        "driver": gpus[0].driver if gpus else None, "pid": os.getpid()})
+    tasks.NODE = tasks.Node(settings=settings, config=config, gpus=gpus)
     heartbeat = Heartbeat(engine, app, config.worker_name, settings.lease_seconds / 3)
     heartbeat.beat()
     heartbeat.start()

@@ -8,7 +8,7 @@ through a ``RunSink``, so the caller decides how writes are guarded.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +18,7 @@ from farm.matrix.spec import ArmRole, JobSpec, Prompt
 from workers.checks import Preflight, preflight
 from workers.runtime.client import Generation, ServerClient, SpecCounters
 from workers.runtime.server import LlamaServer
+from workers.telemetry import GpuInfo, RunTelemetry, Sample, Sampler, cuda_env, weights_spilled
 
 WARMUP_TOKENS = 8
 
@@ -52,6 +53,9 @@ class RunResult:
     argv: list[str]
     server_log: str
     started_at: datetime
+    telemetry: RunTelemetry
+    slot_speculative: bool | None
+    weights_spilled: bool
 
 
 class RunSink(Protocol):
@@ -59,7 +63,11 @@ class RunSink(Protocol):
 
     def done(self) -> set[RunKey]: ...
 
+    def start(self, checked: Preflight) -> None: ...
+
     def record(self, result: RunResult, checked: Preflight) -> None: ...
+
+    def record_samples(self, slot: Slot, samples: list[Sample]) -> None: ...
 
 
 ProgressFn = Callable[[RunResult], None]
@@ -77,41 +85,64 @@ def schedule(pairs: int) -> list[Slot]:
     return slots
 
 
+@dataclass(frozen=True)
+class Block:
+    """One server session of one arm: what it runs and where its results go."""
+
+    spec: JobSpec
+    slot: Slot
+    todo: list[tuple[Prompt, int]]
+    log_path: Path
+
+
 def execute_job(spec: JobSpec, sink: RunSink, *, logs_dir: Path,
-                on_run: ProgressFn | None = None) -> None:
-    """Run every missing run of ``spec``; raises a ``FarmError`` on failure."""
+                on_run: ProgressFn | None = None, gpus: Sequence[GpuInfo] = ()) -> Preflight:
+    """Run every missing run of ``spec``; raises a ``FarmError`` on failure.
+
+    The job is checked (and old spellings translated) first; ``gpus`` are the devices the
+    servers run on, sampled through NVML while they do (none on a CPU node).
+    """
     checked = preflight(spec)
-    done = sink.done()
+    sink.start(checked)
+    spec, done = checked.spec, sink.done()
     for slot in schedule(spec.pairs):
         todo = [(prompt, rep) for prompt in spec.prompts for rep in range(spec.repetitions)
                 if RunKey(slot.role, slot.block, prompt.id, rep) not in done]
         if todo:
-            _run_block(spec, slot, todo, sink, checked, logs_dir, on_run)
+            log_path = logs_dir / spec.job_key[:16] / f"block{slot.block}-{slot.role}.log"
+            _run_block(Block(spec, slot, todo, log_path), sink, checked, list(gpus), on_run)
+    return checked
 
 
-def _run_block(spec: JobSpec, slot: Slot, todo: list[tuple[Prompt, int]], sink: RunSink,
-               checked: Preflight, logs_dir: Path, on_run: ProgressFn | None) -> None:
-    arm = spec.arm(slot.role)
-    log_path = logs_dir / spec.job_key[:16] / f"block{slot.block}-{slot.role}.log"
-    server = LlamaServer(spec.build.local_path, spec.model.local_path, arm.argv, log_path)
-    with server, ServerClient(server.base_url) as client:
+def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuInfo],
+               on_run: ProgressFn | None) -> None:
+    spec, arm = block.spec, block.spec.arm(block.slot.role)
+    server = LlamaServer(arm.build.local_path, spec.model.local_path, arm.argv, block.log_path,
+                         env=cuda_env(gpus) if gpus else None)
+    with server, ServerClient(server.base_url) as client, Sampler(gpus, server.pid) as sampler:
         argv = server.argv(server.port)
-        client.generate(todo[0][0].text, mode=spec.prompt_mode, n_predict=WARMUP_TOKENS,
-                        sampling=spec.sampling)
-        for prompt, repetition in todo:
-            started = datetime.now(UTC)
+        speculative = client.slot_speculative()
+        spilled = weights_spilled(block.log_path.read_text(errors="replace"))
+        client.generate(block.todo[0][0].text, mode=spec.prompt_mode,
+                        n_predict=WARMUP_TOKENS, sampling=spec.sampling)
+        for prompt, repetition in block.todo:
+            started, began = datetime.now(UTC), sampler.mark()
             before = client.spec_counters()
             generation = client.generate(prompt.text, mode=spec.prompt_mode,
                                          n_predict=spec.n_predict, sampling=spec.sampling)
             counters = client.spec_counters() - before
             result = RunResult(
-                key=RunKey(slot.role, slot.block, prompt.id, repetition), slot=slot,
-                prompt=prompt, arm_name=arm.name, build_name=spec.build.name,
-                generation=generation, counters=counters,
-                argv=argv, server_log=str(log_path), started_at=started)
+                key=RunKey(block.slot.role, block.slot.block, prompt.id, repetition),
+                slot=block.slot, prompt=prompt, arm_name=arm.name, build_name=arm.build.name,
+                generation=generation, counters=counters, argv=argv,
+                server_log=str(block.log_path), started_at=started,
+                telemetry=sampler.summarize(began, sampler.mark()),
+                slot_speculative=speculative, weights_spilled=spilled)
             sink.record(result, checked)
             if on_run:
                 on_run(result)
+        if gpus:
+            sink.record_samples(block.slot, sampler.samples)
 
 
 def host_name() -> str:

@@ -11,9 +11,10 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from farm.errors import ConfigError
-from workers.provision import cache_dir
+from workers.paths import cache_dir
 
 
 @dataclass(frozen=True)
@@ -22,19 +23,62 @@ class ModelInfo:
     size: int
     sha256: str
     architecture: str
+    file_type: str  # e.g. MOSTLY_Q4_K_M, from general.file_type
+    n_params: int
+    context_length: int | None
     has_chat_template: bool
+    nextn_layers: int  # MTP heads: {arch}.nextn_predict_layers
+    vocab_size: int
+    tokenizer: str  # tokenizer.ggml.model: gpt2, llama, ...
+    vocab_hash: str  # sha256 over the token strings: equal vocabularies, equal hashes
 
 
-def _read_metadata(path: Path) -> tuple[str, bool]:
+def _scalar(reader: Any, key: str) -> Any:
+    field = reader.fields.get(key)
+    return field.contents() if field is not None else None
+
+
+def _vocab(reader: Any) -> tuple[int, str]:
+    field = reader.fields.get("tokenizer.ggml.tokens")
+    if field is None:
+        return 0, ""
+    digest = hashlib.sha256()
+    for index in field.data:
+        digest.update(bytes(field.parts[index]))
+        digest.update(b"\0")
+    return len(field.data), digest.hexdigest()
+
+
+def _file_type(value: Any) -> str:
+    from gguf import LlamaFileType
+
+    try:
+        return LlamaFileType(int(value)).name
+    except (TypeError, ValueError):
+        return "unknown"
+
+
+def _read_metadata(path: Path) -> dict[str, Any]:
     from gguf import GGUFReader
 
     try:
         reader = GGUFReader(path)
     except (ValueError, OSError) as exc:
         raise ConfigError(f"{path}: not a readable GGUF file ({exc})") from exc
-    arch_field = reader.fields.get("general.architecture")
-    architecture = str(arch_field.contents()) if arch_field else "unknown"
-    return architecture, "tokenizer.chat_template" in reader.fields
+    arch = str(_scalar(reader, "general.architecture") or "unknown")
+    vocab_size, vocab_hash = _vocab(reader)
+    context = _scalar(reader, f"{arch}.context_length")
+    return {
+        "architecture": arch,
+        "file_type": _file_type(_scalar(reader, "general.file_type")),
+        "n_params": sum(int(tensor.n_elements) for tensor in reader.tensors),
+        "context_length": int(context) if context is not None else None,
+        "has_chat_template": "tokenizer.chat_template" in reader.fields,
+        "nextn_layers": int(_scalar(reader, f"{arch}.nextn_predict_layers") or 0),
+        "vocab_size": vocab_size,
+        "tokenizer": str(_scalar(reader, "tokenizer.ggml.model") or "unknown"),
+        "vocab_hash": vocab_hash,
+    }
 
 
 def _sha256(path: Path) -> str:
@@ -62,11 +106,12 @@ def inspect_model(path: str | Path) -> ModelInfo:
         cache = json.loads(cache_path.read_text())
     except (OSError, ValueError):
         cache = {}
-    if key in cache:
+    try:
         return ModelInfo(**cache[key])
-    architecture, has_template = _read_metadata(file)
+    except (KeyError, TypeError):  # not cached, or cached by an older version
+        pass
     info = ModelInfo(file_name=file.name, size=stat.st_size, sha256=_sha256(file),
-                     architecture=architecture, has_chat_template=has_template)
+                     **_read_metadata(file))
     cache[key] = asdict(info)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     partial = cache_path.with_suffix(f".{os.getpid()}.partial")

@@ -45,7 +45,16 @@ def _inside(root: Path, value: str, what: str) -> str:
     return str(candidate)
 
 
-def _resolve_arm(arm: Arm, root: Path) -> Arm:
+def _resolve_build(build: BuildRef, config: WorkerConfig) -> BuildRef:
+    binary = config.builds.get(build.name)
+    if binary is None:
+        raise ConfigError(f"build {build.name!r} is not on worker {config.worker_name} "
+                          f"(it has: {', '.join(sorted(config.builds))})")
+    return BuildRef(name=build.name, path=str(binary))
+
+
+def _resolve_arm(arm: Arm, config: WorkerConfig) -> Arm:
+    root = config.models_dir
     flags = []
     for name, value in arm.flags:
         if name in WRITES_FILES:
@@ -54,23 +63,19 @@ def _resolve_arm(arm: Arm, root: Path) -> Arm:
         if name in READS_MODEL_FILES and isinstance(value, str):
             value = _inside(root, value, f"--{name}")
         flags.append((name, value))
-    return arm.model_copy(update={"flags": tuple(flags)})
+    return arm.model_copy(update={"flags": tuple(flags),
+                                  "build": _resolve_build(arm.build, config)})
 
 
 def resolve(spec: JobSpec, config: WorkerConfig) -> JobSpec:
     """The job with its build, model and file flags resolved on this worker, or ConfigError."""
-    binary = config.builds.get(spec.build.name)
-    if binary is None:
-        raise ConfigError(f"build {spec.build.name!r} is not on worker {config.worker_name} "
-                          f"(it has: {', '.join(sorted(config.builds))})")
     root = config.models_dir
     model_path = _inside(root, spec.model.path or spec.model.file or f"{spec.model.name}.gguf",
                          f"model {spec.model.name!r}")
     return spec.model_copy(update={
-        "build": BuildRef(name=spec.build.name, path=str(binary)),
         "model": ModelRef(name=spec.model.name, file=spec.model.file, path=model_path),
-        "baseline": _resolve_arm(spec.baseline, root),
-        "variant": _resolve_arm(spec.variant, root),
+        "baseline": _resolve_arm(spec.baseline, config),
+        "variant": _resolve_arm(spec.variant, config),
     })
 
 

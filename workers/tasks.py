@@ -7,6 +7,7 @@ process created (``farm worker``); the coordinator posts it by name.
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -15,18 +16,20 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from farm.errors import ConfigError, RuntimeFarmError
+from farm.errors import FarmError
 from farm.fleet.app import TASK_NAME
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings
 from farm.store import leases
 from farm.store.db import make_engine
 from farm.store.models import Job
-from farm.store.repo import DbRunSink, run_row
+from farm.store.repo import DbRunSink, run_row, sample_rows, speculation_verdict
 from workers.checks import Preflight
 from workers.config import WorkerConfig
-from workers.executor import RunResult, execute_job
+from workers.executor import RunResult, Slot, execute_job
+from workers.failures import RETRYABLE, classify
 from workers.node import resolve
+from workers.telemetry import GpuInfo, Sample
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Node:
 
     settings: Settings
     config: WorkerConfig
+    gpus: list[GpuInfo]
     _engine: Engine | None = None
     _engine_pid: int = 0
 
@@ -91,11 +95,23 @@ class LeasedRunSink(DbRunSink):
         super().__init__(engine, lease.job_id)
         self.lease, self.keeper, self.worker_name = lease, keeper, worker_name
 
-    def record(self, result: RunResult, checked: Preflight) -> None:
+    def _holding(self) -> AbstractContextManager[Session]:
         if self.keeper.lost.is_set():
             raise leases.LeaseLost(f"job {self.lease.job_id}: lease lost; stopping")
-        leases.insert_run(self.engine, self.lease, run_row(
-            self.job_id, result, checked, self.host, self.worker_name, self.lease.attempt))
+        return leases.holding(self.engine, self.lease)
+
+    def start(self, checked: Preflight) -> None:
+        with self._holding() as session:
+            self._write_start(session, checked)
+
+    def record(self, result: RunResult, checked: Preflight) -> None:
+        with self._holding() as session:
+            session.add(run_row(self.job_id, result, checked, self.host, self.worker_name,
+                                self.lease.attempt))
+
+    def record_samples(self, slot: Slot, samples: list[Sample]) -> None:
+        with self._holding() as session:
+            session.add_all(sample_rows(self.job_id, self.lease.attempt, slot, samples))
 
 
 def _load_spec(engine: Engine, job_id: int) -> tuple[JobSpec, int]:
@@ -116,29 +132,32 @@ def execute_job_task(self: object, job_id: int) -> str:
     try:
         with LeaseKeeper(engine, lease, seconds) as keeper:
             sink = LeasedRunSink(engine, lease, keeper, node.config.worker_name)
-            execute_job(resolve(spec, node.config), sink, logs_dir=node.settings.logs_dir)
+            checked = execute_job(resolve(spec, node.config), sink,
+                                  logs_dir=node.settings.logs_dir, gpus=node.gpus)
     except leases.LeaseLost as exc:
         return f"job {job_id}: {exc}"
-    except ConfigError as exc:
-        leases.finish(engine, lease, "failed", f"configuration: {exc}")
-        return f"job {job_id}: failed: {exc}"
     except SoftTimeLimitExceeded:
-        leases.finish(engine, lease, "failed", "the job ran past the worker's time limit")
+        leases.finish(engine, lease, "failed", "the job ran past the worker's time limit",
+                      "timeout")
         return f"job {job_id}: failed: time limit"
-    except RuntimeFarmError as exc:
+    except FarmError as exc:
         return _retry_or_fail(engine, lease, max_attempts, exc)
+    speculation_verdict(engine, job_id, checked.spec.variant)
     leases.finish(engine, lease, "done")
     return f"job {job_id}: done (attempt {lease.attempt})"
 
 
 def _retry_or_fail(engine: Engine, lease: leases.Lease, max_attempts: int,
-                   exc: RuntimeFarmError) -> str:
-    """Transient failures are posted again with backoff until the attempts run out."""
+                   exc: FarmError) -> str:
+    """Failures that can pass (timeouts, crashes, dropped requests) are posted again with
+    backoff until the attempts run out; the others fail at once with their class."""
     from farm.fleet.submit import post_jobs
 
-    if lease.attempt >= max_attempts:
-        leases.finish(engine, lease, "failed", f"attempt {lease.attempt}: {exc}")
-        return f"job {lease.job_id}: failed after {lease.attempt} attempts: {exc}"
-    if leases.finish(engine, lease, "queued", f"attempt {lease.attempt} failed, retrying: {exc}"):
+    failure = classify(exc)
+    if failure not in RETRYABLE or lease.attempt >= max_attempts:
+        leases.finish(engine, lease, "failed", f"attempt {lease.attempt}: {exc}", failure)
+        return f"job {lease.job_id}: failed ({failure}) on attempt {lease.attempt}: {exc}"
+    if leases.finish(engine, lease, "queued", f"attempt {lease.attempt} failed, retrying: {exc}",
+                     failure):
         post_jobs(engine, [lease.job_id], countdown=min(300, 10 * 2 ** lease.attempt))
-    return f"job {lease.job_id}: attempt {lease.attempt} failed, posted again: {exc}"
+    return f"job {lease.job_id}: attempt {lease.attempt} failed ({failure}), posted again"

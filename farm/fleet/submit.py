@@ -75,9 +75,11 @@ def _why_unrunnable(spec: JobSpec, workers: list[Worker]) -> str | None:
     if not of_class:
         return (f"no live worker of GPU class {spec.gpu_class!r} (start one: farm worker "
                 f"--gpu-class {spec.gpu_class})")
-    with_build = [w for w in of_class if spec.build.name in w.builds]
+    needed = {spec.baseline.build.name, spec.variant.build.name}
+    with_build = [w for w in of_class if needed <= set(w.builds)]
     if not with_build:
-        return f"no worker of class {spec.gpu_class!r} has build {spec.build.name!r}"
+        return (f"no worker of class {spec.gpu_class!r} has build"
+                f"{'s' if len(needed) > 1 else ''} {', '.join(sorted(needed))}")
     wanted = spec.model.path or spec.model.file or f"{spec.model.name}.gguf"
     if not any(wanted in w.models or Path(wanted).name in w.models for w in with_build):
         return (f"no worker of class {spec.gpu_class!r} with build {spec.build.name!r} has "

@@ -16,9 +16,9 @@ from pydantic import BaseModel, ValidationError
 
 from farm.errors import ConfigError
 from farm.matrix.flags import FlagMap, FlagValue, normalise_name, parse_args, scalar
-from farm.matrix.schema import FlagSpec, Matrix, PromptEntry, Variant
+from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, PromptEntry, Variant
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
-from workers.provision import models_dir, server_binary
+from workers.paths import models_dir, server_binary
 
 
 def read_yaml(path: Path) -> Any:
@@ -200,8 +200,7 @@ def _models(matrix: Matrix, path: Path, resolve: bool) -> list[ModelRef]:
     return refs
 
 
-def _build(matrix: Matrix, path: Path, resolve: bool) -> BuildRef:
-    entry = matrix.build_entry()
+def _build(entry: BuildEntry, path: Path, resolve: bool) -> BuildRef:
     if not resolve:
         return BuildRef(name=entry.name, path=entry.path)
     binary = (path.parent / Path(entry.path).expanduser()) if entry.path else server_binary(
@@ -231,22 +230,33 @@ def expand(matrix: Matrix, path: Path, *, resolve: bool = True) -> list[JobSpec]
     it (``farm submit``) they stay names, resolved by the worker that runs the job.
     """
     prompts = _prompts(matrix, path)
-    models, build = _models(matrix, path, resolve), _build(matrix, path, resolve)
+    models = _models(matrix, path, resolve)
+    builds = [_build(entry, path, resolve) for entry in matrix.build_entries()]
     baselines = _flag_choices(matrix.flags, matrix.args, f"{path}: ")
     swept = set(_swept(matrix.flags))
     jobs: dict[str, JobSpec] = {}
-    for gpu_class, model, baseline in itertools.product(matrix.gpu_classes, models, baselines):
+    for gpu_class, build, model, baseline in itertools.product(matrix.gpu_classes, builds, models,
+                                                               baselines):
         for index, variant in enumerate(matrix.variants):
             where = f"variants[{index}]"
+            variant_build = (build if variant.build is None else _build(
+                variant.build if isinstance(variant.build, BuildEntry)
+                else BuildEntry(name=variant.build), path, resolve))
             for name, flags in _variant_arms(variant, f"{path}: {where}.", baseline):
                 varying = _varying(baseline, flags, swept)
-                if not set(varying) - swept:
+                if variant_build.name != build.name:
+                    varying["build"] = variant_build.name
+                elif len(builds) > 1:
+                    varying.setdefault("build", build.name)
+                if not set(varying) - swept - {"build"} and variant_build.name == build.name:
                     raise ConfigError(f"{path}: {where} ({variant.name}): changes no flag of "
                                       "the baseline; give `flags` or `args` that differ")
                 job = JobSpec(
-                    campaign=matrix.campaign, gpu_class=gpu_class, build=build, model=model,
-                    baseline=Arm(role="baseline", name="baseline", flags=_arm_flags(baseline)),
-                    variant=Arm(role="variant", name=name, flags=_arm_flags(flags)),
+                    campaign=matrix.campaign, gpu_class=gpu_class, model=model,
+                    baseline=Arm(role="baseline", name="baseline", build=build,
+                                 flags=_arm_flags(baseline)),
+                    variant=Arm(role="variant", name=name, build=variant_build,
+                                flags=_arm_flags(flags)),
                     varying=varying, prompt_mode=matrix.prompt_mode, prompts=prompts,
                     n_predict=matrix.n_predict, sampling=matrix.sampling.request_fields(),
                     repetitions=matrix.repetitions, pairs=matrix.pairs)

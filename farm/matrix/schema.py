@@ -73,11 +73,14 @@ class Variant(Strict):
     flags: FlagSpec = Field(default_factory=dict,
                             description="Added to or overriding the baseline; null removes.")
     args: str | None = Field(None, description="Extra flags as one string, split like a shell.")
+    build: str | BuildEntry | None = Field(
+        None, description="Run this arm on another build (e.g. a fork); default the baseline's.")
 
 
 class Matrix(Strict):
     campaign: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
-    build: str | BuildEntry = Field("cpu", description="llama-server build name or {name, path}.")
+    build: str | BuildEntry | list[str | BuildEntry] = Field(
+        "cpu", description="llama-server build name or {name, path}; a list sweeps builds.")
     gpu_classes: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]] = Field(
         default_factory=lambda: ["default"], min_length=1,
         description="GPU classes to run every job on (one queue each, gpu.CLASS).")
@@ -93,7 +96,7 @@ class Matrix(Strict):
     args: str | None = None
     variants: Annotated[list[Variant], Field(min_length=1)]
 
-    def build_entry(self) -> BuildEntry:
-        if isinstance(self.build, BuildEntry):
-            return self.build
-        return BuildEntry(name=self.build)
+    def build_entries(self) -> list[BuildEntry]:
+        builds = self.build if isinstance(self.build, list) else [self.build]
+        return [entry if isinstance(entry, BuildEntry) else BuildEntry(name=entry)
+                for entry in builds]

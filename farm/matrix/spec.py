@@ -55,6 +55,7 @@ class BuildRef(Frozen):
 class Arm(Frozen):
     role: ArmRole
     name: str
+    build: BuildRef
     flags: tuple[tuple[str, FlagValue], ...]
 
     @property
@@ -66,7 +67,6 @@ class Arm(Frozen):
 class JobSpec(Frozen):
     campaign: str
     gpu_class: str
-    build: BuildRef
     model: ModelRef
     baseline: Arm
     variant: Arm
@@ -81,6 +81,11 @@ class JobSpec(Frozen):
     def arm(self, role: ArmRole) -> Arm:
         return self.baseline if role == "baseline" else self.variant
 
+    @property
+    def build(self) -> BuildRef:
+        """The job's build: the baseline's (a variant may run another, e.g. a fork)."""
+        return self.baseline.build
+
     @cached_property
     def job_key(self) -> str:
         """sha256 over exactly what makes two jobs the same experiment (sorted-key JSON)."""
@@ -88,6 +93,7 @@ class JobSpec(Frozen):
             "campaign": self.campaign,
             "gpu_class": self.gpu_class,
             "build": self.build.name,
+            "variant_build": self.variant.build.name,
             "model": self.model.name,
             "baseline_argv": self.baseline.argv,
             "variant_argv": self.variant.argv,

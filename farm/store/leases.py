@@ -7,13 +7,15 @@ changes nothing. Times come from PostgreSQL's ``now()``, never from a worker's c
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, Engine, and_, func, select, update
 from sqlalchemy.orm import Session
 
-from farm.store.models import Job, Run
+from farm.store.models import Job
 
 CLAIMABLE = ("queued", "lost")
 
@@ -59,9 +61,10 @@ def renew(engine: Engine, lease: Lease, seconds: int) -> None:
                             f"held by {lease.owner}")
 
 
-def finish(engine: Engine, lease: Lease, state: str, error: str | None = None) -> bool:
+def finish(engine: Engine, lease: Lease, state: str, error: str | None = None,
+           failure_class: str | None = None) -> bool:
     """End the attempt (done, failed, or queued again for a retry); False if not held."""
-    values: dict[str, object] = {"state": state, "error": error}
+    values: dict[str, object] = {"state": state, "error": error, "failure_class": failure_class}
     if state in ("done", "failed"):
         values["finished_at"] = func.now()
     with Session(engine) as session, session.begin():
@@ -69,14 +72,16 @@ def finish(engine: Engine, lease: Lease, state: str, error: str | None = None) -
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
-def insert_run(engine: Engine, lease: Lease, run: Run) -> None:
-    """Store a run only while the lease holds: lock the job row, check, insert."""
+@contextmanager
+def holding(engine: Engine, lease: Lease) -> Iterator[Session]:
+    """A transaction that writes only while the lease holds: the job row is locked and
+    checked first, so a reaper cannot take the job over between the check and the write."""
     with Session(engine) as session, session.begin():
         held = session.scalar(select(Job.id).where(lease.holds()).with_for_update())
         if held is None:
             raise LeaseLost(f"job {lease.job_id}: attempt {lease.attempt} lost its lease; "
-                            "run discarded")
-        session.add(run)
+                            "nothing written")
+        yield session
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,14 @@ class Job(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     task_id: Mapped[str | None] = mapped_column(String(64))
     posted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Renames applied so an old command line runs on this build (`mtp` -> `draft-mtp`).
+    translations: Mapped[list[Any]] = mapped_column(default=list, server_default="[]")
+    # bad_flag, unsupported_by_build, no_mtp_heads, out_of_memory, model_unreadable, crash,
+    # timeout, request_failed, config: what reports group failures by.
+    failure_class: Mapped[str | None] = mapped_column(String(32))
+    # Did the variant really speculate? "ok", "none" (asked for it, drafted nothing: never
+    # shown as a speedup) or "not-requested".
+    speculation: Mapped[str | None] = mapped_column(String(16))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
@@ -129,11 +137,63 @@ class Run(Base):
     host: Mapped[str] = mapped_column(String(255))
     argv: Mapped[list[Any]] = mapped_column()
     server_log: Mapped[str | None] = mapped_column(Text)
+    slot_speculative: Mapped[bool | None] = mapped_column()  # /slots of the arm's server
+    # Telemetry over the run's window: the server process here, NVML where there is a GPU.
+    rss_mb: Mapped[float | None] = mapped_column(Float)
+    cpu_seconds: Mapped[float | None] = mapped_column(Float)
+    energy_j: Mapped[float | None] = mapped_column(Float)
+    joules_per_token: Mapped[float | None] = mapped_column(Float)
+    mean_power_w: Mapped[float | None] = mapped_column(Float)
+    max_vram_used_mb: Mapped[float | None] = mapped_column(Float)
+    mean_sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
+    max_temperature_c: Mapped[int | None] = mapped_column(Integer)
+    throttled: Mapped[bool | None] = mapped_column()
+    throttle_reasons: Mapped[list[Any] | None] = mapped_column()
+    weights_spilled: Mapped[bool | None] = mapped_column()  # not all layers on the GPU
     worker_name: Mapped[str | None] = mapped_column(String(255))
     attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     job: Mapped[Job] = relationship(back_populates="runs")
+
+
+class Model(Base):
+    """A GGUF file as inspected (no load), keyed by content; runs carry model_sha256."""
+
+    __tablename__ = "model"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    file_name: Mapped[str] = mapped_column(Text)
+    size: Mapped[int] = mapped_column(BigInteger)
+    architecture: Mapped[str] = mapped_column(String(100))
+    file_type: Mapped[str] = mapped_column(String(100))
+    n_params: Mapped[int] = mapped_column(BigInteger)
+    context_length: Mapped[int | None] = mapped_column(Integer)
+    has_chat_template: Mapped[bool] = mapped_column()
+    nextn_layers: Mapped[int] = mapped_column(Integer)
+    vocab_size: Mapped[int] = mapped_column(Integer)
+    tokenizer: Mapped[str] = mapped_column(String(100))
+    vocab_hash: Mapped[str] = mapped_column(String(64))
+
+
+class GpuSample(Base):
+    """One NVML sample of one GPU while an arm's server ran (GPU workers only)."""
+
+    __tablename__ = "gpu_sample"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("job.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    block: Mapped[int] = mapped_column(Integer)
+    t: Mapped[float] = mapped_column(Float)  # seconds since the block's server started
+    device: Mapped[str] = mapped_column(String(100))  # GPU UUID
+    vram_used_mb: Mapped[float] = mapped_column(Float)
+    power_w: Mapped[float] = mapped_column(Float)
+    sm_clock_mhz: Mapped[int] = mapped_column(Integer)
+    mem_clock_mhz: Mapped[int] = mapped_column(Integer)
+    temperature_c: Mapped[int] = mapped_column(Integer)
+    throttle_reasons: Mapped[int] = mapped_column(BigInteger)
+    energy_mj: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Worker(Base):

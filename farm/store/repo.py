@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from farm.matrix.spec import JobSpec
-from farm.store.models import Campaign, Job, Run
-from workers.checks import Preflight
-from workers.executor import RunKey, RunResult, host_name
+from farm.matrix.spec import Arm, JobSpec
+from farm.store.models import Campaign, GpuSample, Job, Model, Run
+from workers.checks import Preflight, asks_for_speculation
+from workers.executor import RunKey, RunResult, Slot, host_name
+from workers.telemetry import Sample
 
 
 def ensure_campaign(session: Session, name: str, matrix_path: str) -> Campaign:
@@ -63,11 +67,34 @@ def mark_running(engine: Engine, job_id: int) -> None:
             started_at=datetime.now(UTC)))
 
 
-def mark_finished(engine: Engine, job_id: int, state: str, error: str | None = None) -> None:
+def mark_finished(engine: Engine, job_id: int, state: str, error: str | None = None,
+                  failure_class: str | None = None) -> None:
     with Session(engine) as session, session.begin():
         session.execute(update(Job).where(Job.id == job_id).values(
-            state=state, error=error,
+            state=state, error=error, failure_class=failure_class,
             finished_at=datetime.now(UTC) if state in ("done", "failed") else None))
+
+
+def speculation_verdict(engine: Engine, job_id: int, variant: Arm) -> str:
+    """Did the variant really speculate? Stored on the job; reports never show a speedup
+    for a variant that asked for speculation and drafted nothing."""
+    if not asks_for_speculation(variant):
+        verdict = "not-requested"
+    else:
+        with Session(engine) as session:
+            drafted = session.scalar(select(func.coalesce(func.sum(Run.spec_drafted), 0))
+                                     .where(Run.job_id == job_id, Run.arm == "variant"))
+        verdict = "ok" if drafted else "none"
+    with Session(engine) as session, session.begin():
+        session.execute(update(Job).where(Job.id == job_id).values(speculation=verdict))
+    return verdict
+
+
+def _insert_ignore(session: Session, values: dict[str, Any]) -> None:
+    """Insert a model row unless one with that sha256 exists (both dialects)."""
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    session.execute(insert(Model).values(**values).on_conflict_do_nothing())
 
 
 class DbRunSink:
@@ -84,14 +111,37 @@ class DbRunSink:
             return {RunKey(arm, block, prompt, rep)  # type: ignore[arg-type]
                     for arm, block, prompt, rep in rows}
 
+    def start(self, checked: Preflight) -> None:
+        with Session(self.engine) as session, session.begin():
+            self._write_start(session, checked)
+
+    def _write_start(self, session: Session, checked: Preflight) -> None:
+        _insert_ignore(session, asdict(checked.model))
+        session.execute(update(Job).where(Job.id == self.job_id)
+                        .values(translations=checked.translations))
+
     def record(self, result: RunResult, checked: Preflight) -> None:
         with Session(self.engine) as session, session.begin():
             session.add(run_row(self.job_id, result, checked, self.host))
 
+    def record_samples(self, slot: Slot, samples: list[Sample]) -> None:
+        with Session(self.engine) as session, session.begin():
+            session.add_all(sample_rows(self.job_id, 1, slot, samples))
+
+
+def sample_rows(job_id: int, attempt: int, slot: Slot, samples: list[Sample]) -> list[GpuSample]:
+    first = samples[0].t if samples else 0.0
+    return [GpuSample(job_id=job_id, attempt=attempt, block=slot.block, t=sample.t - first,
+                      device=sample.device, vram_used_mb=sample.vram_used_mb,
+                      power_w=sample.power_w, sm_clock_mhz=sample.sm_clock_mhz,
+                      mem_clock_mhz=sample.mem_clock_mhz, temperature_c=sample.temperature_c,
+                      throttle_reasons=sample.throttle_reasons, energy_mj=sample.energy_mj)
+            for sample in samples]
+
 
 def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
             worker_name: str | None = None, attempt: int = 1) -> Run:
-    gen, counters = result.generation, result.counters
+    gen, counters, tele = result.generation, result.counters, result.telemetry
     return Run(
         job_id=job_id, arm=result.key.arm, arm_name=result.arm_name, block=result.slot.block,
         pair=result.slot.pair, position=result.slot.position, prompt_id=result.prompt.id,
@@ -102,8 +152,15 @@ def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
         tpot_ms=gen.tpot_ms, draft_n=gen.draft_n, draft_accepted=gen.draft_accepted,
         spec_drafts=counters.drafts, spec_drafted=counters.drafted,
         spec_accepted=counters.accepted, spec_accepted_per_pos=list(counters.accepted_per_pos),
-        text=gen.text, server_version=checked.probe.version, build_name=result.build_name,
-        model_file=checked.model.file_name, model_size=checked.model.size,
-        model_sha256=checked.model.sha256, host=host, argv=result.argv,
-        server_log=result.server_log, worker_name=worker_name, attempt=attempt,
-        started_at=result.started_at)
+        text=gen.text, server_version=checked.probe(result.key.arm).version,
+        build_name=result.build_name, model_file=checked.model.file_name,
+        model_size=checked.model.size, model_sha256=checked.model.sha256, host=host,
+        argv=result.argv, server_log=result.server_log, worker_name=worker_name,
+        attempt=attempt, started_at=result.started_at,
+        slot_speculative=result.slot_speculative, weights_spilled=result.weights_spilled,
+        rss_mb=tele.rss_mb, cpu_seconds=tele.cpu_seconds, energy_j=tele.energy_j,
+        joules_per_token=tele.joules_per_token(gen.generated_tokens),
+        mean_power_w=tele.mean_power_w, max_vram_used_mb=tele.max_vram_used_mb,
+        mean_sm_clock_mhz=tele.mean_sm_clock_mhz, max_temperature_c=tele.max_temperature_c,
+        throttled=tele.throttled if tele.max_vram_used_mb is not None else None,
+        throttle_reasons=tele.throttle_reasons or None)

@@ -17,6 +17,7 @@ only when a command fails or returns the wrong thing.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -37,8 +38,6 @@ import redis
 import yaml
 from sqlalchemy.engine import make_url
 
-from farm.matrix.load import load_matrix
-from farm.matrix.spec import JobSpec
 from farm.store import registry
 from farm.store.db import make_engine
 
@@ -50,6 +49,7 @@ RUNS_PER_JOB = 2 * PROMPTS * REPETITIONS
 SUBMIT_JOBS = 10_000
 BENCH_CLASS = "bench"
 BENCH_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+FILL_MODEL_FILE = "Qwen3-8B-Q4_K_M.gguf"
 FARM = Path(sys.executable).with_name("farm")
 
 RUN_COLUMNS = (
@@ -104,30 +104,12 @@ class BenchFailure(Exception):
     """A command failed or returned the wrong thing (not a missed target)."""
 
 
-# --- matrices ---------------------------------------------------------------------------
+# --- matrices and fill jobs -------------------------------------------------------------
 
 
 def _prompts() -> list[dict[str, str]]:
     return [{"id": pid, "category": category, "text": text}
             for pid, category, text in PROMPT_TEXTS]
-
-
-def fill_matrix(index: int) -> dict[str, Any]:
-    """A campaign of 2 classes x 5 context sizes x 100 draft lengths = 1,000 jobs."""
-    return {
-        "campaign": f"bench-fill-{index:02d}",
-        "gpu-classes": ["h100", "a100"],
-        "build": "cuda",
-        "models": [{"name": "qwen3-8b", "file": "Qwen3-8B-Q4_K_M.gguf"}],
-        "prompts": _prompts(),
-        "n-predict": 128,
-        "repetitions": REPETITIONS,
-        "pairs": 1,
-        "flags": {"ctx-size": [4096, 8192, 16384, 32768, 65536], "n-gpu-layers": 99,
-                  "flash-attn": "on"},
-        "variants": [{"name": "ngram", "flags": {"spec-type": "ngram-simple",
-                                                 "spec-draft-n-max": list(range(1, 101))}}],
-    }
 
 
 def submit_matrix() -> dict[str, Any]:
@@ -151,85 +133,133 @@ def write_matrix(path: Path, matrix: dict[str, Any]) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class FillJob:
+    """One stored job of a fill campaign: 2 classes x 5 context sizes x 100 draft lengths.
+
+    Built here rather than through ``farm.matrix`` so that the fill does not follow every
+    change of ``JobSpec``; ``spec`` has the shape and size of a stored one.
+    """
+
+    campaign: str
+    gpu_class: str
+    ctx_size: int
+    n_max: int
+
+    @property
+    def variant_name(self) -> str:
+        return f"ngram[spec-draft-n-max={self.n_max}]"
+
+    def flags(self, role: str) -> list[tuple[str, str]]:
+        flags = [("ctx-size", str(self.ctx_size)), ("n-gpu-layers", "99"), ("flash-attn", "on")]
+        if role == "variant":
+            flags += [("spec-type", "ngram-simple"), ("spec-draft-n-max", str(self.n_max))]
+        return flags
+
+    def argv(self, role: str) -> str:
+        own = [part for name, value in self.flags(role) for part in (f"--{name}", value)]
+        return json.dumps(["/opt/llama/cuda/bin/llama-server", "--model",
+                           f"/models/{FILL_MODEL_FILE}", *own, "--host", "127.0.0.1",
+                           "--port", "41234", "-np", "1", "--metrics"])
+
+    def varying(self) -> dict[str, str]:
+        return {"spec-type": "ngram-simple", "spec-draft-n-max": str(self.n_max),
+                "ctx-size": str(self.ctx_size)}
+
+    def spec(self) -> dict[str, Any]:
+        build = {"name": "cuda", "path": None}
+        return {
+            "campaign": self.campaign, "gpu_class": self.gpu_class,
+            "model": {"name": "qwen3-8b", "file": FILL_MODEL_FILE, "path": None},
+            "baseline": {"role": "baseline", "name": "baseline", "build": build,
+                         "flags": self.flags("baseline")},
+            "variant": {"role": "variant", "name": self.variant_name, "build": build,
+                        "flags": self.flags("variant")},
+            "varying": self.varying(), "prompt_mode": "chat", "prompts": _prompts(),
+            "n_predict": 128, "sampling": {"temperature": 0.0, "seed": 42},
+            "repetitions": REPETITIONS, "pairs": 1,
+        }
+
+
+def fill_jobs(campaign: str) -> list[FillJob]:
+    return [FillJob(campaign, gpu_class, ctx_size, n_max) for gpu_class in ("h100", "a100")
+            for ctx_size in (4096, 8192, 16384, 32768, 65536) for n_max in range(1, 101)]
+
+
 # --- fill -------------------------------------------------------------------------------
 
 
-def _argv(spec: JobSpec, role: str) -> str:
-    arm = spec.arm("baseline" if role == "baseline" else "variant")
-    return json.dumps(["/opt/llama/cuda/bin/llama-server", "--model",
-                       f"/models/{spec.model.file}", *arm.argv, "--host", "127.0.0.1",
-                       "--port", "41234", "-np", "1", "--metrics"])
-
-
-def _run_rows(job_id: int, spec: JobSpec, start: datetime, worker: str,
+def _run_rows(job_id: int, job: FillJob, start: datetime, worker: str,
               rng: random.Random) -> Iterator[tuple[Any, ...]]:
     """The job's 100 runs: block 0 the baseline, block 1 the variant, with noise."""
     speedup = rng.uniform(1.1, 1.9)
-    log_dir = f"/var/lib/specfarm/logs/{spec.job_key[:16]}"
+    log_dir = f"/var/lib/specfarm/logs/{job_id:016x}"
     moment = start
     for block, role in enumerate(("baseline", "variant")):
-        argv = _argv(spec, role)
-        name = spec.arm("baseline" if role == "baseline" else "variant").name
-        for prompt in spec.prompts:
+        argv = job.argv(role)
+        name = job.variant_name if block else "baseline"
+        for prompt_id, category, _ in PROMPT_TEXTS:
             for rep in range(REPETITIONS):
                 tok_s = rng.gauss(100.0 * (speedup if block else 1.0), 3.0)
                 drafted = rng.randint(40, 120) if block else 0
                 accepted = int(drafted * rng.uniform(0.4, 0.9))
                 moment += timedelta(seconds=1.3)
-                yield (job_id, role, name, block, 0, block, prompt.id, prompt.category, rep,
+                yield (job_id, role, name, block, 0, block, prompt_id, category, rep,
                        rng.randint(30, 60), 128, rng.gauss(2000.0, 50.0), tok_s,
                        tok_s * 0.97, rng.gauss(25.0, 2.0), 128_000.0 / tok_s + 25.0,
                        1000.0 / tok_s, drafted, accepted, drafted // 4 if block else 0,
                        drafted, accepted,
                        json.dumps([accepted // 2, accepted // 3, accepted - 5 * accepted // 6])
                        if block else "[]",
-                       OUTPUT_TEXT, "version: 6500 (1a2b3c4d)", "cuda",
-                       "Qwen3-8B-Q4_K_M.gguf", 5_027_783_488, "ab" * 32, worker, argv,
+                       OUTPUT_TEXT, "version: 6500 (1a2b3c4d)", "cuda", FILL_MODEL_FILE,
+                       5_027_783_488, "ab" * 32, worker, argv,
                        f"{log_dir}/block{block}-{role}.log", worker, 1, moment)
 
 
-def _job_row(job_id: int, campaign_id: int, spec: JobSpec, start: datetime,
+def _job_row(job_id: int, campaign_id: int, job: FillJob, start: datetime,
              worker: str) -> tuple[Any, ...]:
-    return (job_id, campaign_id, spec.job_key, spec.model.name, spec.build.name,
-            spec.variant.name, json.dumps(spec.varying),
-            json.dumps(spec.model_dump(mode="json")), spec.gpu_class, "done", 1, 3, None,
-            worker, None, secrets.token_hex(16), start - timedelta(minutes=5), start,
+    spec = json.dumps(job.spec())
+    job_key = hashlib.sha256(spec.encode()).hexdigest()
+    return (job_id, campaign_id, job_key, "qwen3-8b", "cuda", job.variant_name,
+            json.dumps(job.varying()), spec, job.gpu_class, "done", 1, 3, None, worker, None,
+            secrets.token_hex(16), start - timedelta(minutes=5), start,
             start + timedelta(seconds=1.3 * RUNS_PER_JOB + 20))
 
 
+def _fill_campaign(conn: psycopg.Connection[Any], index: int, first_id: int,
+                   rng: random.Random) -> int:
+    """COPY one campaign's jobs and runs; returns the last job id used."""
+    base = datetime(2025, 6, 1, tzinfo=UTC) + timedelta(days=index)
+    name = f"bench-fill-{index:02d}"
+    row = conn.execute("INSERT INTO campaign (name, matrix_path, created_at) "
+                       "VALUES (%s, %s, %s) RETURNING id",
+                       (name, f"/srv/matrices/{name}.yaml", base)).fetchone()
+    if row is None:
+        raise BenchFailure(f"no id for campaign {name}")
+    placed = []
+    with conn.cursor() as cur, cur.copy(f"COPY job ({JOB_COLUMNS}) FROM STDIN") as copy:
+        for n, job in enumerate(fill_jobs(name)):
+            job_id, worker = first_id + n, f"gpu-node-{n % 16:02d}-{job.gpu_class}"
+            start = base + timedelta(seconds=200 * n)
+            copy.write_row(_job_row(job_id, int(row[0]), job, start, worker))
+            placed.append((job_id, job, start, worker))
+    with conn.cursor() as cur, cur.copy(f"COPY run ({RUN_COLUMNS}) FROM STDIN") as copy:
+        for job_id, job, start, worker in placed:
+            for run in _run_rows(job_id, job, start, worker, rng):
+                copy.write_row(run)
+    conn.commit()
+    print(f"  filled {name}: {len(placed)} jobs, {len(placed) * RUNS_PER_JOB} runs", flush=True)
+    return placed[-1][0]
+
+
 def fill(bench: Bench) -> None:
-    """10 campaigns of 1,000 done jobs with 100 runs each, by COPY; then ANALYZE."""
+    """10 campaigns of 1,000 done jobs with 100 runs each, by COPY; then VACUUM ANALYZE."""
     rng = random.Random(20250601)
-    base = datetime(2025, 6, 1, tzinfo=UTC)
-    job_id = 0
+    last_id = 0
     with psycopg.connect(bench.db_url) as conn:
         for index in range(CAMPAIGNS):
-            path = write_matrix(bench.workdir / f"fill-{index:02d}.yaml", fill_matrix(index))
-            matrix, specs = load_matrix(path, resolve=False)
-            if len(specs) != JOBS_PER_CAMPAIGN:
-                raise BenchFailure(f"fill matrix expands to {len(specs)} jobs")
-            row = conn.execute("INSERT INTO campaign (name, matrix_path, created_at) "
-                               "VALUES (%s, %s, %s) RETURNING id",
-                               (matrix.campaign, str(path), base + timedelta(days=index)),
-                               ).fetchone()
-            assert row is not None
-            campaign_id = int(row[0])
-            placed = []
-            with conn.cursor() as cur, cur.copy(f"COPY job ({JOB_COLUMNS}) FROM STDIN") as copy:
-                for n, spec in enumerate(specs):
-                    job_id += 1
-                    worker = f"gpu-node-{n % 16:02d}-{spec.gpu_class}"
-                    start = base + timedelta(days=index, seconds=200 * n)
-                    copy.write_row(_job_row(job_id, campaign_id, spec, start, worker))
-                    placed.append((job_id, spec, start, worker))
-            with conn.cursor() as cur, cur.copy(f"COPY run ({RUN_COLUMNS}) FROM STDIN") as copy:
-                for placed_id, spec, start, worker in placed:
-                    for run in _run_rows(placed_id, spec, start, worker, rng):
-                        copy.write_row(run)
-            conn.commit()
-            print(f"  filled {matrix.campaign}: {len(specs)} jobs, "
-                  f"{len(specs) * RUNS_PER_JOB} runs", flush=True)
-        conn.execute("SELECT setval(pg_get_serial_sequence('job', 'id'), %s)", (job_id,))
+            last_id = _fill_campaign(conn, index, last_id + 1, rng)
+        conn.execute("SELECT setval(pg_get_serial_sequence('job', 'id'), %s)", (last_id,))
         conn.commit()
     with psycopg.connect(bench.db_url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")

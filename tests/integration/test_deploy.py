@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -242,3 +243,22 @@ def test_worker_example_config_parses_with_every_key() -> None:
     assert config["devices"] and all(isinstance(d, int) for d in config["devices"])
     assert Path(config["models-dir"]).is_absolute()
     assert config["builds"] and all(Path(p).is_absolute() for p in config["builds"].values())
+
+
+def test_worker_image_builds_llama_cpp_only_through_farm_build() -> None:
+    dockerfile = (DEPLOY / "worker.Dockerfile").read_text()
+    assert re.search(r"^FROM nvidia/cuda:", dockerfile, re.MULTILINE)
+    assert re.search(r"^ARG LLAMA_REF=", dockerfile, re.MULTILINE)
+    runs = re.findall(r"^RUN (.*?)(?<!\\)$", dockerfile, re.MULTILINE | re.DOTALL)
+    cmake_call = re.compile(r"\bcmake\s+(-S|-B|--build)")
+    assert not any(cmake_call.search(run) for run in runs), "build logic belongs in `farm build`"
+    build_lines = [run for run in runs if run.startswith("farm build master")]
+    assert len(build_lines) == 1 and '--ref "${LLAMA_REF}"' in build_lines[0]
+    argv = shlex.split(build_lines[0].replace("\\\n", " ").replace('"${', "").replace('}"', ""))
+    argv = [arg.replace("LLAMA_REPO", "https://example.invalid/llama.cpp")
+            .replace("LLAMA_REF", "b11434").replace("CUDA_ARCH", "86;89;90") for arg in argv]
+    farm = str(Path(sys.executable).with_name("farm"))
+    dry = subprocess.run([farm, *argv[1:], "--dry-run"], capture_output=True, text=True,
+                         check=False)
+    assert dry.returncode == 0, dry.stderr
+    assert "-DGGML_CUDA=ON" in dry.stdout and "-DCMAKE_CUDA_ARCHITECTURES=86;89;90" in dry.stdout

@@ -40,6 +40,11 @@ def _run(job_id: int, rep: int) -> Run:
                model_sha256="0" * 64, host="h", argv=[], started_at=datetime.now(UTC))
 
 
+def _insert(engine: Engine, lease: leases.Lease, run: Run) -> None:
+    with leases.holding(engine, lease) as session:
+        session.add(run)
+
+
 def _expire(engine: Engine, job_id: int) -> None:
     with Session(engine) as session, session.begin():
         session.execute(update(Job).where(Job.id == job_id)
@@ -57,18 +62,18 @@ def test_expired_lease_is_reaped_and_the_old_owner_can_write_nothing(engine: Eng
     job_id = _job(engine)
     old = leases.claim(engine, job_id, "a", 30)
     assert old is not None
-    leases.insert_run(engine, old, _run(job_id, 0))
+    _insert(engine, old, _run(job_id, 0))
     _expire(engine, job_id)
     [reaped] = leases.reap_expired(engine)
     assert reaped == leases.Reaped(job_id, "cpu", failed=False)
     new = leases.claim(engine, job_id, "b", 30)
     assert new == leases.Lease(job_id, "b", 2)
     with pytest.raises(leases.LeaseLost):
-        leases.insert_run(engine, old, _run(job_id, 1))
+        _insert(engine, old, _run(job_id, 1))
     with pytest.raises(leases.LeaseLost):
         leases.renew(engine, old, 30)
     assert not leases.finish(engine, old, "done")
-    leases.insert_run(engine, new, _run(job_id, 1))
+    _insert(engine, new, _run(job_id, 1))
     assert leases.finish(engine, new, "done")
     with Session(engine) as session:
         assert session.scalar(select(func.count()).select_from(Run)) == 2

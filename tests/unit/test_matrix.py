@@ -97,7 +97,7 @@ def test_args_string_is_split_without_a_shell(files: dict[str, Any]) -> None:
 def test_unknown_key_names_the_key_and_what_is_allowed(files: dict[str, Any]) -> None:
     message = error_of(files, variants=[{"name": "v", "flag": {"spec-type": "ngram-simple"}}])
     assert "variants[0].flag: unknown key" in message
-    assert "allowed here: args, flags, name" in message
+    assert "allowed here: args, build, flags, name" in message
 
 
 def test_wrong_type_and_missing_field_are_named(files: dict[str, Any]) -> None:

@@ -27,10 +27,10 @@ def config(tmp_path: Path) -> WorkerConfig:
 def _spec(variant_flags: tuple[tuple[str, str | bool], ...], model: str = "target.gguf",
           build: str = "master") -> JobSpec:
     return JobSpec(
-        campaign="c", gpu_class="rtx", build=BuildRef(name=build),
-        model=ModelRef(name="target", file=model),
-        baseline=Arm(role="baseline", name="baseline", flags=()),
-        variant=Arm(role="variant", name="v", flags=variant_flags), varying={},
+        campaign="c", gpu_class="rtx", model=ModelRef(name="target", file=model),
+        baseline=Arm(role="baseline", name="baseline", build=BuildRef(name=build), flags=()),
+        variant=Arm(role="variant", name="v", build=BuildRef(name=build), flags=variant_flags),
+        varying={},
         prompt_mode="chat", prompts=(Prompt(id="p", text="t", category="c"),), n_predict=8,
         sampling={}, repetitions=1, pairs=1)
 

@@ -120,8 +120,22 @@ class ServerClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    def _get(self, path: str) -> httpx.Response:
+        try:
+            return self._http.get(path)
+        except httpx.TransportError as exc:
+            raise BenchmarkError(f"GET {path} failed: {exc!r}") from exc
+
+    def slot_speculative(self) -> bool | None:
+        """Whether the server's slot is set up to speculate (/slots), None if not told."""
+        response = self._get("/slots")
+        if response.status_code != 200:
+            return None
+        slots = response.json()
+        return bool(slots[0].get("speculative")) if slots else None
+
     def spec_counters(self) -> SpecCounters:
-        response = self._http.get("/metrics")
+        response = self._get("/metrics")
         if response.status_code != 200:
             raise BenchmarkError(f"/metrics answered {response.status_code}")
         return parse_metrics(response.text)
@@ -164,7 +178,7 @@ class ServerClient:
                         pieces.append(piece)
                     timings = event.get("timings") or timings
         except httpx.TransportError as exc:
-            raise BenchmarkError(f"POST {path} failed: {exc}") from exc
+            raise BenchmarkError(f"POST {path} failed: {exc!r}") from exc
         ended = time.perf_counter()
         if timings is None:
             raise BenchmarkError(f"POST {path}: the stream ended without `timings`")

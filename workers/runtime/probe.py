@@ -51,6 +51,11 @@ class BinaryProbe:
     def option(self, name: str) -> Option | None:
         return self.options.get(name)
 
+    def choices(self, name: str) -> tuple[str, ...]:
+        """The enumerated values a flag accepts in this build (empty if none or unknown)."""
+        option = self.options.get(name)
+        return option.choices if option else ()
+
 
 def _run(path: str, flag: str) -> subprocess.CompletedProcess[str]:
     try:

@@ -51,8 +51,10 @@ class LlamaServer:
     """One server process for one arm. Use as a context manager: it always stops."""
 
     def __init__(self, binary: str, model: str, arm_argv: list[str], log_path: Path,
-                 *, startup_timeout: float = 180.0, bind_attempts: int = 5) -> None:
+                 *, startup_timeout: float = 180.0, bind_attempts: int = 5,
+                 env: dict[str, str] | None = None) -> None:
         self.binary, self.model, self.arm_argv = binary, model, arm_argv
+        self.env = {**os.environ, **env} if env else None
         self.log_path = log_path
         self.startup_timeout = startup_timeout
         self.bind_attempts = bind_attempts
@@ -92,7 +94,7 @@ class LlamaServer:
             log.flush()
             self._process = subprocess.Popen(
                 self.argv(self.port), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                stderr=subprocess.STDOUT, start_new_session=True, env=self.env,
                 # Only a prctl call on an already loaded libc: safe between fork and exec.
                 preexec_fn=_die_with_parent)
         deadline = time.monotonic() + self.startup_timeout
@@ -109,7 +111,8 @@ class LlamaServer:
                 time.sleep(0.1)
         self.stop()
         raise ServerStartError(f"llama-server did not answer /health within "
-                               f"{self.startup_timeout:.0f} s", log_tail(self.log_path))
+                               f"{self.startup_timeout:.0f} s", log_tail(self.log_path),
+                               timed_out=True)
 
     def _exited(self, code: int) -> bool:
         self._process = None

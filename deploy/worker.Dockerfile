@@ -1,0 +1,39 @@
+# GPU worker image: specfarm plus llama-server builds made by `farm build` (the image holds
+# no build logic of its own). Build from the repository root:
+#   docker build -f deploy/worker.Dockerfile --build-arg LLAMA_REF=b11434 \
+#     --build-arg CUDA_ARCH=86 -t specfarm/worker:latest .
+# A TurboQuant fork is one more build: --build-arg TURBOQUANT_REF=feature/turboquant-kv-cache
+ARG CUDA_VERSION=12.6.3
+FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04
+
+ARG LLAMA_REPO=https://github.com/ggml-org/llama.cpp
+ARG LLAMA_REF=master
+ARG TURBOQUANT_REPO=https://github.com/TheTom/llama-cpp-turboquant
+ARG TURBOQUANT_REF=
+ARG CUDA_ARCH=86;89;90
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-venv git cmake g++ ccache \
+    ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+
+ENV FARM_CACHE_DIR=/opt/specfarm/cache \
+    FARM_MODELS_DIR=/models \
+    CUDA_DEVICE_ORDER=PCI_BUS_ID \
+    PATH=/opt/specfarm/.venv/bin:$PATH
+
+COPY pyproject.toml README.md /opt/specfarm/src/
+COPY farm /opt/specfarm/src/farm
+COPY workers /opt/specfarm/src/workers
+COPY migrations /opt/specfarm/src/migrations
+RUN python3 -m venv /opt/specfarm/.venv \
+ && /opt/specfarm/.venv/bin/pip install --no-cache-dir /opt/specfarm/src
+
+RUN farm build master --source "${LLAMA_REPO}" --ref "${LLAMA_REF}" --backend cuda \
+    --cuda-arch "${CUDA_ARCH}"
+RUN if [ -n "${TURBOQUANT_REF}" ]; then \
+      farm build turboquant --source "${TURBOQUANT_REPO}" --ref "${TURBOQUANT_REF}" \
+      --backend cuda --cuda-arch "${CUDA_ARCH}"; \
+    fi
+
+CMD ["farm", "worker", "--config", "/etc/specfarm/worker.yaml"]

@@ -1,0 +1,42 @@
+"""Failed server starts classified from what the real llama-server says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from farm.errors import ServerStartError
+from workers.failures import RETRYABLE, classify
+from workers.provision import Provisioned
+from workers.runtime.server import LlamaServer
+
+pytestmark = pytest.mark.server
+
+
+@pytest.mark.parametrize(("model", "argv", "expected"), [
+    ("smollm2", ["--cache-type-k", "q9_9"], "unsupported_by_build"),
+    ("smollm2", ["--no-such-flag"], "bad_flag"),
+    ("qwen35-random", ["--spec-type", "draft-mtp"], "no_mtp_heads"),
+    ("missing", [], "model_unreadable"),
+])
+def test_failed_start_is_classified_from_the_server_log(
+        provisioned: Provisioned, tmp_path: Path, model: str, argv: list[str],
+        expected: str) -> None:
+    path = provisioned.models.get(model, tmp_path / "missing.gguf")
+    server = LlamaServer(str(provisioned.server), str(path), ["-c", "256", *argv],
+                         tmp_path / "server.log")
+    with pytest.raises(ServerStartError) as caught:
+        server.start()
+    assert classify(caught.value) == expected
+    assert expected not in RETRYABLE
+
+
+def test_a_server_that_is_not_ready_in_time_is_a_retryable_timeout(
+        provisioned: Provisioned, smollm2: Path, tmp_path: Path) -> None:
+    server = LlamaServer(str(provisioned.server), str(smollm2), ["-c", "256"],
+                         tmp_path / "slow.log", startup_timeout=0.05)
+    with pytest.raises(ServerStartError) as caught:
+        server.start()
+    assert classify(caught.value) == "timeout" and "timeout" in RETRYABLE
+    assert server.pid is None  # stopped, not left behind

