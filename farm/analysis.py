@@ -18,8 +18,9 @@ from farm.store.models import Campaign, Job, Run
 
 REPORT_COLUMNS = ["campaign", "job_key", "model", "variant", "varying_flags", "gpu_class",
                   "worker", "state", "error", "failure_class", "speculation", "baseline_tok_s",
-                  "variant_tok_s", "speedup", "sd_log_speedup", "acceptance_rate", "drafted",
-                  "accepted", "runs"]
+                  "variant_tok_s", "speedup", "ci_low", "ci_high", "pairs", "stop_reason",
+                  "sd_log_speedup", "acceptance_rate", "mean_accepted_length", "drafted",
+                  "accepted", "agreement", "agreement_suspect", "drift_flag", "runs"]
 
 
 def latest_campaign(engine: Engine) -> str:
@@ -108,7 +109,8 @@ stats AS (
     FROM ratios GROUP BY job_id)
 SELECT c.name AS campaign, job.job_key, job.model_name AS model,
        job.variant_name AS variant, job.varying, job.gpu_class, job.lease_owner AS worker,
-       job.state, job.error, job.failure_class, job.speculation,
+       job.state, job.error, job.failure_class, job.speculation, job.summary,
+       job.pairs, job.stop_reason,
        bm.med AS baseline_tok_s, vm.med AS variant_tok_s, EXP(s.mean_log) AS speedup,
        CASE WHEN s.prompts > 1 AND s.sum_sq - s.prompts * s.mean_log * s.mean_log > 0
             THEN SQRT((s.sum_sq - s.prompts * s.mean_log * s.mean_log) / (s.prompts - 1))
@@ -141,6 +143,7 @@ def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
         return pd.DataFrame(columns=REPORT_COLUMNS)
     frame["varying"] = frame["varying"].map(_load_json)
     frame["varying_flags"] = frame["varying"].map(_varying_text)
+    frame = _with_summaries(frame)
     frame["acceptance_rate"] = (frame["accepted"] / frame["drafted"].where(frame["drafted"] > 0))
     # A variant that asked for speculation and drafted nothing is not a speedup to quote.
     frame.loc[frame["speculation"] == "none", "speedup"] = float("nan")
@@ -148,6 +151,24 @@ def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
         frame[column] = frame[column].astype(float)
     frame[["drafted", "accepted", "runs"]] = frame[["drafted", "accepted", "runs"]].astype(int)
     return frame[REPORT_COLUMNS]
+
+
+SUMMARY_COLUMNS = ("ci_low", "ci_high", "agreement", "agreement_suspect", "drift_flag",
+                   "mean_accepted_length")
+
+
+def _with_summaries(frame: pd.DataFrame) -> pd.DataFrame:
+    """Prefer the statistics written when a job finished (speedup over block pairs, its
+    interval, agreement, drift); unfinished jobs keep the SQL estimate and no interval."""
+    summaries = frame["summary"].map(lambda value: _load_json(value) if value else {})
+    pair_speedup = summaries.map(lambda s: s.get("speedup"))
+    frame["speedup"] = pair_speedup.where(pair_speedup.notna(), frame["speedup"])
+    for column in SUMMARY_COLUMNS:
+        frame[column] = summaries.map(lambda s, key=column: s.get(key))
+    for column in ("ci_low", "ci_high", "agreement", "mean_accepted_length"):
+        frame[column] = frame[column].astype(float)
+    frame["pairs"] = frame["pairs"].astype("Int64")
+    return frame
 
 
 def _load_json(value: Any) -> dict[str, Any]:

@@ -85,6 +85,10 @@ class _Progress:
 
     def run(self, result: RunResult) -> None:
         tok_s = result.generation.decode_tok_s
+        task = self.bar.tasks[0]
+        if task.total is not None and task.completed + 1 > task.total:
+            # The adaptive rule added a pair beyond the planned minimum.
+            self.bar.update(self.task, total=task.total + 1)
         self.bar.update(self.task, advance=1, description=(
             f"{self.label} · {result.key.arm} block {result.slot.block} · {tok_s:.1f} tok/s"))
 
@@ -95,6 +99,7 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings:
                if repo.job_state(engine, job_id) != "done"]
     if len(pending) < len(specs):
         console.print(f"{len(specs) - len(pending)} of {len(specs)} jobs already done: skipped")
+    # Planned at the minimum of pairs; the adaptive rule may add some.
     runs_each = [2 * s.pairs * len(s.prompts) * s.repetitions for s, _ in pending]
     failed = 0
     gpus = all_gpus()
@@ -106,7 +111,7 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings:
             progress.bar.advance(progress.task, len(sink.done()))
             repo.mark_running(engine, job_id)
             try:
-                checked = execute_job(spec, sink, logs_dir=settings.logs_dir,
+                outcome = execute_job(spec, sink, logs_dir=settings.logs_dir,
                                       on_run=progress.run, gpus=gpus)
             except KeyboardInterrupt:
                 repo.mark_finished(engine, job_id, "queued", "interrupted; `farm run` resumes")
@@ -116,7 +121,7 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings:
                 console.print(f"[red]job {spec.job_key[:10]} failed:[/red] {exc}", markup=False)
                 failed += 1
                 continue
-            repo.speculation_verdict(engine, job_id, checked.spec.variant)
+            repo.summarize(engine, job_id, outcome)
             repo.mark_finished(engine, job_id, "done")
     return failed
 

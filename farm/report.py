@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Hashable, Mapping
 from typing import Any, Literal
 
 import pandas as pd
@@ -20,9 +21,11 @@ def _clean(value: Any) -> Any:
 
 
 def to_json(report: pd.DataFrame) -> str:
+    plain = report.astype(object).where(report.notna(), None)
     rows = [{key: _clean(value) for key, value in row.items()}
-            for row in report.to_dict(orient="records")]
-    return json.dumps(rows, indent=2)
+            for row in plain.to_dict(orient="records")]
+    # One object per line: readable, and fast for 20,000 jobs (indent= is slow in json).
+    return "[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]"
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -31,19 +34,44 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def _speedup_cell(row: Mapping[Hashable, Any]) -> str:
+    speedup = float(row["speedup"])
+    if math.isnan(speedup):
+        return "no drafts" if row["speculation"] == "none" else "-"
+    low, high = float(row["ci_low"]), float(row["ci_high"])
+    interval = "" if math.isnan(low) else f" [{low:.2f}, {high:.2f}]"
+    return f"{speedup:.2f}x{interval}"
+
+
+def _flags(row: Mapping[Hashable, Any]) -> str:
+    flags = []
+    if row["speculation"] == "none":
+        flags.append("no drafts")
+    if row["agreement_suspect"] is True:
+        flags.append("outputs diverge")
+    if row["drift_flag"] is True:
+        flags.append("drift")
+    if row["failure_class"]:
+        flags.append(str(row["failure_class"]))
+    return ", ".join(flags)
+
+
 def to_table(report: pd.DataFrame, title: str) -> Table:
     table = Table(title=title, title_justify="left")
-    numeric = ("base tok/s", "var tok/s", "speedup", "accept", "drafted", "accepted", "runs")
-    for header in ("job", "model", "variant", "varying flags", "class", "state", *numeric):
+    numeric = ("base tok/s", "var tok/s", "speedup [95% CI]", "pairs", "accept", "agree",
+               "drafted", "runs")
+    for header in ("job", "model", "variant", "varying flags", "class", "state", *numeric,
+                   "flags"):
         table.add_column(header, justify="right" if header in numeric else "left")
     for row in report.to_dict(orient="records"):
-        speedup, accept = float(row["speedup"]), float(row["acceptance_rate"])
+        accept, agree = float(row["acceptance_rate"]), float(row["agreement"])
         table.add_row(str(row["job_key"])[:10], str(row["model"]), str(row["variant"]),
                       str(row["varying_flags"]), str(row["gpu_class"]), str(row["state"]),
                       _fmt(row["baseline_tok_s"]), _fmt(row["variant_tok_s"]),
-                      "-" if math.isnan(speedup) else f"{speedup:.2f}x",
+                      _speedup_cell(row), "-" if pd.isna(row["pairs"]) else str(row["pairs"]),
                       "-" if math.isnan(accept) else f"{accept:.0%}",
-                      str(row["drafted"]), str(row["accepted"]), str(row["runs"]))
+                      "-" if math.isnan(agree) else f"{agree:.0%}",
+                      str(row["drafted"]), str(row["runs"]), _flags(row))
     return table
 
 

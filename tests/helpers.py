@@ -23,6 +23,8 @@ def matrix_dict(model_path: Path, **overrides: Any) -> dict[str, Any]:
         "prompts": [{"id": "copy", "text": COPY_PROMPT, "category": "rewrite"}],
         "n-predict": 32,
         "repetitions": 2,
+        "pairs": 1,
+        "max-pairs": 1,
         "flags": {"ctx-size": 1024, "threads": 2},
         "variants": [{"name": "ngram", "flags": {"spec-type": "ngram-simple"}}],
     }

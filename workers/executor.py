@@ -14,7 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
+import pandas as pd
+
 from farm.matrix.spec import ArmRole, JobSpec, Prompt
+from farm.stats import StopDecision, adaptive_stop, pair_log_ratios
 from workers.checks import Preflight, preflight
 from workers.runtime.client import Generation, ServerClient, SpecCounters
 from workers.runtime.server import LlamaServer
@@ -56,12 +59,25 @@ class RunResult:
     telemetry: RunTelemetry
     slot_speculative: bool | None
     weights_spilled: bool
+    tokens: list[int] | None
+    gpu_name: str | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job ended: what was checked, how many block pairs ran, why it stopped."""
+
+    checked: Preflight
+    pairs: int
+    stop_reason: str
 
 
 class RunSink(Protocol):
     """Where a job's runs go; implementations guard writes (e.g. by lease) as they need."""
 
-    def done(self) -> set[RunKey]: ...
+    def done(self) -> dict[RunKey, float]:
+        """Runs already stored, with their decode tok/s (for the adaptive rule)."""
+        ...
 
     def start(self, checked: Preflight) -> None: ...
 
@@ -73,16 +89,33 @@ class RunSink(Protocol):
 ProgressFn = Callable[[RunResult], None]
 
 
+def pair_slots(pair: int) -> list[Slot]:
+    """The two blocks of a pair, counterbalanced: AB, BA, AB, ... so that a linear drift
+    favours neither arm."""
+    order: tuple[ArmRole, ArmRole] = (("baseline", "variant") if pair % 2 == 0
+                                      else ("variant", "baseline"))
+    return [Slot(block=2 * pair + position, pair=pair, position=position, role=role)
+            for position, role in enumerate(order)]
+
+
 def schedule(pairs: int) -> list[Slot]:
-    """Counterbalanced blocks: AB, BA, AB, ... so a linear drift favours neither arm."""
-    slots = []
-    for pair in range(pairs):
-        order: tuple[ArmRole, ArmRole] = (("baseline", "variant") if pair % 2 == 0
-                                          else ("variant", "baseline"))
-        for position, role in enumerate(order):
-            slots.append(Slot(block=2 * pair + position, pair=pair, position=position,
-                              role=role))
-    return slots
+    """The blocks of the first ``pairs`` pairs, in the order they run."""
+    return [slot for pair in range(pairs) for slot in pair_slots(pair)]
+
+
+def stop_rule(spec: JobSpec, measured: dict[RunKey, float], pairs_done: int) -> StopDecision:
+    """After each pair: stop at the maximum, else when the speedup's interval is narrow."""
+    if pairs_done >= spec.max_pairs:
+        return StopDecision(True, f"max pairs ({spec.max_pairs}) reached")
+    if pairs_done < spec.pairs:
+        return StopDecision(False, f"need {spec.pairs} pairs")
+    frame = pd.DataFrame(
+        [{"arm": key.arm, "block": key.block, "pair": key.block // 2, "prompt_id": key.prompt_id,
+          "repetition": key.repetition, "decode_tok_s": tok_s}
+         for key, tok_s in measured.items() if key.block // 2 < pairs_done])
+    # An interval needs two pairs at least, whatever the matrix's minimum.
+    return adaptive_stop(pair_log_ratios(frame), min_pairs=max(2, spec.pairs),
+                         max_pairs=spec.max_pairs, target=spec.target_ci)
 
 
 @dataclass(frozen=True)
@@ -96,26 +129,37 @@ class Block:
 
 
 def execute_job(spec: JobSpec, sink: RunSink, *, logs_dir: Path,
-                on_run: ProgressFn | None = None, gpus: Sequence[GpuInfo] = ()) -> Preflight:
-    """Run every missing run of ``spec``; raises a ``FarmError`` on failure.
+                on_run: ProgressFn | None = None, gpus: Sequence[GpuInfo] = ()) -> Outcome:
+    """Run the job's block pairs until the adaptive rule stops; raises ``FarmError``.
 
-    The job is checked (and old spellings translated) first; ``gpus`` are the devices the
-    servers run on, sampled through NVML while they do (none on a CPU node).
+    The job is checked (and old spellings translated) first; runs already stored are kept
+    (a resumed job only runs what is missing); ``gpus`` are the devices the servers run on,
+    sampled through NVML while they do (none on a CPU node).
     """
     checked = preflight(spec)
     sink.start(checked)
-    spec, done = checked.spec, sink.done()
-    for slot in schedule(spec.pairs):
-        todo = [(prompt, rep) for prompt in spec.prompts for rep in range(spec.repetitions)
-                if RunKey(slot.role, slot.block, prompt.id, rep) not in done]
-        if todo:
-            log_path = logs_dir / spec.job_key[:16] / f"block{slot.block}-{slot.role}.log"
-            _run_block(Block(spec, slot, todo, log_path), sink, checked, list(gpus), on_run)
-    return checked
+    spec, measured = checked.spec, sink.done()
+
+    def record(result: RunResult) -> None:
+        measured[result.key] = result.generation.decode_tok_s
+        if on_run:
+            on_run(result)
+
+    for pair in range(spec.max_pairs):
+        for slot in pair_slots(pair):
+            todo = [(prompt, rep) for prompt in spec.prompts for rep in range(spec.repetitions)
+                    if RunKey(slot.role, slot.block, prompt.id, rep) not in measured]
+            if todo:
+                log_path = logs_dir / spec.job_key[:16] / f"block{slot.block}-{slot.role}.log"
+                _run_block(Block(spec, slot, todo, log_path), sink, checked, list(gpus), record)
+        decision = stop_rule(spec, measured, pair + 1)
+        if decision.stop:
+            return Outcome(checked, pair + 1, decision.reason)
+    return Outcome(checked, spec.max_pairs, f"max pairs ({spec.max_pairs}) reached")
 
 
 def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuInfo],
-               on_run: ProgressFn | None) -> None:
+               on_run: ProgressFn) -> None:
     spec, arm = block.spec, block.spec.arm(block.slot.role)
     server = LlamaServer(arm.build.local_path, spec.model.local_path, arm.argv, block.log_path,
                          env=cuda_env(gpus) if gpus else None)
@@ -137,10 +181,10 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
                 generation=generation, counters=counters, argv=argv,
                 server_log=str(block.log_path), started_at=started,
                 telemetry=sampler.summarize(began, sampler.mark()),
-                slot_speculative=speculative, weights_spilled=spilled)
+                slot_speculative=speculative, weights_spilled=spilled,
+                tokens=client.tokenize(generation.text), gpu_name=gpus[0].name if gpus else None)
             sink.record(result, checked)
-            if on_run:
-                on_run(result)
+            on_run(result)
         if gpus:
             sink.record_samples(block.slot, sampler.samples)
 

@@ -23,7 +23,7 @@ from farm.settings import Settings
 from farm.store import leases
 from farm.store.db import make_engine
 from farm.store.models import Job
-from farm.store.repo import DbRunSink, run_row, sample_rows, speculation_verdict
+from farm.store.repo import DbRunSink, run_row, sample_rows, summarize
 from workers.checks import Preflight
 from workers.config import WorkerConfig
 from workers.executor import RunResult, Slot, execute_job
@@ -132,7 +132,7 @@ def execute_job_task(self: object, job_id: int) -> str:
     try:
         with LeaseKeeper(engine, lease, seconds) as keeper:
             sink = LeasedRunSink(engine, lease, keeper, node.config.worker_name)
-            checked = execute_job(resolve(spec, node.config), sink,
+            outcome = execute_job(resolve(spec, node.config), sink,
                                   logs_dir=node.settings.logs_dir, gpus=node.gpus)
     except leases.LeaseLost as exc:
         return f"job {job_id}: {exc}"
@@ -142,7 +142,7 @@ def execute_job_task(self: object, job_id: int) -> str:
         return f"job {job_id}: failed: time limit"
     except FarmError as exc:
         return _retry_or_fail(engine, lease, max_attempts, exc)
-    speculation_verdict(engine, job_id, checked.spec.variant)
+    summarize(engine, job_id, outcome)
     leases.finish(engine, lease, "done")
     return f"job {job_id}: done (attempt {lease.attempt})"
 

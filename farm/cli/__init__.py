@@ -113,10 +113,10 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool) -> None:
         return
     settings = load_settings()
     require_fleet(settings)
-    load_matrix(matrix, resolve=False)  # bad input fails before any service is touched
+    loaded = load_matrix(matrix, resolve=False)  # bad input fails before services are touched
     app, engine = make_app(settings), make_engine(settings.database_url)
     try:
-        result = do_submit(matrix, settings, app, engine, retry_failed=retry_failed)
+        result = do_submit(matrix, loaded, settings, app, engine, retry_failed=retry_failed)
     finally:
         engine.dispose()
     posted = ", ".join(f"{n} to {queue}" for queue, n in sorted(result.posted.items()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -14,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from farm.errors import ConfigError, RuntimeFarmError
 from farm.fleet.app import TASK_NAME, queue_name
-from farm.matrix.load import load_matrix
+from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings
 from farm.store import repo
@@ -31,29 +32,39 @@ def require_fleet(settings: Settings) -> None:
 
 def post_jobs(engine: Engine, job_ids: list[int], *, app: Celery | None = None,
               countdown: float | None = None) -> None:
-    """Send jobs to their class's queues over one broker connection, named for Flower."""
+    """Send jobs to their class's queues over one broker connection, named for Flower.
+
+    Task ids are written first: a job whose message is lost in a failed send keeps no
+    ``posted_at``, so the next submit posts it again.
+    """
     if not job_ids:
         return
     app = app or current_app
     query = (select(Job.id, Job.gpu_class, Job.model_name, Job.variant_name, Campaign.name)
              .join(Campaign).where(Job.id.in_(job_ids)))
-    with Session(engine) as session, session.begin():
+    with Session(engine) as session:
         rows = session.execute(query).all()
-        task_ids = {}
-        try:
-            with app.producer_or_acquire() as producer:
-                for job_id, gpu_class, model, variant, campaign in rows:
-                    result = app.send_task(
-                        TASK_NAME, args=[job_id], queue=queue_name(gpu_class),
-                        argsrepr=f"{campaign} {model} {variant} [{gpu_class}]",
-                        countdown=countdown, producer=producer)
-                    task_ids[job_id] = result.id
-        except OperationalError as exc:
-            raise RuntimeFarmError(f"cannot reach the broker {_broker(app)}: {exc}") from exc
+    messages = [(job_id, str(uuid.uuid4()), gpu_class, f"{campaign} {model} {variant} "
+                 f"[{gpu_class}]") for job_id, gpu_class, model, variant, campaign in rows]
+    _send(app, messages, countdown)
+    with Session(engine) as session, session.begin():
         session.execute(update(Job), [{"id": job_id, "task_id": task_id}
-                                      for job_id, task_id in task_ids.items()])
-        session.execute(update(Job).where(Job.id.in_(list(task_ids)))
-                        .values(posted_at=func.now()))
+                                      for job_id, task_id, _, _ in messages])
+        session.execute(update(Job).where(Job.id.in_(job_ids)).values(posted_at=func.now()))
+
+
+def _send(app: Celery, messages: list[tuple[int, str, str, str]],
+          countdown: float | None) -> None:
+    try:
+        # One Redis pipeline per 1,000 commands instead of two round trips per job (the
+        # task and its task-sent event): a 10,000-job campaign posts in seconds.
+        with app.producer_or_acquire() as producer, producer.batch(max_size=1000):
+            for job_id, task_id, gpu_class, label in messages:
+                app.send_task(TASK_NAME, args=[job_id], task_id=task_id,
+                              queue=queue_name(gpu_class), argsrepr=label,
+                              countdown=countdown, producer=producer)
+    except OperationalError as exc:
+        raise RuntimeFarmError(f"cannot reach the broker {_broker(app)}: {exc}") from exc
 
 
 def _broker(app: Celery) -> str:
@@ -103,10 +114,10 @@ def _to_post(job: Job, retry_failed: bool) -> bool:
     return job.state in ("lost", "cancelled") or (job.state == "queued" and job.posted_at is None)
 
 
-def submit(path: Path, settings: Settings, app: Celery, engine: Engine, *,
-           retry_failed: bool) -> SubmitResult:
-    """Validate, store the campaign's jobs, and post those not done to their queues."""
-    matrix, specs = load_matrix(path, resolve=False)
+def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings, app: Celery,
+           engine: Engine, *, retry_failed: bool) -> SubmitResult:
+    """Store the campaign's jobs and post those not done to their queues."""
+    matrix, specs = loaded
     require_current_schema(engine)
     require_broker(app)
     workers = live_workers(engine, timedelta(seconds=settings.lease_seconds))

@@ -259,7 +259,8 @@ def expand(matrix: Matrix, path: Path, *, resolve: bool = True) -> list[JobSpec]
                                 flags=_arm_flags(flags)),
                     varying=varying, prompt_mode=matrix.prompt_mode, prompts=prompts,
                     n_predict=matrix.n_predict, sampling=matrix.sampling.request_fields(),
-                    repetitions=matrix.repetitions, pairs=matrix.pairs)
+                    repetitions=matrix.repetitions, pairs=matrix.pairs,
+                    max_pairs=matrix.max_pairs, target_ci=matrix.target_ci)
                 if job.job_key in jobs:
                     raise ConfigError(f"{path}: {where} ({name}): same job as variant "
                                       f"{jobs[job.job_key].variant.name!r}; remove one")

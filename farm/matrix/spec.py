@@ -76,7 +76,9 @@ class JobSpec(Frozen):
     n_predict: int
     sampling: dict[str, Any]
     repetitions: int
-    pairs: int
+    pairs: int  # at least this many block pairs
+    max_pairs: int
+    target_ci: float
 
     def arm(self, role: ArmRole) -> Arm:
         return self.baseline if role == "baseline" else self.variant
@@ -101,7 +103,8 @@ class JobSpec(Frozen):
             "prompts": [prompt.text for prompt in self.prompts],
             "n_predict": self.n_predict,
             "sampling": self.sampling,
-            "design": {"repetitions": self.repetitions, "pairs": self.pairs},
+            "design": {"repetitions": self.repetitions, "pairs": self.pairs,
+                       "max_pairs": self.max_pairs, "target_ci": self.target_ci},
         }
         canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()

@@ -84,6 +84,12 @@ class Job(Base):
     # Did the variant really speculate? "ok", "none" (asked for it, drafted nothing: never
     # shown as a speedup) or "not-requested".
     speculation: Mapped[str | None] = mapped_column(String(16))
+    # Written when the job finishes: pairs run, why the design stopped adding pairs, and
+    # the statistics of farm.stats (speedup with its interval over block pairs, output
+    # agreement, drift) so reports need not recompute them from every run.
+    pairs: Mapped[int | None] = mapped_column(Integer)
+    stop_reason: Mapped[str | None] = mapped_column(Text)
+    summary: Mapped[dict[str, Any] | None] = mapped_column()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
@@ -138,6 +144,8 @@ class Run(Base):
     argv: Mapped[list[Any]] = mapped_column()
     server_log: Mapped[str | None] = mapped_column(Text)
     slot_speculative: Mapped[bool | None] = mapped_column()  # /slots of the arm's server
+    tokens: Mapped[list[Any] | None] = mapped_column()  # the text's token ids (/tokenize)
+    gpu_name: Mapped[str | None] = mapped_column(String(200))
     # Telemetry over the run's window: the server process here, NVML where there is a GPU.
     rss_mb: Mapped[float | None] = mapped_column(Float)
     cpu_seconds: Mapped[float | None] = mapped_column(Float)

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, select, update
+import pandas as pd
+from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, load_only
 
-from farm.matrix.spec import Arm, JobSpec
+from farm import stats
+from farm.matrix.spec import JobSpec
 from farm.store.models import Campaign, GpuSample, Job, Model, Run
 from workers.checks import Preflight, asks_for_speculation
-from workers.executor import RunKey, RunResult, Slot, host_name
+from workers.executor import Outcome, RunKey, RunResult, Slot, host_name
 from workers.telemetry import Sample
 
 
@@ -29,22 +32,25 @@ def ensure_campaign(session: Session, name: str, matrix_path: str) -> Campaign:
 
 def ensure_jobs(session: Session, campaign: Campaign, specs: Sequence[JobSpec],
                 max_attempts: int = 3) -> list[Job]:
-    """The campaign's job rows for ``specs``, inserting only those not stored yet."""
-    existing = {job.job_key: job for job in session.scalars(
-        select(Job).where(Job.campaign_id == campaign.id))}
-    rows = []
-    for spec in specs:
-        job = existing.get(spec.job_key)
-        if job is None:
-            job = Job(campaign_id=campaign.id, job_key=spec.job_key, model_name=spec.model.name,
-                      build_name=spec.build.name, variant_name=spec.variant.name,
-                      varying=spec.varying, spec=spec.model_dump(mode="json"),
-                      gpu_class=spec.gpu_class, state="queued", attempt=0,
-                      max_attempts=max_attempts)
-            session.add(job)
-        rows.append(job)
-    session.flush()
-    return rows
+    """The campaign's job rows for ``specs``, inserting only those not stored yet.
+
+    New rows go in with one multi-row INSERT: a 10,000-job matrix must not cost 10,000
+    ORM flushes.
+    """
+    rows = (select(Job).where(Job.campaign_id == campaign.id)
+            .options(load_only(Job.id, Job.job_key, Job.state, Job.attempt, Job.error,
+                               Job.posted_at, Job.gpu_class)))
+    existing = {job.job_key: job for job in session.scalars(rows)}
+    new = [spec for spec in specs if spec.job_key not in existing]
+    if new:
+        session.execute(insert(Job), [
+            {"campaign_id": campaign.id, "job_key": spec.job_key, "model_name": spec.model.name,
+             "build_name": spec.build.name, "variant_name": spec.variant.name,
+             "varying": spec.varying, "spec": spec.model_dump(mode="json"),
+             "gpu_class": spec.gpu_class, "state": "queued", "attempt": 0,
+             "max_attempts": max_attempts} for spec in new])
+        existing = {job.job_key: job for job in session.scalars(rows)}
+    return [existing[spec.job_key] for spec in specs]
 
 
 def register(engine: Engine, campaign_name: str, matrix_path: str,
@@ -75,19 +81,40 @@ def mark_finished(engine: Engine, job_id: int, state: str, error: str | None = N
             finished_at=datetime.now(UTC) if state in ("done", "failed") else None))
 
 
-def speculation_verdict(engine: Engine, job_id: int, variant: Arm) -> str:
-    """Did the variant really speculate? Stored on the job; reports never show a speedup
-    for a variant that asked for speculation and drafted nothing."""
-    if not asks_for_speculation(variant):
-        verdict = "not-requested"
-    else:
-        with Session(engine) as session:
-            drafted = session.scalar(select(func.coalesce(func.sum(Run.spec_drafted), 0))
-                                     .where(Run.job_id == job_id, Run.arm == "variant"))
-        verdict = "ok" if drafted else "none"
+def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:
+    """One job's runs as the tidy frame ``farm.stats`` works on."""
+    columns = [Run.arm, Run.block, Run.pair, Run.position, Run.prompt_id, Run.prompt_category,
+               Run.repetition, Run.decode_tok_s, Run.generated_tokens, Run.ttft_ms, Run.e2e_ms,
+               Run.tpot_ms, Run.spec_drafts, Run.spec_drafted, Run.spec_accepted,
+               Run.spec_accepted_per_pos, Run.text, Run.tokens]
+    with engine.connect() as connection:
+        rows = connection.execute(select(*columns).where(Run.job_id == job_id)).mappings()
+        frame = pd.DataFrame(rows.all(), columns=[column.key for column in columns])
+    return frame.assign(job_key=str(job_id))
+
+
+def summarize(engine: Engine, job_id: int, outcome: Outcome) -> None:
+    """Write what the job found: design, statistics, and whether speculation happened.
+
+    A variant that asked for speculation and drafted nothing is marked ``none``; reports
+    never show its speedup.
+    """
+    runs = job_runs(engine, job_id)
+    summary = stats.summarize_job(runs)
+    drafted = int(runs.loc[runs["arm"] == "variant", "spec_drafted"].sum())
+    variant = outcome.checked.spec.variant
+    verdict = ("not-requested" if not asks_for_speculation(variant)
+               else "ok" if drafted else "none")
     with Session(engine) as session, session.begin():
-        session.execute(update(Job).where(Job.id == job_id).values(speculation=verdict))
-    return verdict
+        session.execute(update(Job).where(Job.id == job_id).values(
+            speculation=verdict, pairs=outcome.pairs, stop_reason=outcome.stop_reason,
+            summary=_json_safe(summary)))
+
+
+def _json_safe(summary: dict[str, object]) -> dict[str, object]:
+    # JSON has no NaN: a missing statistic is null.
+    return {key: None if isinstance(value, float) and math.isnan(value) else value
+            for key, value in summary.items()}
 
 
 def _insert_ignore(session: Session, values: dict[str, Any]) -> None:
@@ -104,12 +131,12 @@ class DbRunSink:
         self.engine, self.job_id = engine, job_id
         self.host = host_name()
 
-    def done(self) -> set[RunKey]:
+    def done(self) -> dict[RunKey, float]:
         with Session(self.engine) as session:
-            rows = session.execute(select(Run.arm, Run.block, Run.prompt_id, Run.repetition)
-                                   .where(Run.job_id == self.job_id))
-            return {RunKey(arm, block, prompt, rep)  # type: ignore[arg-type]
-                    for arm, block, prompt, rep in rows}
+            rows = session.execute(select(Run.arm, Run.block, Run.prompt_id, Run.repetition,
+                                          Run.decode_tok_s).where(Run.job_id == self.job_id))
+            return {RunKey(arm, block, prompt, rep): tok_s  # type: ignore[arg-type]
+                    for arm, block, prompt, rep, tok_s in rows}
 
     def start(self, checked: Preflight) -> None:
         with Session(self.engine) as session, session.begin():
@@ -163,4 +190,5 @@ def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
         mean_power_w=tele.mean_power_w, max_vram_used_mb=tele.max_vram_used_mb,
         mean_sm_clock_mhz=tele.mean_sm_clock_mhz, max_temperature_c=tele.max_temperature_c,
         throttled=tele.throttled if tele.max_vram_used_mb is not None else None,
-        throttle_reasons=tele.throttle_reasons or None)
+        throttle_reasons=tele.throttle_reasons or None, tokens=result.tokens,
+        gpu_name=result.gpu_name)

@@ -65,6 +65,7 @@ class Fleet:
             "campaign": campaign, "gpu-classes": classes,
             "models": [{"name": "smollm2", "file": "smollm2.gguf"}],
             "prompts": [COPY_PROMPT], "n-predict": 24, "repetitions": repetitions,
+            "pairs": 1, "max-pairs": 1,
             "flags": {"ctx-size": 1024, "threads": 1},
             "variants": [{"name": t, "flags": {"spec-type": t}} for t in spec_types]}))
         return path

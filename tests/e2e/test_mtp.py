@@ -26,6 +26,7 @@ TUTORIAL_MTP = "--spec-type mtp --draft-max 3"
 def _tutorial(models: list[dict[str, str]]) -> dict[str, Any]:
     return {"campaign": "tutorial", "models": models, "prompt-mode": "completion",
             "prompts": ["hello speculative world"], "n-predict": 64, "repetitions": 2,
+            "pairs": 1, "max-pairs": 1,
             "args": TUTORIAL_BASE, "variants": [{"name": "mtp", "args": TUTORIAL_MTP}]}
 
 

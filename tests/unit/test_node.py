@@ -32,7 +32,7 @@ def _spec(variant_flags: tuple[tuple[str, str | bool], ...], model: str = "targe
         variant=Arm(role="variant", name="v", build=BuildRef(name=build), flags=variant_flags),
         varying={},
         prompt_mode="chat", prompts=(Prompt(id="p", text="t", category="c"),), n_predict=8,
-        sampling={}, repetitions=1, pairs=1)
+        sampling={}, repetitions=1, pairs=1, max_pairs=1, target_ci=0.03)
 
 
 def test_names_resolve_inside_the_models_dir(config: WorkerConfig) -> None:

@@ -104,6 +104,10 @@ def _chunk_text(event: dict[str, Any]) -> str:
     return str(delta.get("content") or choices[0].get("text") or "")
 
 
+class _StaleConnection(Exception):
+    """The request met a connection the server had closed: it never reached the server."""
+
+
 class ServerClient:
     """A client for one server; timeouts are explicit because generations can be long."""
 
@@ -120,11 +124,19 @@ class ServerClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _get(self, path: str) -> httpx.Response:
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        # llama-server may close a kept-alive connection between requests; a request that
+        # met a closed connection never reached it, so trying once more is safe.
         try:
-            return self._http.get(path)
+            try:
+                return self._http.request(method, path, **kwargs)
+            except httpx.RemoteProtocolError:
+                return self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            raise BenchmarkError(f"GET {path} failed: {exc!r}") from exc
+            raise BenchmarkError(f"{method} {path} failed: {exc!r}") from exc
+
+    def _get(self, path: str) -> httpx.Response:
+        return self._request("GET", path)
 
     def slot_speculative(self) -> bool | None:
         """Whether the server's slot is set up to speculate (/slots), None if not told."""
@@ -133,6 +145,13 @@ class ServerClient:
             return None
         slots = response.json()
         return bool(slots[0].get("speculative")) if slots else None
+
+    def tokenize(self, text: str) -> list[int] | None:
+        """The token ids of ``text`` (to find where two outputs first differ)."""
+        response = self._request("POST", "/tokenize", json={"content": text})
+        if response.status_code != 200:
+            return None
+        return [int(token) for token in response.json().get("tokens", [])]
 
     def spec_counters(self) -> SpecCounters:
         response = self._get("/metrics")
@@ -152,7 +171,10 @@ class ServerClient:
         else:
             path = "/completion"
             body["prompt"] = prompt
-        return self._stream(path, body)
+        try:
+            return self._stream(path, body)
+        except _StaleConnection:
+            return self._stream(path, body)
 
     def _stream(self, path: str, body: dict[str, Any]) -> Generation:
         pieces: list[str] = []
@@ -177,6 +199,10 @@ class ServerClient:
                         last = now
                         pieces.append(piece)
                     timings = event.get("timings") or timings
+        except httpx.RemoteProtocolError as exc:
+            if first is None and timings is None:
+                raise _StaleConnection from exc
+            raise BenchmarkError(f"POST {path} failed: {exc!r}") from exc
         except httpx.TransportError as exc:
             raise BenchmarkError(f"POST {path} failed: {exc!r}") from exc
         ended = time.perf_counter()

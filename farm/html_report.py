@@ -1,0 +1,265 @@
+"""One self-contained HTML page for a campaign: tables, embedded PNG plots, a reading guide.
+
+No external resources: CSS is inline and the plots are ``data:image/png;base64`` URIs, so
+the file can be mailed or opened offline. All text taken from the frames is escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from html import escape
+from typing import Any
+
+import pandas as pd
+
+from farm import plots
+
+TIMES = "\u00d7"  # multiplication sign, as in "1.42\u00d7"
+DASH = "\u2013"  # en dash: value missing
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
+       max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.45; }
+h1 { margin-bottom: 0.1em; }
+.generated { color: #666; margin-top: 0; }
+h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 1.8em; }
+table { border-collapse: collapse; width: 100%; font-size: 0.9em; margin: 0.8em 0; }
+th, td { border: 1px solid #ddd; padding: 0.3em 0.55em; text-align: left; vertical-align: top; }
+th { background: #f3f4f6; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tbody tr:nth-child(even) { background: #fafafa; }
+code { font-size: 0.95em; }
+.badge { display: inline-block; border-radius: 0.7em; padding: 0 0.55em; font-size: 0.8em;
+         font-weight: 600; margin-left: 0.3em; }
+.badge.suspect { background: #fde2e1; color: #a4161a; }
+.badge.drift { background: #ffedd5; color: #9a3412; }
+.notes { background: #fffbea; border-left: 4px solid #f0c000; padding: 0.5em 1em; }
+figure { margin: 1em 0; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9em; }
+dt { font-weight: 600; margin-top: 0.5em; }
+"""
+
+_PLOT_CAPTIONS = {
+    "speedup_intervals": "Speedup per configuration with its interval; dotted line = no "
+                         "change. Colour/marker flags agreement-suspect and drifting jobs.",
+    "speedup_vs_draft_length": "Speedup against draft length, one line per model and "
+                               "speculation type.",
+    "acceptance_vs_speedup": "Draft acceptance rate against speedup.",
+    "tok_s_over_blocks": "Median decode tok/s per block for each job arm; a trend over "
+                         "blocks means the machine drifted (thermal, clocks, contention).",
+}
+
+_GUIDE = (
+    ("Speedup", "Geometric mean over prompts of variant / baseline decode tok/s. 1.00x means "
+                "no change; above 1 the variant is faster."),
+    ("Interval", "Paired t interval over counterbalanced baseline/variant block pairs (on the "
+                 "log scale). Wide intervals or few pairs mean the estimate is uncertain."),
+    ("Acceptance", "Accepted / drafted tokens, from the server's speculative-decoding "
+                   "counters. Empty when the variant drafts nothing."),
+    ("Agreement", "Share of the variant's outputs identical to the baseline's for the same "
+                  "prompt. Speculative decoding should not change greedy output; a low "
+                  "share is marked suspect."),
+    ("Drift", "Decode speed trended across blocks, so the machine was not steady during "
+              "the job (thermal, clocks, contention); read its speedup with care."),
+)
+
+
+# --------------------------------------------------------------------------- formatting
+
+def _missing(value: Any) -> bool:
+    if value is None or value is pd.NA:
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _float(value: Any) -> float:
+    if _missing(value):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _text(value: Any) -> str:
+    return "" if _missing(value) else str(value)
+
+
+def _flag(value: Any) -> bool:
+    return False if _missing(value) else bool(value)
+
+
+def fmt_interval(estimate: Any, low: Any, high: Any) -> str:
+    """``1.42\u00d7 [1.35, 1.50]``; the bracket is left out when the interval is unknown."""
+    value = _float(estimate)
+    if math.isnan(value):
+        return DASH
+    lo, hi = _float(low), _float(high)
+    bracket = "" if math.isnan(lo) or math.isnan(hi) else f" [{lo:.2f}, {hi:.2f}]"
+    return f"{value:.2f}{TIMES}{bracket}"
+
+
+def _fmt_number(value: Any, digits: int = 1) -> str:
+    number = _float(value)
+    return DASH if math.isnan(number) else f"{number:.{digits}f}"
+
+
+def _fmt_percent(value: Any) -> str:
+    number = _float(value)
+    return DASH if math.isnan(number) else f"{100.0 * number:.1f}%"
+
+
+def _fmt_count(value: Any) -> str:
+    number = _float(value)
+    return DASH if math.isnan(number) else str(int(number))
+
+
+def _badge(kind: str, text: str) -> str:
+    return f'<span class="badge {kind}">{escape(text)}</span>'
+
+
+# --------------------------------------------------------------------------- tables
+
+_Cell = Callable[[Mapping[Any, Any]], str]  # returns HTML (already escaped)
+
+
+def _plain(column: str) -> _Cell:
+    return lambda row: escape(_text(row.get(column)))
+
+
+def _number(column: str, fmt: Callable[[Any], str]) -> _Cell:
+    return lambda row: escape(fmt(row.get(column)))
+
+
+def _agreement_cell(row: Mapping[Any, Any]) -> str:
+    cell = escape(_fmt_percent(row.get("agreement")))
+    return cell + (_badge("suspect", "suspect") if _flag(row.get("agreement_suspect")) else "")
+
+
+def _drift_cell(row: Mapping[Any, Any]) -> str:
+    return _badge("drift", "drift") if _flag(row.get("drift_flag")) else ""
+
+
+def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
+    """(header, cell renderer, numeric) for the per-job table."""
+    columns: list[tuple[str, _Cell, bool]] = [
+        ("job", lambda row: escape(_text(row.get("job_key"))[:10]), False),
+        ("model", _plain("model"), False),
+        ("variant", _plain("variant"), False),
+        ("varying flags", lambda row: f"<code>{escape(_text(row.get('varying_flags')))}</code>",
+         False),
+        ("speedup", lambda row: escape(fmt_interval(row.get("speedup"), row.get("ci_low"),
+                                                    row.get("ci_high"))), True),
+        ("pairs", _number("pairs", _fmt_count), True),
+        ("stop reason", _plain("stop_reason"), False),
+        ("acceptance", _number("acceptance_rate", _fmt_percent), True),
+    ]
+    if "mean_accepted_length" in jobs.columns:
+        columns.append(("mean accepted length",
+                        _number("mean_accepted_length", lambda v: _fmt_number(v, 2)), True))
+    columns += [
+        ("agreement", _agreement_cell, True),
+        ("drift", _drift_cell, False),
+        ("baseline tok/s", _number("baseline_tok_s", _fmt_number), True),
+        ("variant tok/s", _number("variant_tok_s", _fmt_number), True),
+    ]
+    return columns
+
+
+def _table(frame: pd.DataFrame, columns: list[tuple[str, _Cell, bool]], empty: str) -> str:
+    if frame.empty:
+        return f"<p><em>{escape(empty)}</em></p>"
+    head = "".join(f"<th>{escape(header)}</th>" for header, _, _ in columns)
+    body = []
+    for row in frame.to_dict(orient="records"):
+        cells = "".join(f'<td class="num">{cell(row)}</td>' if numeric else f"<td>{cell(row)}</td>"
+                        for _, cell, numeric in columns)
+        body.append(f"<tr>{cells}</tr>")
+    return (f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(body)
+            + "\n</tbody>\n</table>")
+
+
+def jobs_table(jobs: pd.DataFrame) -> str:
+    """The per-job table as HTML."""
+    return _table(jobs, _job_columns(jobs), "No jobs.")
+
+
+def categories_table(categories: pd.DataFrame) -> str:
+    """The per-category table (job_key, model, variant, category, estimate, low, high, pairs)."""
+    columns: list[tuple[str, _Cell, bool]] = [
+        ("job", lambda row: escape(_text(row.get("job_key"))[:10]), False),
+        ("model", _plain("model"), False),
+        ("variant", _plain("variant"), False),
+        ("category", _plain("category"), False),
+        ("speedup", lambda row: escape(fmt_interval(row.get("estimate"), row.get("low"),
+                                                    row.get("high"))), True),
+        ("pairs", _number("pairs", _fmt_count), True),
+    ]
+    return _table(categories, columns, "No per-category estimates.")
+
+
+# --------------------------------------------------------------------------- page
+
+def _figures(jobs: pd.DataFrame, runs: pd.DataFrame) -> str:
+    parts = []
+    for name, png in plots.render_all(jobs, runs).items():
+        data = base64.b64encode(png).decode("ascii")
+        caption = escape(_PLOT_CAPTIONS.get(name, name))
+        parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{escape(name)}" '
+                     f'width="{plots.WIDTH_PX}">\n<figcaption>{caption}</figcaption></figure>')
+    return "\n".join(parts)
+
+
+def _guide() -> str:
+    items = "".join(f"<dt>{escape(term)}</dt><dd>{escape(text)}</dd>" for term, text in _GUIDE)
+    return f"<dl>{items}</dl>"
+
+
+def _notes(notes: list[str] | None) -> str:
+    if not notes:
+        return ""
+    items = "".join(f"<li>{escape(note)}</li>" for note in notes)
+    return f'<section class="notes"><ul>{items}</ul></section>'
+
+
+def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: pd.DataFrame,
+                notes: list[str] | None = None, generated_at: datetime | None = None) -> str:
+    """Render the whole report as one self-contained HTML document."""
+    when = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)}</title>
+<style>{_CSS}</style>
+</head>
+<body>
+<header>
+<h1>{escape(title)}</h1>
+<p class="generated">Generated {escape(when)}</p>
+</header>
+{_notes(notes)}
+<section>
+<h2>Jobs</h2>
+{jobs_table(jobs)}
+</section>
+<section>
+<h2>Per prompt category</h2>
+{categories_table(categories)}
+</section>
+<section>
+<h2>Plots</h2>
+{_figures(jobs, runs)}
+</section>
+<section>
+<h2>How to read this</h2>
+{_guide()}
+</section>
+</body>
+</html>
+"""

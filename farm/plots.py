@@ -1,0 +1,310 @@
+"""Report plots as PNG bytes (matplotlib, Agg canvas; never touches a display).
+
+Every function takes pandas frames and returns PNG bytes; pass ``path`` to also write
+the file. Figures are 900x500 px (``speedup_intervals`` grows taller with many rows so
+labels stay legible); an empty or unusable frame gives a PNG that says "no data".
+
+Jobs frame columns: job_key, model, variant, varying_flags, spec_type, draft_n_max,
+speedup, ci_low, ci_high, pairs, acceptance_rate, agreement, agreement_suspect,
+drift_flag, stop_reason. Runs frame columns: job_key, arm, block, decode_tok_s.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+
+WIDTH_PX, HEIGHT_PX, DPI = 900, 500, 100
+MAX_FACETS = 12
+
+PLOT_NAMES = ("speedup_intervals", "speedup_vs_draft_length", "acceptance_vs_speedup",
+              "tok_s_over_blocks")
+
+# (colour, marker, legend label) per flag state of a job.
+_FLAG_STYLE: dict[tuple[bool, bool], tuple[str, str, str]] = {
+    (False, False): ("tab:blue", "o", "ok"),
+    (True, False): ("tab:red", "D", "agreement suspect"),
+    (False, True): ("tab:orange", "s", "drift"),
+    (True, True): ("tab:purple", "X", "suspect + drift"),
+}
+_ARM_STYLE = {"baseline": ("tab:blue", "-"), "variant": ("tab:orange", "--")}
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _figure(height_px: int = HEIGHT_PX) -> Figure:
+    fig = Figure(figsize=(WIDTH_PX / DPI, height_px / DPI), dpi=DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _png(fig: Figure, path: Path | str | None) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    data = buffer.getvalue()
+    if path is not None:
+        Path(path).write_bytes(data)
+    return data
+
+
+def _no_data(title: str, path: Path | str | None, reason: str = "no data") -> bytes:
+    fig = _figure()
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    ax.set_title(title)
+    ax.text(0.5, 0.5, reason, ha="center", va="center", fontsize=18, color="grey",
+            transform=ax.transAxes)
+    return _png(fig, path)
+
+
+def _text(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value)
+
+
+def _flag(value: Any) -> bool:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return False
+    return bool(value)
+
+
+def _has(frame: pd.DataFrame, *columns: str) -> bool:
+    return not frame.empty and all(column in frame.columns for column in columns)
+
+
+def job_label(row: Mapping[Any, Any]) -> str:
+    """``model · variant · varying_flags`` (empty parts left out)."""
+    parts = (_text(row.get(key)) for key in ("model", "variant", "varying_flags"))
+    return " · ".join(part for part in parts if part)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _error_bars(frame: pd.DataFrame) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """2xN array of (lower, upper) error lengths; NaN CI -> zero-length bars."""
+    speedup = frame["speedup"].astype(float).to_numpy()
+    low = frame["ci_low"].astype(float).to_numpy() if "ci_low" in frame else speedup
+    high = frame["ci_high"].astype(float).to_numpy() if "ci_high" in frame else speedup
+    lower = np.where(np.isnan(low), 0.0, np.clip(speedup - low, 0.0, None))
+    upper = np.where(np.isnan(high), 0.0, np.clip(high - speedup, 0.0, None))
+    return np.vstack([lower, upper])
+
+
+# --------------------------------------------------------------------------- plots
+
+def speedup_intervals(jobs: pd.DataFrame, path: Path | str | None = None) -> bytes:
+    """One row per configuration: speedup point with its interval, line at 1.0."""
+    title = "Speedup per configuration (variant / baseline decode tok/s)"
+    if not _has(jobs, "speedup"):
+        return _no_data(title, path)
+    frame = jobs[jobs["speedup"].astype(float).notna()].copy()
+    if frame.empty:
+        return _no_data(title, path)
+    frame = frame.sort_values("speedup", kind="stable").reset_index(drop=True)
+    rows = len(frame)
+    fig = _figure(max(HEIGHT_PX, 90 + 24 * rows))
+    ax = fig.add_subplot()
+    errors = _error_bars(frame)
+    present: set[tuple[bool, bool]] = set()
+    for index, row in enumerate(frame.to_dict(orient="records")):
+        state = (_flag(row.get("agreement_suspect")), _flag(row.get("drift_flag")))
+        present.add(state)
+        colour, marker, _ = _FLAG_STYLE[state]
+        ax.errorbar([float(row["speedup"])], [index], xerr=errors[:, index:index + 1],
+                    fmt=marker, color=colour, ecolor=colour, elinewidth=2, capsize=4,
+                    markersize=7)
+    ax.axvline(1.0, color="black", linestyle=":", linewidth=1)
+    ax.set_yticks(range(rows))
+    ax.set_yticklabels([_short(job_label(row)) for row in frame.to_dict(orient="records")],
+                       fontsize=8 if rows <= 25 else 6)
+    ax.set_ylim(-0.7, rows - 0.3)
+    ax.set_xlabel("speedup (\u00d7), bars = confidence interval")
+    ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    handles = [Line2D([], [], color=_FLAG_STYLE[s][0], marker=_FLAG_STYLE[s][1],
+                      linestyle="", label=_FLAG_STYLE[s][2]) for s in _FLAG_STYLE
+               if s in present]
+    ax.legend(handles=handles, loc="best", fontsize=8)
+    fig.tight_layout()
+    return _png(fig, path)
+
+
+def speedup_vs_draft_length(jobs: pd.DataFrame, path: Path | str | None = None) -> bytes:
+    """Speedup (with interval) against draft_n_max, one line per (model, spec_type)."""
+    title = "Speedup vs draft length (draft_n_max)"
+    if not _has(jobs, "speedup", "draft_n_max"):
+        return _no_data(title, path)
+    frame = jobs[jobs["draft_n_max"].astype(float).notna()
+                 & jobs["speedup"].astype(float).notna()].copy()
+    if frame.empty:
+        return _no_data(title, path, "no jobs with a draft length")
+    frame["draft_n_max"] = frame["draft_n_max"].astype(float).astype(int)
+    for column in ("model", "spec_type"):
+        frame[column] = frame[column].map(_text) if column in frame else ""
+    fig = _figure()
+    ax = fig.add_subplot()
+    colours = [f"C{i}" for i in range(10)]
+    for number, ((model, spec), group) in enumerate(
+            frame.groupby(["model", "spec_type"], sort=True)):
+        group = group.sort_values("draft_n_max", kind="stable")
+        colour = colours[number % len(colours)]
+        ax.errorbar(group["draft_n_max"], group["speedup"].astype(float),
+                    yerr=_error_bars(group), fmt="o", color=colour, capsize=3, alpha=0.8)
+        logs = group.assign(log_speedup=np.log(group["speedup"].astype(float)))
+        trend = np.exp(logs.groupby("draft_n_max")["log_speedup"].mean())
+        ax.plot(trend.index, trend.to_numpy(), "-", color=colour,
+                label=_short(" · ".join(p for p in (str(model), str(spec)) if p) or "?", 50))
+    ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
+    ax.set_xlabel("draft_n_max (tokens)")
+    ax.set_ylabel("speedup (\u00d7)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return _png(fig, path)
+
+
+def acceptance_vs_speedup(jobs: pd.DataFrame, path: Path | str | None = None) -> bytes:
+    """Scatter of draft acceptance rate against speedup, each point labelled."""
+    title = "Draft acceptance vs speedup"
+    if not _has(jobs, "speedup", "acceptance_rate"):
+        return _no_data(title, path)
+    frame = jobs[jobs["acceptance_rate"].astype(float).notna()
+                 & jobs["speedup"].astype(float).notna()]
+    if frame.empty:
+        return _no_data(title, path, "no jobs with acceptance counters")
+    fig = _figure()
+    ax = fig.add_subplot()
+    present: set[tuple[bool, bool]] = set()
+    for row in frame.to_dict(orient="records"):
+        state = (_flag(row.get("agreement_suspect")), _flag(row.get("drift_flag")))
+        present.add(state)
+        colour, marker, _ = _FLAG_STYLE[state]
+        x, y = 100.0 * float(row["acceptance_rate"]), float(row["speedup"])
+        ax.scatter([x], [y], color=colour, marker=marker, s=40, zorder=3)
+        label = _short(" · ".join(p for p in (_text(row.get("model")),
+                                              _text(row.get("variant"))) if p), 32)
+        ax.annotate(label, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=7)
+    ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
+    ax.set_xlim(0, 105)
+    ax.set_xlabel("acceptance rate (% of drafted tokens accepted)")
+    ax.set_ylabel("speedup (\u00d7)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    handles = [Line2D([], [], color=_FLAG_STYLE[s][0], marker=_FLAG_STYLE[s][1],
+                      linestyle="", label=_FLAG_STYLE[s][2]) for s in _FLAG_STYLE
+               if s in present]
+    ax.legend(handles=handles, loc="best", fontsize=8)
+    fig.tight_layout()
+    return _png(fig, path)
+
+
+def _block_medians(runs: pd.DataFrame) -> pd.DataFrame:
+    frame = runs[["job_key", "arm", "block", "decode_tok_s"]].copy()
+    frame["decode_tok_s"] = frame["decode_tok_s"].astype(float)
+    frame = frame[frame["decode_tok_s"].notna() & frame["block"].notna()]
+    frame["block"] = frame["block"].astype(int)
+    frame["job_key"] = frame["job_key"].map(str)
+    frame["arm"] = frame["arm"].map(str)
+    return (frame.groupby(["job_key", "arm", "block"], sort=True)["decode_tok_s"]
+            .median().reset_index())
+
+
+def _arm_lines(ax: Axes, medians: pd.DataFrame, relative: bool, alpha: float) -> None:
+    for (_, arm), group in medians.groupby(["job_key", "arm"], sort=True):
+        colour, style = _ARM_STYLE.get(str(arm), ("tab:grey", ":"))
+        values = group["decode_tok_s"].to_numpy(dtype=float)
+        if relative:
+            values = 100.0 * (values / float(np.mean(values)) - 1.0)
+        ax.plot(group["block"], values, style, color=colour, marker=".", alpha=alpha)
+
+
+def _facets(fig: Figure, medians: pd.DataFrame, labels: Mapping[str, str]) -> None:
+    keys = list(dict.fromkeys(medians["job_key"]))
+    cols = min(len(keys), 4 if len(keys) > 6 else 3 if len(keys) > 2 else len(keys))
+    nrows = math.ceil(len(keys) / cols)
+    for number, key in enumerate(keys):
+        ax = fig.add_subplot(nrows, cols, number + 1)
+        _arm_lines(ax, medians[medians["job_key"] == key], relative=False, alpha=1.0)
+        ax.set_title(_short(labels.get(key, key[:12]), 40), fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        if number % cols == 0:
+            ax.set_ylabel("tok/s", fontsize=8)
+        if number >= len(keys) - cols:
+            ax.set_xlabel("block", fontsize=8)
+
+
+def tok_s_over_blocks(runs: pd.DataFrame, path: Path | str | None = None,
+                      labels: Mapping[str, str] | None = None) -> bytes:
+    """Median decode tok/s per block, baseline vs variant, to show drift.
+
+    Up to ``MAX_FACETS`` jobs get one panel each (absolute tok/s); with more jobs all
+    arms share one panel as % deviation from the arm's own mean. ``labels`` maps job_key
+    to a readable title.
+    """
+    title = "Median decode tok/s per block (baseline: blue solid, variant: orange dashed)"
+    if not _has(runs, "job_key", "arm", "block", "decode_tok_s"):
+        return _no_data(title, path)
+    medians = _block_medians(runs)
+    if medians.empty:
+        return _no_data(title, path)
+    fig = _figure()
+    jobs = medians["job_key"].nunique()
+    if jobs <= MAX_FACETS:
+        _facets(fig, medians, labels or {})
+    else:
+        ax = fig.add_subplot()
+        _arm_lines(ax, medians, relative=True, alpha=0.5)
+        ax.axhline(0.0, color="black", linestyle=":", linewidth=1)
+        ax.set_xlabel("block")
+        ax.set_ylabel("% from the arm's mean tok/s")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        title = (f"Decode tok/s drift per block, {jobs} jobs "
+                 "(baseline: blue solid, variant: orange dashed)")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return _png(fig, path)
+
+
+# --------------------------------------------------------------------------- all four
+
+def render_all(jobs: pd.DataFrame, runs: pd.DataFrame) -> dict[str, bytes]:
+    """All four plots as ``{name: png_bytes}`` in ``PLOT_NAMES`` order."""
+    labels = ({str(row["job_key"]): job_label(row) for row in jobs.to_dict(orient="records")}
+              if _has(jobs, "job_key") else {})
+    makers: dict[str, Callable[[], bytes]] = {
+        "speedup_intervals": lambda: speedup_intervals(jobs),
+        "speedup_vs_draft_length": lambda: speedup_vs_draft_length(jobs),
+        "acceptance_vs_speedup": lambda: acceptance_vs_speedup(jobs),
+        "tok_s_over_blocks": lambda: tok_s_over_blocks(runs, labels=labels),
+    }
+    return {name: makers[name]() for name in PLOT_NAMES}
+
+
+def write_all(jobs: pd.DataFrame, runs: pd.DataFrame, directory: Path | str) -> dict[str, Path]:
+    """Write the four plots as ``<name>.png`` under ``directory`` (created if missing)."""
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    for name, data in render_all(jobs, runs).items():
+        written[name] = target / f"{name}.png"
+        written[name].write_bytes(data)
+    return written

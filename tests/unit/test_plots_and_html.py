@@ -1,0 +1,165 @@
+"""Report plots (PNG bytes) and the self-contained HTML page."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pandas as pd
+import pytest
+
+from farm import plots
+from farm.html_report import DASH, TIMES, categories_table, fmt_interval, jobs_table, render_html
+
+NAN = math.nan
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+MALICIOUS = "<script>alert(1)</script>"
+
+
+def _jobs() -> pd.DataFrame:
+    rows = [
+        ("job-aaaa", "qwen3-8b", "mtp-n2", "--draft-max 2", "mtp", 2.0, 1.42, 1.35, 1.50, 8,
+         0.81, 2.6, 1.0, False, False, "ci-width", 50.1, 71.2),
+        ("job-bbbb", "qwen3-8b", "mtp-n4", "--draft-max 4", "mtp", 4.0, 1.61, 1.50, 1.70, 8,
+         0.66, 3.1, 0.98, False, True, "max-pairs", 49.8, 80.2),
+        ("job-cccc", "qwen3-8b", MALICIOUS, "--spec-type ngram", "ngram", 8.0, 0.93, NAN, NAN,
+         1, 0.21, 1.4, 0.60, True, False, "budget", 48.0, 44.6),
+        ("job-dddd", "llama-3.1-8b", "draft-1b", "-md small.gguf", "", NAN, 1.18, 1.02, 1.33,
+         4, NAN, NAN, 1.0, False, False, "ci-width", 40.0, 47.2),
+    ]
+    columns = ["job_key", "model", "variant", "varying_flags", "spec_type", "draft_n_max",
+               "speedup", "ci_low", "ci_high", "pairs", "acceptance_rate",
+               "mean_accepted_length", "agreement", "agreement_suspect", "drift_flag",
+               "stop_reason", "baseline_tok_s", "variant_tok_s"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _runs() -> pd.DataFrame:
+    rows = []
+    for number, key in enumerate(("job-aaaa", "job-bbbb", "job-cccc", "job-dddd")):
+        for arm, factor in (("baseline", 1.0), ("variant", 1.4)):
+            for block in range(4):
+                for prompt in range(3):
+                    speed = (45 + number) * factor * (1 - 0.01 * block) + 0.1 * prompt
+                    rows.append((key, arm, block, speed))
+    return pd.DataFrame(rows, columns=["job_key", "arm", "block", "decode_tok_s"])
+
+
+def _categories() -> pd.DataFrame:
+    return pd.DataFrame(
+        [("job-aaaa", "qwen3-8b", "mtp-n2", "code", 1.55, 1.40, 1.71, 8),
+         ("job-aaaa", "qwen3-8b", "mtp-n2", "translation", 1.37, NAN, NAN, 1)],
+        columns=["job_key", "model", "variant", "category", "estimate", "low", "high", "pairs"])
+
+
+def _check_png(data: bytes, width: int = plots.WIDTH_PX, height: int = plots.HEIGHT_PX) -> None:
+    assert data.startswith(PNG_MAGIC)
+    image = mpimg.imread(io.BytesIO(data), format="png")
+    assert image.shape[:2] == (height, width)
+
+
+JOB_PLOTS: list[Callable[[pd.DataFrame], bytes]] = [
+    plots.speedup_intervals, plots.speedup_vs_draft_length, plots.acceptance_vs_speedup]
+
+
+@pytest.mark.parametrize("plot", JOB_PLOTS, ids=lambda plot: plot.__name__)
+def test_job_plots_give_pngs_for_data_and_for_empty_frames(plot: Callable[[pd.DataFrame], bytes],
+                                                           ) -> None:
+    jobs = _jobs()
+    _check_png(plot(jobs))
+    _check_png(plot(jobs.iloc[0:0]))
+    _check_png(plot(pd.DataFrame()))
+
+
+def test_job_plots_survive_all_nan_columns() -> None:
+    jobs = _jobs().assign(draft_n_max=NAN, acceptance_rate=NAN, ci_low=NAN, ci_high=NAN)
+    for plot in JOB_PLOTS:
+        _check_png(plot(jobs))
+
+
+def test_tok_s_over_blocks_facets_and_overlay() -> None:
+    runs = _runs()
+    _check_png(plots.tok_s_over_blocks(runs, labels={"job-aaaa": MALICIOUS}))
+    _check_png(plots.tok_s_over_blocks(runs.iloc[0:0]))
+    _check_png(plots.tok_s_over_blocks(pd.DataFrame()))
+    many = pd.concat([runs.assign(job_key=runs["job_key"] + f"-{i}") for i in range(4)])
+    assert many["job_key"].nunique() > plots.MAX_FACETS
+    _check_png(plots.tok_s_over_blocks(many))
+
+
+def test_many_configurations_make_a_taller_interval_plot() -> None:
+    jobs = pd.concat([_jobs().assign(variant=f"v{i}") for i in range(10)], ignore_index=True)
+    data = plots.speedup_intervals(jobs)
+    assert data.startswith(PNG_MAGIC)
+    height = mpimg.imread(io.BytesIO(data), format="png").shape[0]
+    assert height > plots.HEIGHT_PX
+
+
+def test_plots_are_written_to_a_directory(tmp_path: Path) -> None:
+    written = plots.write_all(_jobs(), _runs(), tmp_path / "plots")
+    assert list(written) == list(plots.PLOT_NAMES)
+    for name, path in written.items():
+        assert path == tmp_path / "plots" / f"{name}.png"
+        _check_png(path.read_bytes())
+    single = tmp_path / "one.png"
+    assert plots.acceptance_vs_speedup(_jobs(), single) == single.read_bytes()
+
+
+def test_interval_formatting() -> None:
+    assert fmt_interval(1.4234, 1.351, 1.4999) == f"1.42{TIMES} [1.35, 1.50]"
+    assert fmt_interval(0.93, NAN, NAN) == f"0.93{TIMES}"
+    assert fmt_interval(None, 1.0, 2.0) == DASH
+
+
+@cache
+def _page() -> str:
+    """Rendered once per session: the plots dominate the cost."""
+    return render_html(f"Campaign {MALICIOUS}", _jobs(), _categories(), _runs(),
+                       notes=["2 jobs failed", MALICIOUS],
+                       generated_at=datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC))
+
+
+def test_html_has_the_tables_values_and_badges() -> None:
+    page = _page()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "2025-01-02 03:04:05 UTC" in page
+    for text in ("qwen3-8b", "llama-3.1-8b", "mtp-n2", "--draft-max 4",
+                 f"1.42{TIMES} [1.35, 1.50]", f"1.61{TIMES} [1.50, 1.70]", f"0.93{TIMES}",
+                 "ci-width", "max-pairs", "81.0%", "66.0%", "60.0%", "98.0%", "2.60", "50.1",
+                 "80.2", "2 jobs failed", "mean accepted length"):
+        assert text in page, text
+    # per-category table
+    assert f"1.55{TIMES} [1.40, 1.71]" in page
+    assert "translation" in page and f"1.37{TIMES}" in page
+    assert page.count('class="badge suspect"') == 1
+    assert page.count('class="badge drift"') == 1
+    assert "How to read this" in page and "geometric mean" in page.lower()
+
+
+def test_html_is_self_contained_with_four_embedded_plots() -> None:
+    page = _page()
+    uris = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(uris) == 4
+    assert "http://" not in page and "https://" not in page
+    assert "<link" not in page and "<script" not in page
+
+
+def test_html_escapes_user_text() -> None:
+    page = _page()
+    assert MALICIOUS not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_tables_handle_empty_frames_and_missing_optional_columns() -> None:
+    assert "No jobs." in jobs_table(pd.DataFrame())
+    assert "No per-category" in categories_table(pd.DataFrame())
+    table = jobs_table(_jobs().drop(columns=["mean_accepted_length"]))
+    assert "mean accepted length" not in table
+    page = render_html("empty", pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    assert page.count("data:image/png;base64,") == 4
