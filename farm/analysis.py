@@ -16,10 +16,10 @@ from sqlalchemy import Engine, select, text
 from farm.errors import ConfigError
 from farm.store.models import Campaign, Job, Run
 
-REPORT_COLUMNS = ["campaign", "job_key", "model", "variant", "varying_flags", "gpu_class",
-                  "worker", "state", "error", "failure_class", "speculation", "baseline_tok_s",
-                  "variant_tok_s", "speedup", "ci_low", "ci_high", "pairs", "stop_reason",
-                  "sd_log_speedup", "acceptance_rate", "mean_accepted_length", "drafted",
+REPORT_COLUMNS = ["campaign", "job_key", "model", "variant", "varying", "varying_flags",
+                  "gpu_class", "worker", "state", "error", "failure_class", "speculation",
+                  "baseline_tok_s", "variant_tok_s", "speedup", "ci_low", "ci_high", "pairs",
+                  "stop_reason", "sd_log_speedup", "acceptance_rate", "mean_accepted_length", "drafted",
                   "accepted", "agreement", "agreement_suspect", "drift_flag", "runs"]
 
 
@@ -187,4 +187,50 @@ def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
         "drafted": grouped["drafted"].sum(),
         "accepted": grouped["accepted"].sum(),
         "runs": grouped["runs"].sum(),
+    }).reset_index()
+
+
+def _flag_value(varying: dict[str, Any], name: str) -> Any:
+    return varying.get(name)
+
+
+def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
+    """The report plus what plots sweep over: the spec type and the draft length."""
+    spec_type = report["varying"].map(lambda v: _flag_value(v, "spec-type") or "")
+    draft = report["varying"].map(lambda v: _flag_value(v, "spec-draft-n-max"))
+    return report.assign(spec_type=spec_type,
+                         draft_n_max=pd.to_numeric(draft, errors="coerce"))
+
+
+def category_report(runs: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
+    """Per job and prompt category: speedup with its interval over block pairs."""
+    from farm.stats import speedup_by
+
+    columns = ["job_key", "model", "variant", "category", "estimate", "low", "high", "pairs"]
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    names = {str(row["job_key"]): (row["model"], row["variant"])
+             for row in report.to_dict(orient="records")}
+    parts = []
+    for job_key, job_runs in runs.groupby("job_key"):
+        model, variant = names[str(job_key)]
+        by = speedup_by(job_runs, "prompt_category").rename(
+            columns={"prompt_category": "category"})
+        parts.append(by.assign(job_key=job_key, model=model, variant=variant))
+    return pd.concat(parts, ignore_index=True)[columns]
+
+
+def category_summary(categories: pd.DataFrame) -> pd.DataFrame:
+    """Per variant and category: geometric mean of the jobs' category speedups."""
+    if categories.empty:
+        return pd.DataFrame(columns=["variant", "category", "jobs", "speedup", "low", "high"])
+    logged = categories.assign(log_estimate=np.log(categories["estimate"]),
+                               log_low=np.log(categories["low"]),
+                               log_high=np.log(categories["high"]))
+    grouped = logged.groupby(["variant", "category"])
+    return pd.DataFrame({
+        "jobs": grouped.size(),
+        "speedup": np.exp(grouped["log_estimate"].mean()),
+        "low": np.exp(grouped["log_low"].mean()),
+        "high": np.exp(grouped["log_high"].mean()),
     }).reset_index()

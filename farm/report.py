@@ -11,7 +11,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-ReportFormat = Literal["table", "csv", "json"]
+ReportFormat = Literal["table", "csv", "json", "html"]
 
 
 def _clean(value: Any) -> Any:
@@ -84,6 +84,18 @@ def group_table(groups: pd.DataFrame, by: str) -> Table:
                       *(f"{_fmt(float(row[k]), 2)}x" for k in ("speedup", "min_speedup",
                                                               "max_speedup")),
                       str(row["drafted"]), str(row["accepted"]), str(row["runs"]))
+    return table
+
+
+def category_table(summary: pd.DataFrame, title: str) -> Table:
+    table = Table(title=f"{title}: speedup by prompt category", title_justify="left")
+    for header in ("variant", "category", "jobs", "speedup", "95% CI"):
+        table.add_column(header, justify="left" if header in ("variant", "category") else "right")
+    for row in summary.to_dict(orient="records"):
+        low, high = float(row["low"]), float(row["high"])
+        table.add_row(str(row["variant"]), str(row["category"]), str(row["jobs"]),
+                      f"{float(row['speedup']):.2f}x",
+                      "-" if math.isnan(low) else f"[{low:.2f}, {high:.2f}]")
     return table
 
 

@@ -62,17 +62,34 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None) -> None:
 
 @cli.command()
 @click.argument("campaign", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]),
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]),
               default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="File to write (--format html: a self-contained page with plots).")
 @click.option("--all", "all_campaigns", is_flag=True, help="Every campaign in the store.")
 @click.option("--group-by", type=click.Choice(["gpu_class", "worker", "model", "variant"]),
               help="Aggregate jobs: geometric-mean speedup per group.")
-def report(campaign: str | None, fmt: str, all_campaigns: bool, group_by: str | None) -> None:
+@click.option("--by-category", is_flag=True, help="Speedup per prompt category.")
+def report(campaign: str | None, fmt: str, output: Path | None, all_campaigns: bool,
+           group_by: str | None, by_category: bool) -> None:
     """Show one row per job of CAMPAIGN (default: the latest)."""
     from farm.report_cmd import show_report
 
     show_report(load_settings(), campaign, fmt, all_campaigns=all_campaigns,
-                group_by=group_by)
+                group_by=group_by, by_category=by_category, output=output)
+
+
+@cli.command()
+@click.argument("campaign", required=False)
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv",
+              show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
+def export(campaign: str | None, fmt: str, output: Path) -> None:
+    """Write the tidy runs of CAMPAIGN (default: the latest), one row per run."""
+    from farm.report_cmd import export_runs
+
+    count = export_runs(load_settings(), campaign, fmt, output)
+    click.echo(f"wrote {count} runs to {output}")
 
 
 @cli.group()
@@ -135,9 +152,9 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool) -> None:
 def status(campaign: str | None) -> None:
     """Jobs of CAMPAIGN (default: the latest) by state, who runs what, failures, time left."""
     from farm.fleet.status import campaign_status, render_status
-    from farm.store.db import make_engine
+    from farm.report_cmd import open_store
 
-    engine = make_engine(load_settings().database_url)
+    engine = open_store(load_settings())
     try:
         render_status(campaign_status(engine, campaign), Console())
     finally:

@@ -18,6 +18,7 @@ from farm.errors import ConfigError
 from farm.matrix.flags import FlagMap, FlagValue, normalise_name, parse_args, scalar
 from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, PromptEntry, Variant
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
+from farm.prompts import load_suite
 from workers.paths import models_dir, server_binary
 
 
@@ -146,24 +147,41 @@ def _text(value: FlagValue | None) -> str | None:
     return "on" if value is True else value
 
 
+def _prompt_file(matrix: Matrix, path: Path) -> list[tuple[str, str | PromptEntry]]:
+    if not matrix.prompt_file:
+        return []
+    file_path = (path.parent / matrix.prompt_file).expanduser()
+    data = read_yaml(file_path)
+    if not isinstance(data, list):
+        raise ConfigError(f"{file_path}: a prompt file is a YAML list of prompts "
+                          "(text, or {id, text, category})")
+    entries: list[tuple[str, str | PromptEntry]] = []
+    for i, item in enumerate(data):
+        try:
+            entry = item if isinstance(item, str) else PromptEntry.model_validate(item)
+        except ValidationError as exc:
+            raise ConfigError(f"{file_path}: [{i}]: {exc.errors()[0]['msg']}") from exc
+        entries.append((f"{file_path}[{i}]", entry))
+    return entries
+
+
+def _prompt_suite(matrix: Matrix, path: Path) -> list[tuple[str, str | PromptEntry]]:
+    if matrix.prompt_suite is None:
+        return []
+    try:
+        suite = load_suite(None if matrix.prompt_suite == "all" else matrix.prompt_suite)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: prompt-suite: {exc}") from exc
+    return [(f"prompt-suite {item['id']}", PromptEntry.model_validate(item)) for item in suite]
+
+
 def _prompts(matrix: Matrix, path: Path) -> tuple[Prompt, ...]:
     entries: list[tuple[str, str | PromptEntry]] = [
         (f"prompts[{i}]", item) for i, item in enumerate(matrix.prompts)]
-    if matrix.prompt_file:
-        file_path = (path.parent / matrix.prompt_file).expanduser()
-        data = read_yaml(file_path)
-        if not isinstance(data, list):
-            raise ConfigError(f"{file_path}: a prompt file is a YAML list of prompts "
-                              "(text, or {id, text, category})")
-        for i, item in enumerate(data):
-            try:
-                entry = item if isinstance(item, str) else PromptEntry.model_validate(item)
-            except ValidationError as exc:
-                raise ConfigError(f"{file_path}: [{i}]: {exc.errors()[0]['msg']}") from exc
-            entries.append((f"{file_path}[{i}]", entry))
+    entries += _prompt_file(matrix, path) + _prompt_suite(matrix, path)
     if not entries:
-        raise ConfigError(f"{path}: prompts: give at least one prompt (`prompts:` or "
-                          "`prompt-file:`)")
+        raise ConfigError(f"{path}: prompts: give at least one prompt (`prompts:`, "
+                          "`prompt-file:` or `prompt-suite:`)")
     prompts: dict[str, Prompt] = {}
     for index, (where, entry) in enumerate(entries):
         prompt = (Prompt(id=f"p{index + 1}", text=entry, category="general")

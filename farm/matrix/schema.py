@@ -88,6 +88,8 @@ class Matrix(Strict):
     prompt_mode: Literal["chat", "completion"] = "chat"
     prompts: list[str | PromptEntry] = Field(default_factory=list)
     prompt_file: str | None = Field(None, description="YAML list of prompts, like `prompts`.")
+    prompt_suite: list[str] | Literal["all"] | None = Field(
+        None, description="Categories of the built-in suite (farm/prompts/suite.yaml), or all.")
     n_predict: int = Field(128, ge=2, le=32768, description="Tokens generated per run.")
     repetitions: int = Field(3, ge=1, le=1000, description="Runs per prompt per block.")
     # 6, not 3: stopping as soon as the interval looks narrow favours jobs whose spread was

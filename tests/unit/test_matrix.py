@@ -158,3 +158,11 @@ def test_yaml_off_for_a_value_flag_is_kept_for_the_build_check(files: dict[str, 
     job = load(files, variants=[{"name": "v", "flags": {"flash-attn": False}}])[0]
     assert ("flash-attn", False) in job.variant.flags
     assert "--flash-attn" not in job.variant.argv
+
+
+def test_prompt_suite_categories_join_the_prompts(files: dict[str, Any]) -> None:
+    jobs = load(files, prompts=[], **{"prompt-suite": ["math", "code"]})
+    categories = {prompt.category for prompt in jobs[0].prompts}
+    assert categories == {"math", "code"} and len(jobs[0].prompts) >= 10
+    suite: dict[str, Any] = {"prompt-suite": ["poetry"]}
+    assert "unknown prompt category: poetry" in error_of(files, None, **suite)
