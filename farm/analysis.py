@@ -16,11 +16,12 @@ from sqlalchemy import Engine, select, text
 from farm.errors import ConfigError
 from farm.store.models import Campaign, Job, Run
 
-REPORT_COLUMNS = ["campaign", "job_key", "model", "variant", "varying", "varying_flags",
-                  "gpu_class", "worker", "state", "error", "failure_class", "speculation",
-                  "baseline_tok_s", "variant_tok_s", "speedup", "ci_low", "ci_high", "pairs",
-                  "stop_reason", "sd_log_speedup", "acceptance_rate", "mean_accepted_length", "drafted",
-                  "accepted", "agreement", "agreement_suspect", "drift_flag", "runs"]
+REPORT_COLUMNS = [
+    "campaign", "job_key", "model", "variant", "varying", "varying_flags", "gpu_class", "worker",
+    "state", "error", "failure_class", "speculation", "baseline_tok_s", "variant_tok_s",
+    "speedup", "ci_low", "ci_high", "pairs", "stop_reason", "sd_log_speedup", "acceptance_rate",
+    "mean_accepted_length", "drafted", "accepted", "agreement", "agreement_suspect",
+    "drift_flag", "runs"]
 
 
 def latest_campaign(engine: Engine) -> str:
