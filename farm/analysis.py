@@ -14,6 +14,7 @@ import pandas as pd
 from sqlalchemy import Engine, select, text
 
 from farm.errors import ConfigError
+from farm.gpus import bandwidth_bound_share
 from farm.store.models import Campaign, Job, Run
 
 REPORT_COLUMNS = [
@@ -21,7 +22,7 @@ REPORT_COLUMNS = [
     "state", "error", "failure_class", "speculation", "baseline_tok_s", "variant_tok_s",
     "speedup", "ci_low", "ci_high", "pairs", "stop_reason", "sd_log_speedup", "acceptance_rate",
     "mean_accepted_length", "drafted", "accepted", "agreement", "agreement_suspect",
-    "drift_flag", "runs"]
+    "drift_flag", "gpu_name", "bandwidth_bound", "runs"]
 
 
 def latest_campaign(engine: Engine) -> str:
@@ -92,12 +93,13 @@ arm_med AS (
 _REPORT_SQL = """
 WITH r AS (
     SELECT run.job_id, run.arm, run.prompt_id, run.decode_tok_s, run.spec_drafted,
-           run.spec_accepted
+           run.spec_accepted, run.gpu_name, run.model_size
     FROM run JOIN job ON job.id = run.job_id {where}),
 {medians}
 arm_counts AS (
     SELECT job_id, arm, COUNT(*) AS runs, SUM(spec_drafted) AS drafted,
-           SUM(spec_accepted) AS accepted
+           SUM(spec_accepted) AS accepted, MAX(gpu_name) AS gpu_name,
+           MAX(model_size) AS model_size
     FROM r GROUP BY job_id, arm),
 ratios AS (
     SELECT b.job_id, LN(v.med / b.med) AS log_ratio
@@ -117,7 +119,7 @@ SELECT c.name AS campaign, job.job_key, job.model_name AS model,
             THEN SQRT((s.sum_sq - s.prompts * s.mean_log * s.mean_log) / (s.prompts - 1))
        END AS sd_log_speedup,
        COALESCE(vc.drafted, 0) AS drafted, COALESCE(vc.accepted, 0) AS accepted,
-       COALESCE(bc.runs, 0) + COALESCE(vc.runs, 0) AS runs
+       COALESCE(bc.runs, 0) + COALESCE(vc.runs, 0) AS runs, bc.gpu_name, bc.model_size
 FROM job
 JOIN campaign c ON c.id = job.campaign_id
 LEFT JOIN stats s ON s.job_id = job.id
@@ -145,6 +147,11 @@ def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
     frame["varying"] = frame["varying"].map(_load_json)
     frame["varying_flags"] = frame["varying"].map(_varying_text)
     frame = _with_summaries(frame)
+    frame["bandwidth_bound"] = [
+        bandwidth_bound_share(float(tok_s), gpu, int(size))
+        if pd.notna(tok_s) and pd.notna(size) else None
+        for tok_s, gpu, size in zip(frame["variant_tok_s"], frame["gpu_name"],
+                                    frame["model_size"], strict=True)]
     frame["acceptance_rate"] = (frame["accepted"] / frame["drafted"].where(frame["drafted"] > 0))
     # A variant that asked for speculation and drafted nothing is not a speedup to quote.
     frame.loc[frame["speculation"] == "none", "speedup"] = float("nan")

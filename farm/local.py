@@ -14,6 +14,7 @@ from farm.errors import ConfigError, FarmError, JobsFailed
 from farm.matrix.load import load_matrix
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import ArmRole, JobSpec
+from farm.report import wide_console
 from farm.settings import Settings
 from farm.store import repo
 from farm.store.db import make_engine, upgrade
@@ -145,7 +146,7 @@ def run_local(path: Path, settings: Settings, console: Console, *, dry_run: bool
     chosen = _one_class(path, matrix, gpu_class)
     specs = [spec for spec in specs if spec.gpu_class == chosen]
     if dry_run:
-        print_dry_run(specs, Console())
+        print_dry_run(specs, wide_console())
         return None
     check_all(path, matrix, specs)
     engine = make_engine(settings.database_url)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Hashable, Mapping
 from typing import Any, Literal
 
@@ -12,6 +13,11 @@ from rich.console import Console
 from rich.table import Table
 
 ReportFormat = Literal["table", "csv", "json", "html"]
+
+
+def wide_console() -> Console:
+    """A terminal's own width, or wide enough for tables when output goes to a pipe."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def _clean(value: Any) -> Any:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import cast
 
 import pandas as pd
-from rich.console import Console
 from sqlalchemy import Engine
 
 from farm.analysis import (
@@ -22,7 +20,7 @@ from farm.analysis import (
 )
 from farm.errors import ConfigError
 from farm.html_report import render_html
-from farm.report import ReportFormat, category_table, group_table, render
+from farm.report import ReportFormat, category_table, group_table, render, wide_console
 from farm.settings import Settings, redact_url
 from farm.store.db import make_engine, require_current_schema, table_names, upgrade
 
@@ -45,8 +43,6 @@ def open_store(settings: Settings) -> Engine:
     return engine
 
 
-def _console() -> Console:
-    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def show_report(settings: Settings, campaign: str | None, fmt: str, *,
@@ -59,7 +55,7 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         runs = runs_frame(engine, name) if by_category or fmt == "html" else None
     finally:
         engine.dispose()
-    console = _console()
+    console = wide_console()
     title = "all campaigns" if name is None else f"campaign {name}"
     if fmt == "html":
         _write_html(title, report, runs, output)

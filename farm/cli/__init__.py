@@ -80,6 +80,34 @@ def report(campaign: str | None, fmt: str, output: Path | None, all_campaigns: b
 
 
 @cli.command()
+@click.argument("a")
+@click.argument("b")
+@click.option("--build-a", help="Only A's jobs on this build (two builds of one campaign).")
+@click.option("--build-b", help="Only B's jobs on this build.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True)
+def compare(a: str, b: str, build_a: str | None, build_b: str | None, fmt: str) -> None:
+    """Campaigns A and B (or two builds) side by side: change per matching job, and
+    whether it is outside the noise."""
+    from farm.compare import compare as do_compare
+    from farm.compare import compare_table
+    from farm.report import to_json
+    from farm.report_cmd import open_store
+
+    engine = open_store(load_settings())
+    try:
+        frame = do_compare(engine, a, b, build_a=build_a, build_b=build_b)
+    finally:
+        engine.dispose()
+    if fmt == "table":
+        Console(width=200).print(compare_table(frame, a, b))
+    elif fmt == "json":
+        click.echo(to_json(frame))
+    else:
+        click.echo(frame.to_csv(index=False), nl=False)
+
+
+@cli.command()
 @click.argument("campaign", required=False)
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv",
               show_default=True)
@@ -123,10 +151,11 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool) -> None:
     from farm.fleet.submit import submit as do_submit
     from farm.local import print_dry_run
     from farm.matrix.load import load_matrix
+    from farm.report import wide_console
     from farm.store.db import make_engine
 
     if dry_run:
-        print_dry_run(load_matrix(matrix, resolve=False)[1], Console())
+        print_dry_run(load_matrix(matrix, resolve=False)[1], wide_console())
         return
     settings = load_settings()
     require_fleet(settings)

@@ -1,0 +1,64 @@
+"""Reports people read: intervals, categories, HTML with plots, exports, comparisons."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.e2e.test_farm_run import farm, report_rows
+from tests.helpers import COPY_PROMPT, matrix_dict, write_matrix
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture
+def two_campaigns(tmp_path: Path, smollm2: Path, isolated_data_dir: Path) -> Path:
+    prompts = [{"id": "copy", "category": "rewrite", "text": COPY_PROMPT},
+               {"id": "poem", "category": "creative", "text": "Write a poem about rain."}]
+    for campaign in ("before", "after"):
+        matrix = matrix_dict(smollm2, campaign=campaign, prompts=prompts, repetitions=1,
+                             pairs=2, **{"max-pairs": 2, "n-predict": 32})
+        result = farm("run", str(write_matrix(tmp_path, matrix, f"{campaign}.yaml")))
+        assert result.returncode == 0, result.stderr
+    return tmp_path
+
+
+def test_report_rows_carry_interval_pairs_and_checks(two_campaigns: Path) -> None:
+    [row] = report_rows("after")
+    assert row["pairs"] == 2 and row["stop_reason"] == "max pairs (2) reached"
+    assert row["ci_low"] <= row["speedup"] <= row["ci_high"]
+    assert 0 <= row["agreement"] <= 1 and isinstance(row["drift_flag"], bool)
+    assert row["mean_accepted_length"] >= 1
+
+
+def test_by_category_html_and_exports(two_campaigns: Path) -> None:
+    categories = json.loads(farm("report", "--by-category", "--format", "json").stdout)
+    assert {row["category"] for row in categories} == {"rewrite", "creative"}
+
+    page = two_campaigns / "report.html"
+    assert farm("report", "--format", "html", "-o", str(page)).returncode == 0
+    html = page.read_text()
+    images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html)
+    assert len(images) == 4 and all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
+    assert "https://" not in html and "http://" not in html
+
+    parquet, csv = two_campaigns / "runs.parquet", two_campaigns / "runs.csv"
+    assert farm("export", "--format", "parquet", "-o", str(parquet)).returncode == 0
+    assert farm("export", "after", "-o", str(csv)).returncode == 0
+    runs = pd.read_parquet(parquet)
+    assert len(runs) == len(pd.read_csv(csv)) == 2 * 2 * 2
+    assert {"decode_tok_s", "prompt_category", "text", "model_sha256"} <= set(runs.columns)
+
+
+def test_compare_matches_jobs_across_campaigns(two_campaigns: Path) -> None:
+    result = farm("compare", "before", "after", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    [row] = json.loads(result.stdout)
+    assert row["variant"] == "ngram" and row["change"] > 0
+    assert row["verdict"] in ("faster", "regression", "within noise")
+    assert farm("compare", "before", "nope").returncode == 2

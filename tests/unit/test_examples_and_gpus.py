@@ -1,0 +1,39 @@
+"""Every shipped example expands (with the exact argv of each arm); the bandwidth bound."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from farm.gpus import bandwidth_bound_share, bandwidth_gbps
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+FARM = str(Path(sys.executable).with_name("farm"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.stem)
+def test_example_expands_with_the_argv_of_each_arm(example: Path) -> None:
+    result = subprocess.run([FARM, "submit", "--dry-run", str(example)], capture_output=True,
+                            text=True, check=False, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "baseline" in result.stdout and "--parallel 1 --metrics" in result.stdout
+
+
+def test_tutorial_example_keeps_its_spelling_and_sweeps_draft_lengths() -> None:
+    example = next(path for path in EXAMPLES if path.stem == "tutorial-rtx3090")
+    out = subprocess.run([FARM, "submit", "--dry-run", str(example)], capture_output=True,
+                         text=True, check=True).stdout
+    for n in (1, 2, 3, 4):
+        assert f"--spec-type mtp --spec-draft-n-max {n}" in out
+    assert "<build turboquant>" in out and "--cache-type-v turbo4" in out
+
+
+def test_bandwidth_bound() -> None:
+    assert bandwidth_gbps("NVIDIA GeForce RTX 3090") == 936.0
+    assert bandwidth_gbps("NVIDIA H100 80GB HBM3") == 3350.0
+    assert bandwidth_gbps("12th Gen Intel CPU") is None
+    share = bandwidth_bound_share(39.0, "NVIDIA GeForce RTX 3090", 16_000_000_000)
+    assert share == pytest.approx(39.0 / (936e9 / 16e9))
