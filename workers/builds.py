@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from farm.errors import ConfigError, RuntimeFarmError
-from workers.paths import builds_dir, cache_dir
+from workers.paths import builds_dir, cache_dir, file_sha256
 from workers.runtime.probe import probe_binary
 
 Backend = Literal["cpu", "cuda", "metal", "vulkan"]
@@ -92,16 +92,8 @@ def _run(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = 
     return (result.stdout or "").strip()
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _unpack_sdist(archive: Path) -> SourceTree:
-    digest = _sha256(archive)
+    digest = file_sha256(archive)
     root = cache_dir() / "src" / f"sdist-{digest[:16]}"
     if not root.is_dir():
         partial = root.with_name(root.name + ".partial")

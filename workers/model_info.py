@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import ConfigError
-from workers.paths import cache_dir
+from workers.paths import cache_dir, file_sha256
 
 
 @dataclass(frozen=True)
@@ -81,14 +81,6 @@ def _read_metadata(path: Path) -> dict[str, Any]:
     }
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(4 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _cache_file() -> Path:
     return cache_dir() / "model-info.json"
 
@@ -110,7 +102,7 @@ def inspect_model(path: str | Path) -> ModelInfo:
         return ModelInfo(**cache[key])
     except (KeyError, TypeError):  # not cached, or cached by an older version
         pass
-    info = ModelInfo(file_name=file.name, size=stat.st_size, sha256=_sha256(file),
+    info = ModelInfo(file_name=file.name, size=stat.st_size, sha256=file_sha256(file),
                      **_read_metadata(file))
     cache[key] = asdict(info)
     cache_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,9 @@
-"""Where builds, downloads and models live on a node (outside any repository)."""
+"""Where builds, downloads and models live on a node (outside any repository), and how
+they are fingerprinted."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -25,3 +27,12 @@ def models_dir() -> Path:
 def server_binary(build_name: str) -> Path:
     """Where a named build keeps its ``llama-server``."""
     return builds_dir() / build_name / "bin" / "llama-server"
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read in chunks (models are many GB)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(4 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
