@@ -168,11 +168,13 @@ SUMMARY_COLUMNS = ("ci_low", "ci_high", "agreement", "agreement_suspect", "drift
 def _with_summaries(frame: pd.DataFrame) -> pd.DataFrame:
     """Prefer the statistics written when a job finished (speedup over block pairs, its
     interval, agreement, drift); unfinished jobs keep the SQL estimate and no interval."""
-    summaries = frame["summary"].map(lambda value: _load_json(value) if value else {})
-    pair_speedup = summaries.map(lambda s: s.get("speedup"))
+    parsed = [_load_json(value) if value else {} for value in frame["summary"]]
+    summaries = pd.DataFrame.from_records(parsed, index=frame.index,
+                                          columns=["speedup", *SUMMARY_COLUMNS])
+    pair_speedup = summaries["speedup"].astype(float)
     frame["speedup"] = pair_speedup.where(pair_speedup.notna(), frame["speedup"])
     for column in SUMMARY_COLUMNS:
-        frame[column] = summaries.map(lambda s, key=column: s.get(key))
+        frame[column] = summaries[column]
     for column in ("ci_low", "ci_high", "agreement", "mean_accepted_length"):
         frame[column] = frame[column].astype(float)
     frame["pairs"] = frame["pairs"].astype("Int64")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections.abc import Hashable, Mapping
@@ -20,18 +19,10 @@ def wide_console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
 def to_json(report: pd.DataFrame) -> str:
-    plain = report.astype(object).where(report.notna(), None)
-    rows = [{key: _clean(value) for key, value in row.items()}
-            for row in plain.to_dict(orient="records")]
-    # One object per line: readable, and fast for 20,000 jobs (indent= is slow in json).
-    return "[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]"
+    """A JSON list, one object per line; NaN and missing values are null."""
+    lines = report.to_json(orient="records", lines=True, double_precision=15).splitlines()
+    return "[\n" + ",\n".join(lines) + "\n]"
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
