@@ -22,7 +22,9 @@ REPORT_COLUMNS = [
     "state", "error", "failure_class", "speculation", "baseline_tok_s", "variant_tok_s",
     "speedup", "ci_low", "ci_high", "pairs", "stop_reason", "sd_log_speedup", "acceptance_rate",
     "mean_accepted_length", "drafted", "accepted", "agreement", "agreement_suspect",
-    "drift_flag", "gpu_name", "bandwidth_bound", "runs"]
+    "drift_flag", "tpot_p50_ms_baseline", "tpot_p50_ms_variant", "tpot_p99_ms_variant",
+    "e2e_p50_ms_baseline", "e2e_p50_ms_variant", "e2e_p99_ms_variant", "throttled_runs",
+    "spilled_runs", "gpu_name", "bandwidth_bound", "runs"]
 
 
 def latest_campaign(engine: Engine) -> str:
@@ -93,13 +95,16 @@ arm_med AS (
 _REPORT_SQL = """
 WITH r AS (
     SELECT run.job_id, run.arm, run.prompt_id, run.decode_tok_s, run.spec_drafted,
-           run.spec_accepted, run.gpu_name, run.model_size
+           run.spec_accepted, run.gpu_name, run.model_size, run.throttled,
+           run.weights_spilled
     FROM run JOIN job ON job.id = run.job_id {where}),
 {medians}
 arm_counts AS (
     SELECT job_id, arm, COUNT(*) AS runs, SUM(spec_drafted) AS drafted,
            SUM(spec_accepted) AS accepted, MAX(gpu_name) AS gpu_name,
-           MAX(model_size) AS model_size
+           MAX(model_size) AS model_size,
+           SUM(CASE WHEN throttled THEN 1 ELSE 0 END) AS throttled_runs,
+           SUM(CASE WHEN weights_spilled THEN 1 ELSE 0 END) AS spilled_runs
     FROM r GROUP BY job_id, arm),
 ratios AS (
     SELECT b.job_id, LN(v.med / b.med) AS log_ratio
@@ -119,7 +124,9 @@ SELECT c.name AS campaign, job.job_key, job.model_name AS model,
             THEN SQRT((s.sum_sq - s.prompts * s.mean_log * s.mean_log) / (s.prompts - 1))
        END AS sd_log_speedup,
        COALESCE(vc.drafted, 0) AS drafted, COALESCE(vc.accepted, 0) AS accepted,
-       COALESCE(bc.runs, 0) + COALESCE(vc.runs, 0) AS runs, bc.gpu_name, bc.model_size
+       COALESCE(bc.runs, 0) + COALESCE(vc.runs, 0) AS runs, bc.gpu_name, bc.model_size,
+       COALESCE(bc.throttled_runs, 0) + COALESCE(vc.throttled_runs, 0) AS throttled_runs,
+       COALESCE(bc.spilled_runs, 0) + COALESCE(vc.spilled_runs, 0) AS spilled_runs
 FROM job
 JOIN campaign c ON c.id = job.campaign_id
 LEFT JOIN stats s ON s.job_id = job.id
@@ -162,7 +169,9 @@ def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
 
 
 SUMMARY_COLUMNS = ("ci_low", "ci_high", "agreement", "agreement_suspect", "drift_flag",
-                   "mean_accepted_length")
+                   "mean_accepted_length", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
+                   "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant",
+                   "e2e_p99_ms_variant")
 
 
 def _with_summaries(frame: pd.DataFrame) -> pd.DataFrame:

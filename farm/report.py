@@ -50,6 +50,10 @@ def _flags(row: Mapping[Hashable, Any]) -> str:
         flags.append("drift")
     if row["failure_class"]:
         flags.append(str(row["failure_class"]))
+    if row["throttled_runs"]:
+        flags.append(f"GPU throttled in {row['throttled_runs']} runs")
+    if row["spilled_runs"]:
+        flags.append("weights not all on GPU")
     return ", ".join(flags)
 
 

@@ -50,7 +50,8 @@ def campaign_status(engine: Engine, campaign: str | None) -> CampaignStatus:
             status.running.append((job.job_key[:10], job.variant_name, job.lease_owner or "?",
                                    job.attempt, runs.get(job.id, 0)))
         elif job.state == "failed":
-            status.failures.append((job.job_key[:10], job.variant_name, job.error or ""))
+            reason = f"[{job.failure_class}] " if job.failure_class else ""
+            status.failures.append((job.job_key[:10], job.variant_name, reason + (job.error or "")))
     durations = [(_aware(job.finished_at) - _aware(job.started_at)).total_seconds()
                  for job in jobs if job.state == "done" and job.started_at and job.finished_at]
     left = counts["queued"] + counts["lost"] + counts["running"]

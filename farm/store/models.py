@@ -145,6 +145,10 @@ class Run(Base):
     server_log: Mapped[str | None] = mapped_column(Text)
     slot_speculative: Mapped[bool | None] = mapped_column()  # /slots of the arm's server
     tokens: Mapped[list[Any] | None] = mapped_column()  # the text's token ids (/tokenize)
+    # Gaps between streamed chunks: not inter-token latency (a chunk can carry several
+    # tokens under speculation), but what a user watching the stream sees.
+    chunk_gap_p50_ms: Mapped[float | None] = mapped_column(Float)
+    chunk_gap_max_ms: Mapped[float | None] = mapped_column(Float)
     gpu_name: Mapped[str | None] = mapped_column(String(200))
     # Telemetry over the run's window: the server process here, NVML where there is a GPU.
     rss_mb: Mapped[float | None] = mapped_column(Float)

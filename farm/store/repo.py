@@ -101,6 +101,9 @@ def summarize(engine: Engine, job_id: int, outcome: Outcome) -> None:
     """
     runs = job_runs(engine, job_id)
     summary = stats.summarize_job(runs)
+    for arm, row in stats.latency(runs).iterrows():
+        summary |= {f"{name}_{arm}": float(value) for name, value in row.items()
+                    if name in LATENCY_SUMMARY}
     drafted = int(runs.loc[runs["arm"] == "variant", "spec_drafted"].sum())
     variant = outcome.checked.spec.variant
     verdict = ("not-requested" if not asks_for_speculation(variant)
@@ -109,6 +112,9 @@ def summarize(engine: Engine, job_id: int, outcome: Outcome) -> None:
         session.execute(update(Job).where(Job.id == job_id).values(
             speculation=verdict, pairs=outcome.pairs, stop_reason=outcome.stop_reason,
             summary=_json_safe(summary)))
+
+
+LATENCY_SUMMARY = ("tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
 
 
 def _json_safe(summary: dict[str, object]) -> dict[str, object]:
@@ -191,4 +197,5 @@ def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
         mean_sm_clock_mhz=tele.mean_sm_clock_mhz, max_temperature_c=tele.max_temperature_c,
         throttled=tele.throttled if tele.max_vram_used_mb is not None else None,
         throttle_reasons=tele.throttle_reasons or None, tokens=result.tokens,
-        gpu_name=result.gpu_name)
+        gpu_name=result.gpu_name, chunk_gap_p50_ms=gen.chunk_gap(0.5),
+        chunk_gap_max_ms=gen.chunk_gap(1.0))

@@ -44,3 +44,19 @@ def test_postgres_urls_are_driven_by_psycopg3(postgres_url: str) -> None:
     with engine.connect() as connection:
         assert connection.scalar(text("select 1")) == 1
     engine.dispose()
+
+
+def test_migrations_create_exactly_the_models_tables(database_url: str) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from farm.store.models import Base
+
+    engine = make_engine(database_url)
+    try:
+        upgrade(engine)
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            assert compare_metadata(context, Base.metadata) == []
+    finally:
+        engine.dispose()

@@ -59,6 +59,13 @@ class Generation:
             return None
         return (self.e2e_ms - self.ttft_ms) / (self.generated_tokens - 1)
 
+    def chunk_gap(self, quantile: float) -> float | None:
+        """A quantile of the gaps between streamed chunks (None with under two chunks)."""
+        if not self.chunk_gaps_ms:
+            return None
+        ordered = sorted(self.chunk_gaps_ms)
+        return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))]
+
     @property
     def client_decode_tok_s(self) -> float | None:
         tpot = self.tpot_ms
