@@ -7,6 +7,7 @@ lines still run and the stored argv shows what really ran.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from farm.errors import ConfigError, UnsupportedByBuild
@@ -24,6 +25,15 @@ FLAG_RENAMES = {"draft": "spec-draft-n-max", "draft-n": "spec-draft-n-max",
 # Old --spec-type value -> new one (renamed before the MTP merge, PR #22673).
 SPEC_TYPE_RENAMES = {"mtp": "draft-mtp"}
 SPECULATIVE_FLAGS = frozenset({"spec-type", "spec-draft-model"})
+# Metavars llama-server's --help prints for a number, integer or not (--temp is N too).
+# Others (FNAME, TYPE, M for a hex mask, lo-hi, N0,N1,...) are not checked here.
+_NUMERIC_HINTS = frozenset({"N", "P", "SEED", "INDEX", "L", "SECONDS", "SIMILARITY"})
+# What std::stoi/std::stof parse as a whole number; a value matching none of it is no
+# number at all. inf and nan are numbers to std::stof.
+_NUMBER = re.compile(r"[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|(?i:inf|infinity|nan))")
+# Words a numeric flag also accepts, quoted in its help: -ngl "an exact number, 'auto',
+# or 'all'".
+_QUOTED_WORD = re.compile(r"'([a-z][\w-]*)'")
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,8 @@ def _check_value(option: Option, name: str, value: FlagValue, build: str) -> Non
     if not option.takes_value:
         raise ConfigError(f"--{name} is a switch without a value: set it to true to pass it, "
                           f"false to leave it out (got {value!r})")
+    if option.hint in _NUMERIC_HINTS:
+        _check_number(option, name, value)
     items = value.split(",") if name in _LIST_VALUED else [value]
     if option.choices:
         for item in items:
@@ -56,6 +68,16 @@ def _check_value(option: Option, name: str, value: FlagValue, build: str) -> Non
                 raise UnsupportedByBuild(
                     f"--{name} {value}: build {build!r} does not accept {item!r}; "
                     f"it accepts: {', '.join(option.choices)}")
+
+
+def _check_number(option: Option, name: str, value: str) -> None:
+    """Refuse a value that is no number at all: llama-server would exit on it only once
+    its job had started. Only that: a number out of range is the server's to judge."""
+    words = _QUOTED_WORD.findall(option.help)
+    if _NUMBER.fullmatch(value) or value in words:
+        return
+    accepted = "a number" + (f" or {', '.join(map(repr, words))}" if words else "")
+    raise ConfigError(f"--{name} {option.hint} takes {accepted}, not {value!r}")
 
 
 def _translate(probe: BinaryProbe, name: str, value: FlagValue,

@@ -7,7 +7,7 @@ before anything runs or is written.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,32 @@ from farm.prompts import load_suite
 from workers.paths import models_dir, server_binary
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: object, first: int, second: int) -> None:
+        super().__init__(f"key {key!r} is given twice, on lines {first} and {second}")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping, where YAML would silently
+    keep the last value (`n-predict` set twice: the first one is lost)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # keys of a `<<: *anchor` merge may be overridden here
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # the base constructor explains an unhashable key
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(key, seen[key], line)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: Path) -> Any:
-    """Parse YAML, turning syntax errors into messages with the line number."""
+    """Parse YAML, turning syntax errors and duplicate keys into messages with the line."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
@@ -31,7 +55,10 @@ def read_yaml(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from exc
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # safe: a SafeLoader subclass
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{path}: {exc}; give it once (YAML would silently keep the last "
+                          "one)") from exc
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

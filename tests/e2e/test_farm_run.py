@@ -93,6 +93,7 @@ def test_dry_run_prints_each_arms_argv_and_writes_nothing(
     ({"variants": []}, "variants"),
     ({"models": [{"name": "m", "path": "missing.gguf"}]}, "does not exist"),
     ({"unknown-key": 1}, "unknown key"),
+    ({"flags": {"ctx-size": "big", "threads": 2}}, "--ctx-size N takes a number, not 'big'"),
 ])
 def test_bad_matrix_exits_2_with_one_message_and_writes_nothing(
         tmp_path: Path, smollm2: Path, isolated_data_dir: Path,
@@ -100,6 +101,20 @@ def test_bad_matrix_exits_2_with_one_message_and_writes_nothing(
     result = farm("run", str(write_matrix(tmp_path, matrix_dict(smollm2, **change))))
     assert result.returncode == 2
     assert expected in result.stderr and "matrix.yaml" in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("error:") == 1
+    assert not isolated_data_dir.exists()
+
+
+def test_a_key_given_twice_exits_2_naming_it_and_both_lines(
+        tmp_path: Path, smollm2: Path, isolated_data_dir: Path) -> None:
+    matrix = write_matrix(tmp_path, matrix_dict(smollm2))
+    lines = matrix.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("n-predict:"))
+    matrix.write_text("\n".join([*lines, "n-predict: 64", ""]))
+    result = farm("run", str(matrix))
+    assert result.returncode == 2
+    assert f"{matrix}: key 'n-predict' is given twice, on lines {first + 1} and " \
+           f"{len(lines) + 1}" in result.stderr
     assert "Traceback" not in result.stderr and result.stderr.count("error:") == 1
     assert not isolated_data_dir.exists()
 

@@ -128,6 +128,37 @@ def test_yaml_syntax_error_names_the_line(files: dict[str, Any]) -> None:
     assert "YAML syntax error" in message and "matrix.yaml:" in message
 
 
+MATRIX_TEXT = """\
+campaign: c
+n-predict: 32
+models: [{name: m, path: model.gguf}]
+prompts: [hi]
+variants:
+  - name: v
+    flags: {spec-type: ngram-simple}
+"""
+
+
+@pytest.mark.parametrize(("old", "new", "key", "lines"), [
+    ("prompts: [hi]\n", "prompts: [hi]\nn-predict: 64\n", "n-predict", (2, 5)),
+    ("{spec-type: ngram-simple}", "\n      spec-type: ngram-simple\n      spec-type: ngram-mod",
+     "spec-type", (8, 9)),
+    ("[hi]", "[{id: a, text: x, id: b}]", "id", (4, 4)),
+])
+def test_duplicate_key_at_any_depth_names_the_key_and_both_lines(
+        files: dict[str, Any], old: str, new: str, key: str, lines: tuple[int, int]) -> None:
+    message = error_of(files, text=MATRIX_TEXT.replace(old, new))
+    assert f"key {key!r} is given twice, on lines {lines[0]} and {lines[1]}" in message
+
+
+def test_keys_of_a_yaml_merge_may_be_overridden(files: dict[str, Any]) -> None:
+    text = MATRIX_TEXT.replace("variants:", "base: &base {threads: 2, spec-type: ngram-simple}"
+                               "\nvariants:").replace("{spec-type: ngram-simple}",
+                                                      "{<<: *base, spec-type: ngram-mod}")
+    # Read past the merge: the schema, not the YAML loader, refuses the anchor's key.
+    assert "base: unknown key" in error_of(files, text=text)
+
+
 def test_empty_file_says_what_a_matrix_needs(files: dict[str, Any]) -> None:
     assert "the file is empty" in error_of(files, text="\n# nothing\n")
 

@@ -22,6 +22,9 @@ HELP_SAMPLE = """----- common params -----
 --spec-type none,draft-mtp,ngram-simple
                                         comma-separated list of types
 -sm,   --split-mode {none,layer,row}    how to split the model
+-ts,   --tensor-split N0,N1,N2,...      fraction of the model to offload to each GPU
+--spec-synth-rates P0,P1,...            comma-separated per-position acceptance rates
+-dev,  --device <dev1,dev2,..>          comma-separated list of devices
 --draft, --draft-n, --draft-max N       the argument has been removed. use --spec-draft-n-max
 """
 
@@ -44,6 +47,8 @@ def test_help_options_by_every_name_with_hints_and_choices() -> None:
     assert options["md"].names == ("spec-draft-model", "md", "model-draft")
     assert options["spec-type"].choices == ("none", "draft-mtp", "ngram-simple")
     assert options["split-mode"].choices == ("none", "layer", "row")
+    for pattern in ("tensor-split", "spec-synth-rates", "device"):  # a shape, not choices
+        assert options[pattern].takes_value and options[pattern].choices == ()
     assert options["draft-max"].removed and not options["ctx-size"].removed
     assert "" not in options
 

@@ -21,6 +21,10 @@ _NEW_VERSION = re.compile(r"version:\s*(?P<semver>\S+)\s*\(build (?P<build>\d+),
 _OLD_VERSION = re.compile(r"version:\s*(?P<build>\d+)\s*\((?P<commit>\w+)\)")
 _HELP_COLUMN = 40
 _ALLOWED = re.compile(r"allowed values:\s*([\w.,\s-]+?)(?:\n\s*\(|\n\S|$)")
+# One value a hint may enumerate (on, draft-mtp, q8_0). A hint that shows the shape of a
+# value instead uses upper case, <...> or an ellipsis: --tensor-split N0,N1,N2,...,
+# --spec-synth-rates P0,P1,..., --device <dev1,dev2,..>, --lora-scaled FNAME:SCALE,...
+_LITERAL = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -76,11 +80,21 @@ def parse_version(text: str) -> tuple[int | None, str | None]:
     return None, None
 
 
+def _hint_choices(hint: str) -> tuple[str, ...]:
+    """The values a hint enumerates ({a,b}, [a|b] or a,b); none for a value pattern."""
+    if hint[:1] in "[{" and hint[-1:] in "]}":
+        items = re.split(r"[|,]", hint[1:-1])
+    elif "," in hint and " " not in hint:
+        items = hint.split(",")
+    else:
+        return ()
+    return tuple(items) if all(_LITERAL.fullmatch(item) for item in items) else ()
+
+
 def _choices(hint: str | None, help_text: str) -> tuple[str, ...]:
-    if hint and hint[:1] in "[{" and hint[-1:] in "]}":
-        return tuple(re.split(r"[|,]", hint[1:-1]))
-    if hint and "," in hint and " " not in hint:
-        return tuple(hint.split(","))
+    listed = _hint_choices(hint) if hint else ()
+    if listed:
+        return listed
     allowed = _ALLOWED.search(help_text)
     if allowed:
         return tuple(v.strip() for v in allowed.group(1).replace("\n", " ").split(",")

@@ -1,0 +1,73 @@
+"""Flag checks against the whole ``--help`` of the real build, before any server starts."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from farm.errors import ConfigError
+from farm.matrix.flags import FlagValue
+from farm.matrix.spec import Arm, BuildRef
+from workers.checks import check_arm
+from workers.provision import Provisioned
+from workers.runtime.probe import BinaryProbe, Option, probe_binary
+
+# The metavars the real build prints for numbers (--ctx-size N, --spec-draft-p-min P).
+NUMERIC = ("N", "P", "SEED")
+NUMERIC_DEFAULT = re.compile(r"\(default: (-?[\d.]+)[,)]")
+
+
+@pytest.fixture(scope="module")
+def probe(provisioned: Provisioned) -> BinaryProbe:
+    return probe_binary(provisioned.server)
+
+
+def options(probe: BinaryProbe) -> list[Option]:
+    return list({id(option): option for option in probe.options.values()}.values())
+
+
+def check(probe: BinaryProbe, name: str, value: FlagValue) -> None:
+    arm = Arm(role="variant", name="v", build=BuildRef(name="cpu", path=probe.path),
+              flags=((name, value),))
+    check_arm(probe, arm)
+
+
+def test_hints_that_show_a_value_pattern_are_not_taken_for_choices(probe: BinaryProbe) -> None:
+    patterns = [o for o in options(probe) if o.hint and re.search(r"[A-Z<>]|\.\.", o.hint)]
+    assert {"spec-synth-rates", "tensor-split", "device"} <= {n for o in patterns for n in o.names}
+    for option in patterns:
+        if "allowed values" not in option.help:
+            assert option.choices == (), option.names
+    for option in options(probe):
+        assert all(re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", c) for c in option.choices), option
+    assert probe.choices("flash-attn") == ("on", "off", "auto")
+    assert {"ngram-simple", "draft-mtp"} <= set(probe.choices("spec-type"))
+    assert "q8_0" in probe.choices("cache-type-k")
+
+
+def test_every_numeric_flag_takes_its_default_and_refuses_a_word(probe: BinaryProbe) -> None:
+    numeric = [o for o in options(probe) if o.hint in NUMERIC and not o.removed]
+    assert len(numeric) > 50
+    for option in numeric:
+        name = option.names[-1]
+        default = NUMERIC_DEFAULT.search(" ".join(option.help.split()))
+        if default:
+            check(probe, name, default.group(1))
+        with pytest.raises(ConfigError, match=f"--{name} {option.hint} takes a number"):
+            check(probe, name, "big")
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("ctx-size", "4096"), ("temp", "0.8"), ("seed", "-1"), ("spec-draft-p-min", ".5"),
+    ("rope-freq-base", "1e6"), ("n-gpu-layers", "auto"), ("n-gpu-layers", "all"),
+    ("spec-synth-rates", "0.9,0.6"), ("tensor-split", "3,1"), ("device", "none"),
+])
+def test_valid_values_pass(probe: BinaryProbe, name: str, value: str) -> None:
+    check(probe, name, value)
+
+
+def test_a_word_for_a_numeric_flag_names_what_it_takes(probe: BinaryProbe) -> None:
+    with pytest.raises(ConfigError) as caught:
+        check(probe, "n-gpu-layers", "most")
+    assert str(caught.value) == "--n-gpu-layers N takes a number or 'auto', 'all', not 'most'"
