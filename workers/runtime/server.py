@@ -32,6 +32,18 @@ def _die_with_parent() -> None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _child_env(extra: dict[str, str] | None) -> dict[str, str]:
+    """This process's environment without ``FARM_*``, plus ``extra``.
+
+    ``FARM_*`` holds the database and broker URLs with their passwords and Flower's
+    credentials; llama-server needs none of them, and without them they cannot leak
+    through its /proc/PID/environ, a core dump or a crash report.
+    """
+    inherited = {name: value for name, value in os.environ.items()
+                 if not name.startswith("FARM_")}
+    return {**inherited, **(extra or {})}
+
+
 def free_port() -> int:
     """A port the kernel just handed out; the server may still lose a race for it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -54,7 +66,7 @@ class LlamaServer:
                  *, startup_timeout: float = 180.0, bind_attempts: int = 5,
                  env: dict[str, str] | None = None) -> None:
         self.binary, self.model, self.arm_argv = binary, model, arm_argv
-        self.env = {**os.environ, **env} if env else None
+        self.env = _child_env(env)
         self.log_path = log_path
         self.startup_timeout = startup_timeout
         self.bind_attempts = bind_attempts
