@@ -4,6 +4,7 @@
     ├── ConfigError           bad input (matrix, flags, paths, settings): exit 2
     │   └── UnsupportedByBuild    a flag or value the chosen llama-server does not accept
     └── RuntimeFarmError      something failed while doing the work: exit 1
+        ├── ServiceUnavailable    the database or the broker does not answer
         ├── ServerStartError      llama-server exited or never became healthy
         ├── BenchmarkError        a request failed or returned something unusable
         └── JobsFailed            some jobs of a campaign failed (the rest are stored)
@@ -42,6 +43,10 @@ class RuntimeFarmError(FarmError):
     """The work failed for a reason outside the user's input."""
 
 
+class ServiceUnavailable(RuntimeFarmError):
+    """The database or the broker does not answer; the message names which and what to check."""
+
+
 class ServerStartError(RuntimeFarmError):
     """llama-server exited early or did not answer /health in time."""
 
@@ -61,3 +66,8 @@ class JobsFailed(RuntimeFarmError):
     def __init__(self, message: str, campaign: str) -> None:
         super().__init__(message)
         self.campaign = campaign
+
+
+def first_line(error: BaseException | None) -> str:
+    """The gist of an error: drivers explain over several lines ("Is the server running")."""
+    return next(iter(str(error).strip().splitlines()), type(error).__name__)

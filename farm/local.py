@@ -122,8 +122,8 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings:
                 console.print(f"[red]job {spec.job_key[:10]} failed:[/red] {exc}", markup=False)
                 failed += 1
                 continue
-            repo.summarize(engine, job_id, outcome)
-            repo.mark_finished(engine, job_id, "done")
+            repo.mark_finished(engine, job_id, "done",
+                               summary=repo.job_summary(engine, job_id, outcome))
     return failed
 
 

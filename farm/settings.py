@@ -18,6 +18,10 @@ class Settings:
     broker_url: str | None
     # Job lease on the database clock; heartbeats renew it every third of its length.
     lease_seconds: int
+    # A queued or lost job whose message has not been claimed this long after it was
+    # posted is checked against what the broker holds, and posted again if its message is
+    # gone (default: twice the lease).
+    repost_after: int
     # Redis redelivers an unacknowledged message after this long: it must exceed the
     # longest job (the time limit below), or a running job is handed to a second worker.
     visibility_timeout: int
@@ -53,10 +57,12 @@ def load_settings() -> Settings:
     data_dir = Path(os.environ.get("FARM_DATA_DIR") or click.get_app_dir("specfarm"))
     data_dir = data_dir.expanduser()
     url = os.environ.get("FARM_DATABASE_URL") or f"sqlite:///{data_dir / 'farm.db'}"
+    lease = _int("FARM_LEASE_SECONDS", 300, minimum=5)
     settings = Settings(
         data_dir=data_dir, database_url=url,
         broker_url=os.environ.get("FARM_BROKER_URL") or None,
-        lease_seconds=_int("FARM_LEASE_SECONDS", 300, minimum=5),
+        lease_seconds=lease,
+        repost_after=_int("FARM_REPOST_AFTER", 2 * lease, minimum=5),
         visibility_timeout=_int("FARM_VISIBILITY_TIMEOUT", 12 * 3600, minimum=60),
         max_attempts=_int("FARM_MAX_ATTEMPTS", 3),
         job_time_limit=_int("FARM_JOB_TIME_LIMIT", 6 * 3600, minimum=60),

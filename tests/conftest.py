@@ -9,7 +9,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from sqlalchemy import Engine
 
+from farm.store.db import make_engine, upgrade
 from workers.provision import Provisioned, provision
 
 PG_ADMIN_URL = os.environ.get("FARM_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -52,3 +54,12 @@ def postgres_url() -> Iterator[str]:
     finally:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_engine(postgres_url: str) -> Iterator[Engine]:
+    """An engine on a fresh PostgreSQL database at the newest schema."""
+    engine = make_engine(postgres_url)
+    upgrade(engine)
+    yield engine
+    engine.dispose()

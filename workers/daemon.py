@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import threading
 from dataclasses import asdict
 
 from celery import Celery
+from celery.signals import worker_shutting_down
+from celery.worker import WorkController
 from sqlalchemy import Engine
 
+from farm.errors import first_line
 from farm.fleet.app import make_app, queue_name
-from farm.fleet.submit import post_jobs, require_fleet
+from farm.fleet.reconcile import reconcile
+from farm.fleet.submit import require_fleet
+from farm.retry import OUTAGE
 from farm.settings import Settings
 from farm.store import leases, registry
 from farm.store.db import make_engine, require_current_schema
@@ -26,32 +33,45 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class Heartbeat:
-    """Every third of a lease: this worker is alive; any expired lease is reaped and its
-    job posted again (or failed past its attempts). Every live worker reaps, so a job
-    lost with a dead worker moves on as long as one worker of the fleet is alive."""
+    """Every third of a lease: this worker is alive; expired leases are reaped (their jobs
+    lost, or failed past their attempts) and every pending job whose message is missing is
+    posted again. Every live worker does this, so the fleet heals as long as one worker of
+    it is alive. A failing beat logs one line when it starts failing and one on recovery."""
 
-    def __init__(self, engine: Engine, app: Celery, name: str, interval: float) -> None:
-        self.engine, self.app, self.name, self.interval = engine, app, name, interval
+    def __init__(self, engine: Engine, app: Celery, settings: Settings, name: str) -> None:
+        self.engine, self.app, self.name = engine, app, name
+        self.interval, self.repost_after = settings.lease_seconds / 3, settings.repost_after
+        self.failing: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
 
     def beat(self) -> None:
         registry.heartbeat(self.engine, self.name)
-        again = []
         for reaped in leases.reap_expired(self.engine):
             if reaped.failed:
                 log.warning("job %s failed: lost its worker too often", reaped.job_id)
             else:
                 log.warning("job %s lost its worker; posting it again", reaped.job_id)
-                again.append(reaped.job_id)
-        post_jobs(self.engine, again, app=self.app)
+        posted = reconcile(self.engine, self.app, self.repost_after).posted
+        if posted:
+            log.warning("posted %d job(s) whose message was missing: %s", len(posted),
+                        ", ".join(str(message.job_id) for message in posted[:20]))
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             try:
                 self.beat()
-            except Exception:  # a database blip must not kill the heartbeat for good
-                log.exception("heartbeat failed; retrying in %.0f s", self.interval)
+            except OUTAGE as exc:
+                # A database or broker outage must not kill the heartbeat for good.
+                problem = first_line(exc)
+                if self.failing is None:
+                    log.warning("heartbeat failing, retrying every %.0f s: %s", self.interval,
+                                problem)
+                self.failing = problem
+                continue
+            if self.failing is not None:
+                log.warning("heartbeat recovered")
+            self.failing = None
 
     def start(self) -> None:
         self._thread.start()
@@ -59,6 +79,27 @@ class Heartbeat:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class _RejectWithoutTraceback(logging.Filter):
+    """A message handed back to the queue during an outage is expected, not a crash:
+    Celery logs it with a traceback; the reason alone is the one line an operator needs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, dict) and record.args.get("description") == "rejected":
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _forward_stop(worker: WorkController) -> None:
+    """On a warm shutdown, tell the pool child running a job: it hands the job back at once
+    instead of keeping the stop waiting for the whole job."""
+    def forward(**_: object) -> None:
+        for pid in worker.pool.info.get("processes", []):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    worker_shutting_down.connect(forward, weak=False)
 
 
 def run_worker(settings: Settings, config: WorkerConfig) -> None:
@@ -74,7 +115,8 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
         "gpus": [asdict(gpu) for gpu in gpus] or [cpu_info()],
         "driver": gpus[0].driver if gpus else None, "pid": os.getpid()})
     tasks.NODE = tasks.Node(settings=settings, config=config, gpus=gpus)
-    heartbeat = Heartbeat(engine, app, config.worker_name, settings.lease_seconds / 3)
+    logging.getLogger("celery.app.trace").addFilter(_RejectWithoutTraceback())
+    heartbeat = Heartbeat(engine, app, settings, config.worker_name)
     heartbeat.beat()
     heartbeat.start()
     try:
@@ -83,6 +125,7 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
                             task_events=True, loglevel="INFO", optimization="fair",
                             soft_time_limit=settings.job_time_limit,
                             time_limit=settings.job_time_limit + 300)
+        _forward_stop(worker)
         worker.start()
     finally:
         heartbeat.stop()

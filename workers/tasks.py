@@ -1,29 +1,37 @@
 """The Celery task: claim a job in the database, run it under a lease, finish it.
 
 The task is registered with ``shared_task`` so it binds to whichever farm Celery app the
-process created (``farm worker``); the coordinator posts it by name.
+process created (``farm worker``); the coordinator posts it by name. Database and broker
+errors are retried; a message is acknowledged only once its job is finished, handed back
+or not ours to run; otherwise it goes back to the queue.
 """
 
 from __future__ import annotations
 
+import logging
+import signal
 import threading
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import TypeVar
 
-from celery import shared_task
-from celery.exceptions import SoftTimeLimitExceeded
+from celery import current_app, shared_task
+from celery.exceptions import Reject, SoftTimeLimitExceeded
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from farm.errors import FarmError
+from farm.errors import FarmError, first_line
 from farm.fleet.app import TASK_NAME
+from farm.fleet.reconcile import reconcile
 from farm.matrix.spec import JobSpec
+from farm.retry import OUTAGE, TRANSIENT, retrying
 from farm.settings import Settings
 from farm.store import leases
 from farm.store.db import make_engine
 from farm.store.models import Job
-from farm.store.repo import DbRunSink, run_row, sample_rows, summarize
+from farm.store.repo import DbRunSink, job_summary, run_row, sample_rows
 from workers.checks import Preflight
 from workers.config import WorkerConfig
 from workers.executor import RunResult, Slot, execute_job
@@ -52,6 +60,12 @@ class Node:
 
 
 NODE: Node | None = None
+log = logging.getLogger("farm.worker")
+T = TypeVar("T")
+
+
+class WorkerStopping(Exception):
+    """SIGTERM reached the process running a job: hand the job back and stop."""
 
 
 def current_node() -> Node:
@@ -61,7 +75,12 @@ def current_node() -> Node:
 
 
 class LeaseKeeper:
-    """Renews a job's lease every third of its length in a thread, until stopped."""
+    """Renews a job's lease every third of its length in a thread, until stopped or lost.
+
+    A database outage does not stop it: it keeps trying, logging once when renewals start
+    failing and once when they succeed again; whether the lease survived is the database's
+    call when it answers (a reaper may have taken the job meanwhile).
+    """
 
     def __init__(self, engine: Engine, lease: leases.Lease, seconds: int) -> None:
         self.engine, self.lease, self.seconds = engine, lease, seconds
@@ -70,12 +89,23 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
 
     def _loop(self) -> None:
+        failing = False
         while not self._stop.wait(self.seconds / 3):
             try:
                 leases.renew(self.engine, self.lease, self.seconds)
-            except leases.LeaseLost:
+            except leases.LeaseLost as exc:
+                log.warning("%s", exc)
                 self.lost.set()
                 return
+            except TRANSIENT as exc:
+                if not failing:
+                    log.warning("job %s: lease renewal failing, retrying: %s",
+                                self.lease.job_id, first_line(exc))
+                failing = True
+                continue
+            if failing:
+                log.warning("job %s: lease renewed again", self.lease.job_id)
+            failing = False
 
     def __enter__(self) -> LeaseKeeper:
         self._thread.start()
@@ -88,30 +118,34 @@ class LeaseKeeper:
 
 
 class LeasedRunSink(DbRunSink):
-    """Runs written only while this worker's lease on the job holds."""
+    """Runs written only while this worker's lease on the job holds; a write that meets a
+    database outage is retried for ``retry_for`` seconds."""
 
     def __init__(self, engine: Engine, lease: leases.Lease, keeper: LeaseKeeper,
-                 worker_name: str) -> None:
+                 worker_name: str, retry_for: float) -> None:
         super().__init__(engine, lease.job_id)
         self.lease, self.keeper, self.worker_name = lease, keeper, worker_name
+        self.retry_for = retry_for
 
-    def _holding(self) -> AbstractContextManager[Session]:
-        if self.keeper.lost.is_set():
-            raise leases.LeaseLost(f"job {self.lease.job_id}: lease lost; stopping")
-        return leases.holding(self.engine, self.lease)
+    def _write(self, write: Callable[[Session], None]) -> None:
+        def attempt() -> None:
+            if self.keeper.lost.is_set():
+                raise leases.LeaseLost(f"job {self.lease.job_id}: lease lost; stopping")
+            with leases.holding(self.engine, self.lease) as session:
+                write(session)
+
+        retrying(attempt, within=self.retry_for, what=f"job {self.job_id}: writing", log=log)
 
     def start(self, checked: Preflight) -> None:
-        with self._holding() as session:
-            self._write_start(session, checked)
+        self._write(lambda session: self._write_start(session, checked))
 
     def record(self, result: RunResult, checked: Preflight) -> None:
-        with self._holding() as session:
-            session.add(run_row(self.job_id, result, checked, self.host, self.worker_name,
-                                self.lease.attempt))
+        self._write(lambda session: session.add(run_row(
+            self.job_id, result, checked, self.host, self.worker_name, self.lease.attempt)))
 
     def record_samples(self, slot: Slot, samples: list[Sample]) -> None:
-        with self._holding() as session:
-            session.add_all(sample_rows(self.job_id, self.lease.attempt, slot, samples))
+        self._write(lambda session: session.add_all(
+            sample_rows(self.job_id, self.lease.attempt, slot, samples)))
 
 
 def _load_spec(engine: Engine, job_id: int) -> tuple[JobSpec, int]:
@@ -120,44 +154,112 @@ def _load_spec(engine: Engine, job_id: int) -> tuple[JobSpec, int]:
         return JobSpec.model_validate(job.spec), job.max_attempts
 
 
+@contextmanager
+def _sigterm_stops_the_job() -> Iterator[None]:
+    """While a job runs, SIGTERM (to this process, its group, or forwarded by the worker's
+    main process) raises WorkerStopping; a second SIGTERM is ignored until the job has
+    been handed back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise WorkerStopping("the worker is stopping")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @shared_task(name=TASK_NAME, bind=True, acks_late=True)
 def execute_job_task(self: object, job_id: int) -> str:
     """Run job ``job_id`` if this worker can claim it; the return value says what happened."""
     node = current_node()
-    engine, seconds = node.engine(), node.settings.lease_seconds
-    lease = leases.claim(engine, job_id, node.config.worker_name, seconds)
+    engine, settings = node.engine(), node.settings
+    patient = _patient(settings.repost_after, job_id)
+    lease = patient(lambda: leases.claim(engine, job_id, node.config.worker_name,
+                                         settings.lease_seconds), "claiming")
     if lease is None:
-        return f"job {job_id}: not claimable (running elsewhere, finished or out of attempts)"
-    spec, max_attempts = _load_spec(engine, job_id)
+        return (f"job {job_id}: not claimable (running elsewhere, finished, waiting out a "
+                "retry or out of attempts)")
+    spec, max_attempts = patient(lambda: _load_spec(engine, job_id), "reading its spec")
+    with _sigterm_stops_the_job():
+        try:
+            return _run(node, lease, spec, max_attempts)
+        except WorkerStopping:
+            return _hand_back(engine, lease, settings)
+
+
+def _patient(within: float, job_id: int) -> Callable[[Callable[[], T], str], T]:
+    """Retry a database call through an outage; past ``within`` the message is handed back
+    to the queue (never acknowledged for a job nobody finished)."""
+    def call(function: Callable[[], T], what: str) -> T:
+        try:
+            return retrying(function, within=within, what=f"job {job_id}: {what}", log=log)
+        except TRANSIENT as exc:
+            raise Reject(f"job {job_id}: {what}: {first_line(exc)}; message handed back",
+                         requeue=True) from exc
+    return call
+
+
+def _run(node: Node, lease: leases.Lease, spec: JobSpec, max_attempts: int) -> str:
+    engine, settings, job_id = node.engine(), node.settings, lease.job_id
+    patient = _patient(settings.repost_after, job_id)
     try:
-        with LeaseKeeper(engine, lease, seconds) as keeper:
-            sink = LeasedRunSink(engine, lease, keeper, node.config.worker_name)
+        with LeaseKeeper(engine, lease, settings.lease_seconds) as keeper:
+            sink = LeasedRunSink(engine, lease, keeper, node.config.worker_name,
+                                 settings.repost_after)
             outcome = execute_job(resolve(spec, node.config), sink,
-                                  logs_dir=node.settings.logs_dir, gpus=node.gpus)
+                                  logs_dir=settings.logs_dir, gpus=node.gpus)
+        summary = patient(lambda: job_summary(engine, job_id, outcome), "summarizing")
     except leases.LeaseLost as exc:
         return f"job {job_id}: {exc}"
+    except TRANSIENT as exc:
+        # The database stayed away longer than we wait: the lease lapses, a reaper hands the
+        # job on, and this message goes back to the queue.
+        raise Reject(f"job {job_id}: database unreachable: {first_line(exc)}; message "
+                     "handed back", requeue=True) from exc
     except SoftTimeLimitExceeded:
-        leases.finish(engine, lease, "failed", "the job ran past the worker's time limit",
-                      "timeout")
+        patient(lambda: leases.finish(engine, lease, "failed",
+                                      "the job ran past the worker's time limit", "timeout"),
+                "finishing")
         return f"job {job_id}: failed: time limit"
     except FarmError as exc:
-        return _retry_or_fail(engine, lease, max_attempts, exc)
-    summarize(engine, job_id, outcome)
-    leases.finish(engine, lease, "done")
+        return _retry_or_fail(engine, lease, max_attempts, exc, patient)
+    if not patient(lambda: leases.finish(engine, lease, "done", summary=summary), "finishing"):
+        return f"job {job_id}: finished, but its lease was lost; the results stand unsummarized"
     return f"job {job_id}: done (attempt {lease.attempt})"
 
 
-def _retry_or_fail(engine: Engine, lease: leases.Lease, max_attempts: int,
-                   exc: FarmError) -> str:
-    """Failures that can pass (timeouts, crashes, dropped requests) are posted again with
-    backoff until the attempts run out; the others fail at once with their class."""
-    from farm.fleet.submit import post_jobs
+def _hand_back(engine: Engine, lease: leases.Lease, settings: Settings) -> str:
+    """Give the job back and post it at once, so another worker need not wait out the
+    lease; if the broker is down, reconciliation posts it later."""
+    if not leases.hand_back(engine, lease, "handed back: its worker was stopped"):
+        return f"job {lease.job_id}: stopping; the lease was already gone"
+    try:
+        reconcile(engine, current_app, settings.repost_after)
+    except OUTAGE as exc:
+        log.warning("job %s handed back; posting it failed (%s): reconciliation will",
+                    lease.job_id, exc)
+    return f"job {lease.job_id}: handed back (worker stopping)"
 
+
+def _retry_or_fail(engine: Engine, lease: leases.Lease, max_attempts: int, exc: FarmError,
+                   patient: Callable[[Callable[[], bool], str], bool]) -> str:
+    """Failures that can pass (timeouts, crashes, dropped requests) run again after a
+    backoff, kept in the database, until the attempts run out; the others fail at once
+    with their class."""
     failure = classify(exc)
     if failure not in RETRYABLE or lease.attempt >= max_attempts:
-        leases.finish(engine, lease, "failed", f"attempt {lease.attempt}: {exc}", failure)
+        patient(lambda: leases.finish(engine, lease, "failed", f"attempt {lease.attempt}: {exc}",
+                                      failure), "finishing")
         return f"job {lease.job_id}: failed ({failure}) on attempt {lease.attempt}: {exc}"
-    if leases.finish(engine, lease, "queued", f"attempt {lease.attempt} failed, retrying: {exc}",
-                     failure):
-        post_jobs(engine, [lease.job_id], countdown=min(300, 10 * 2 ** lease.attempt))
-    return f"job {lease.job_id}: attempt {lease.attempt} failed ({failure}), posted again"
+    backoff = min(300, 10 * 2 ** lease.attempt)
+    patient(lambda: leases.retry_later(engine, lease, backoff,
+                                       f"attempt {lease.attempt} failed, retrying: {exc}",
+                                       failure), "queueing a retry")
+    return (f"job {lease.job_id}: attempt {lease.attempt} failed ({failure}); due again "
+            f"in {backoff} s")

@@ -12,10 +12,12 @@ from rich.console import Console
 
 from farm.errors import FarmError, JobsFailed
 from farm.settings import load_settings, redact_url
+from farm.unreachable import service_error
 
 
 class FarmGroup(click.Group):
-    """Turns every ``FarmError`` into its message and exit code, never a traceback."""
+    """Turns every ``FarmError``, and a database or broker that does not answer, into one
+    message and an exit code, never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -27,6 +29,12 @@ class FarmGroup(click.Group):
             click.echo("interrupted: servers stopped, finished runs kept; run the same "
                        "command again to resume", err=True)
             ctx.exit(130)
+        except Exception as exc:
+            unavailable = service_error(exc)
+            if unavailable is None:
+                raise
+            click.echo(f"error: {unavailable}", err=True)
+            ctx.exit(unavailable.exit_code)
 
 
 def _sigterm_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -144,8 +152,11 @@ def db_upgrade(url: str | None) -> None:
 @click.argument("matrix", type=click.Path(path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Print the expanded jobs and their argv.")
 @click.option("--retry-failed", is_flag=True, help="Post failed jobs again (attempts reset).")
-def submit(matrix: Path, dry_run: bool, retry_failed: bool) -> None:
-    """Store MATRIX as a campaign and post its jobs to the GPU workers' queues."""
+@click.option("--retry-cancelled", is_flag=True,
+              help="Post cancelled jobs again (attempts reset).")
+def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: bool) -> None:
+    """Store MATRIX as a campaign and post every job not done whose message is not already
+    waiting in the broker; running jobs are left alone."""
     from farm.fleet.app import make_app
     from farm.fleet.submit import require_fleet
     from farm.fleet.submit import submit as do_submit
@@ -162,7 +173,8 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool) -> None:
     loaded = load_matrix(matrix, resolve=False)  # bad input fails before services are touched
     app, engine = make_app(settings), make_engine(settings.database_url)
     try:
-        result = do_submit(matrix, loaded, settings, app, engine, retry_failed=retry_failed)
+        result = do_submit(matrix, loaded, settings, app, engine, retry_failed=retry_failed,
+                           retry_cancelled=retry_cancelled)
     finally:
         engine.dispose()
     posted = ", ".join(f"{n} to {queue}" for queue, n in sorted(result.posted.items()))
@@ -183,9 +195,12 @@ def status(campaign: str | None) -> None:
     from farm.fleet.status import campaign_status, render_status
     from farm.report_cmd import open_store
 
-    engine = open_store(load_settings())
+    settings = load_settings()
+    engine = open_store(settings)
+    # Embedded jobs never go through a broker: none waits to be posted.
+    repost_after = None if settings.embedded else settings.repost_after
     try:
-        render_status(campaign_status(engine, campaign), Console())
+        render_status(campaign_status(engine, campaign, repost_after), Console())
     finally:
         engine.dispose()
 
@@ -209,8 +224,7 @@ def workers() -> None:
 @cli.command()
 @click.argument("campaign")
 def cancel(campaign: str) -> None:
-    """Revoke CAMPAIGN's queued jobs and stop its running ones."""
-    from farm.fleet.app import make_app
+    """Cancel CAMPAIGN's pending jobs and stop its running ones."""
     from farm.fleet.submit import cancel as do_cancel
     from farm.fleet.submit import require_fleet
     from farm.store.db import make_engine
@@ -219,7 +233,7 @@ def cancel(campaign: str) -> None:
     require_fleet(settings)
     engine = make_engine(settings.database_url)
     try:
-        count = do_cancel(engine, make_app(settings), campaign)
+        count = do_cancel(engine, campaign)
     finally:
         engine.dispose()
     click.echo(f"campaign {campaign}: {count} jobs cancelled")

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, load_only
 
 from farm.analysis import latest_campaign
 from farm.errors import ConfigError
 from farm.store.models import Campaign, Job, Run
+from farm.store.outbox import PENDING, needs_post
 from farm.store.registry import all_workers
 
 STATES = ("queued", "running", "done", "failed", "lost", "cancelled")
@@ -26,13 +29,30 @@ class CampaignStatus:
     running: list[tuple[str, str, str, int, int]] = field(default_factory=list)
     failures: list[tuple[str, str, str]] = field(default_factory=list)
     eta_seconds: float | None = None
+    # Pending jobs with no message in the broker, or none seen within the repost bound.
+    unposted: int = 0
 
 
 def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def campaign_status(engine: Engine, campaign: str | None) -> CampaignStatus:
+def _can_run(job: Job) -> bool:
+    """Running, or pending with an attempt left: a job that will still take worker time."""
+    return job.state == "running" or (job.state in PENDING and job.attempt < job.max_attempts)
+
+
+def _unposted(session: Session, campaign_id: int, repost_after: int) -> int:
+    """Jobs that reconciliation will post again (or look up in the broker first)."""
+    query = (select(func.count()).select_from(Job)
+             .where(Job.campaign_id == campaign_id, needs_post(repost_after)))
+    return session.scalar(query) or 0
+
+
+def campaign_status(engine: Engine, campaign: str | None,
+                    repost_after: int | None) -> CampaignStatus:
+    """The campaign's jobs by state; with ``repost_after`` (a fleet: jobs go through the
+    broker) also how many wait for reconciliation to post them again."""
     name = campaign or latest_campaign(engine)
     with Session(engine) as session:
         campaign_id = session.scalar(select(Campaign.id).where(Campaign.name == name))
@@ -40,16 +60,17 @@ def campaign_status(engine: Engine, campaign: str | None) -> CampaignStatus:
             raise ConfigError(f"no campaign named {name!r}")
         # Not the spec JSON: a 10,000-job campaign would parse 20 MB to count states.
         columns = load_only(Job.job_key, Job.variant_name, Job.state, Job.lease_owner,
-                            Job.attempt, Job.error, Job.failure_class, Job.started_at,
-                            Job.finished_at)
+                            Job.attempt, Job.max_attempts, Job.error, Job.failure_class,
+                            Job.started_at, Job.finished_at)
         jobs = list(session.scalars(select(Job).options(columns)
                                     .where(Job.campaign_id == campaign_id)
                                     .order_by(Job.id)))
         runs = dict(session.execute(select(Run.job_id, func.count()).join(Job)
                                     .where(Job.campaign_id == campaign_id)
-                                    .group_by(Run.job_id)).tuples().all())
+                                    .group_by(Run.job_id)).all())
+        unposted = _unposted(session, campaign_id, repost_after) if repost_after else 0
     counts = {state: sum(job.state == state for job in jobs) for state in STATES}
-    status = CampaignStatus(campaign=name, counts=counts)
+    status = CampaignStatus(campaign=name, counts=counts, unposted=unposted)
     for job in jobs:
         if job.state == "running":
             status.running.append((job.job_key[:10], job.variant_name, job.lease_owner or "?",
@@ -59,31 +80,42 @@ def campaign_status(engine: Engine, campaign: str | None) -> CampaignStatus:
             status.failures.append((job.job_key[:10], job.variant_name, reason + (job.error or "")))
     durations = [(_aware(job.finished_at) - _aware(job.started_at)).total_seconds()
                  for job in jobs if job.state == "done" and job.started_at and job.finished_at]
-    left = counts["queued"] + counts["lost"] + counts["running"]
+    left = sum(map(_can_run, jobs))
     if durations and left:
         owners = {job.lease_owner for job in jobs if job.state == "running"} or {None}
         status.eta_seconds = statistics.median(durations) * left / len(owners)
     return status
 
 
+def _add_row(table: Table, cells: Iterable[object]) -> None:
+    # As plain text: Rich would read "[request_failed]" or a sweep's "ngram[n-max=4]" as
+    # markup and drop it.
+    table.add_row(*(Text(str(cell)) for cell in cells))
+
+
 def render_status(status: CampaignStatus, console: Console) -> None:
     total = sum(status.counts.values())
     summary = ", ".join(f"{n} {state}" for state, n in status.counts.items() if n)
     eta = (f"; about {status.eta_seconds / 60:.0f} min left" if status.eta_seconds else "")
-    console.print(f"campaign {status.campaign}: {total} jobs: {summary or 'none'}{eta}")
+    console.print(f"campaign {status.campaign}: {total} jobs: {summary or 'none'}{eta}",
+                  markup=False)
+    if status.unposted:
+        console.print(f"{status.unposted} waiting for reconciliation (message lost or "
+                      "overdue; a live worker re-posts them, or run `farm submit` again)",
+                      markup=False)
     if status.running:
         table = Table(title="running", title_justify="left")
         for header in ("job", "variant", "worker", "attempt", "runs"):
             table.add_column(header)
         for running in status.running:
-            table.add_row(*map(str, running))
+            _add_row(table, running)
         console.print(table)
     if status.failures:
         table = Table(title="failed", title_justify="left")
         for header in ("job", "variant", "reason"):
             table.add_column(header, overflow="fold")
         for failure in status.failures:
-            table.add_row(*failure)
+            _add_row(table, failure)
         console.print(table)
 
 
@@ -94,7 +126,7 @@ def render_workers(engine: Engine, console: Console, live_within: float) -> None
     for worker, age in all_workers(engine):
         alive = worker.stopped_at is None and age <= live_within
         state = "live" if alive else ("stopped" if worker.stopped_at else "dead")
-        table.add_row(worker.name, worker.gpu_class, worker.host,
-                      ",".join(map(str, worker.devices)) or "cpu", ", ".join(worker.builds),
-                      str(len(worker.models)), state, f"{age:.0f} s ago")
+        _add_row(table, (worker.name, worker.gpu_class, worker.host,
+                         ",".join(map(str, worker.devices)) or "cpu", ", ".join(worker.builds),
+                         len(worker.models), state, f"{age:.0f} s ago"))
     console.print(table)

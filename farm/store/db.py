@@ -12,6 +12,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError
 
 from farm.errors import ConfigError, RuntimeFarmError
 from farm.settings import redact_url
+from farm.unreachable import database_unreachable
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -71,8 +72,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     try:
         connection = engine.connect()
     except OperationalError as exc:
-        raise RuntimeFarmError(f"cannot connect to the database {redact_url(str(engine.url))}: "
-                               f"{exc.orig}") from exc
+        raise database_unreachable(str(engine.url), exc) from exc
     with connection:
         if engine.dialect.name == "postgresql":
             connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _MIGRATION_LOCK})
@@ -96,8 +96,7 @@ def require_current_schema(engine: Engine) -> None:
         with engine.connect() as connection:
             current = MigrationContext.configure(connection).get_current_revision()
     except OperationalError as exc:
-        raise RuntimeFarmError(f"cannot connect to the database {redact_url(str(engine.url))}: "
-                               f"{exc.orig}") from exc
+        raise database_unreachable(str(engine.url), exc) from exc
     if current != head:
         raise RuntimeFarmError(f"the database {redact_url(str(engine.url))} is at schema "
                                f"{current or 'none'}, this farm needs {head}: run `farm db "

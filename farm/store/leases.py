@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, and_, func, select, update
+from sqlalchemy import ColumnElement, Engine, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from farm.store.models import Job
@@ -40,14 +41,20 @@ def _expiry(seconds: int) -> ColumnElement[datetime]:
     return func.now() + timedelta(seconds=seconds)
 
 
+def _due() -> ColumnElement[bool]:
+    return or_(Job.due_at.is_(None), Job.due_at <= func.now())
+
+
 def claim(engine: Engine, job_id: int, owner: str, seconds: int) -> Lease | None:
-    """Take a queued or lost job, or None if it is running elsewhere, done or over its limit."""
+    """Take a queued or lost job that is due, or None if it is running elsewhere, done,
+    waiting out a retry's backoff or over its limit."""
     with Session(engine) as session, session.begin():
         attempt = session.scalar(
             update(Job)
-            .where(Job.id == job_id, Job.state.in_(CLAIMABLE), Job.attempt < Job.max_attempts)
+            .where(Job.id == job_id, Job.state.in_(CLAIMABLE), Job.attempt < Job.max_attempts,
+                   _due())
             .values(state="running", lease_owner=owner, lease_expires_at=_expiry(seconds),
-                    attempt=Job.attempt + 1, started_at=func.now(), error=None)
+                    attempt=Job.attempt + 1, started_at=func.now(), error=None, due_at=None)
             .returning(Job.attempt))
     return Lease(job_id, owner, attempt) if attempt is not None else None
 
@@ -62,11 +69,31 @@ def renew(engine: Engine, lease: Lease, seconds: int) -> None:
 
 
 def finish(engine: Engine, lease: Lease, state: str, error: str | None = None,
-           failure_class: str | None = None) -> bool:
-    """End the attempt (done, failed, or queued again for a retry); False if not held."""
-    values: dict[str, object] = {"state": state, "error": error, "failure_class": failure_class}
-    if state in ("done", "failed"):
-        values["finished_at"] = func.now()
+           failure_class: str | None = None, summary: dict[str, Any] | None = None) -> bool:
+    """End the attempt, done or failed, with the job's summary in the same guarded write;
+    False if the lease is no longer held."""
+    values: dict[str, Any] = {"state": state, "error": error, "failure_class": failure_class,
+                              "finished_at": func.now(), **(summary or {})}
+    return _update_held(engine, lease, values)
+
+
+def retry_later(engine: Engine, lease: Lease, seconds: int, error: str,
+                failure_class: str) -> bool:
+    """Queue the job again, due after a backoff; the reconciler posts it when due."""
+    return _update_held(engine, lease, {
+        "state": "queued", "error": error, "failure_class": failure_class,
+        "due_at": _expiry(seconds), "posted_at": None})
+
+
+def hand_back(engine: Engine, lease: Lease, reason: str) -> bool:
+    """Give the job up unfinished (the worker is stopping): queued again at once, to be
+    posted by the next reconciliation, and the attempt not counted."""
+    return _update_held(engine, lease, {
+        "state": "queued", "error": reason, "attempt": Job.attempt - 1, "posted_at": None,
+        "lease_expires_at": None})
+
+
+def _update_held(engine: Engine, lease: Lease, values: dict[str, Any]) -> bool:
     with Session(engine) as session, session.begin():
         result = session.execute(update(Job).where(lease.holds()).values(**values))
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
@@ -92,12 +119,15 @@ class Reaped:
 
 
 def reap_expired(engine: Engine) -> list[Reaped]:
-    """Mark running jobs whose lease expired as lost, or failed past their attempts."""
+    """Mark running jobs whose lease expired as lost (to be posted by the reconciliation,
+    in the same transaction: marking and posting cannot diverge), or failed past their
+    attempts."""
     with Session(engine) as session, session.begin():
         rows = session.execute(
             update(Job)
             .where(Job.state == "running", Job.lease_expires_at < func.now())
-            .values(state="lost", error="lease of " + func.coalesce(Job.lease_owner, "?")
+            .values(state="lost", posted_at=None,
+                    error="lease of " + func.coalesce(Job.lease_owner, "?")
                     + " expired: the worker stopped heartbeating")
             .returning(Job.id, Job.gpu_class, Job.attempt, Job.max_attempts)).all()
         reaped = []

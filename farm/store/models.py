@@ -74,8 +74,16 @@ class Job(Base):
     # the lease until lease_expires_at (database clock) is the only one allowed to write.
     lease_owner: Mapped[str | None] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The job table is the outbox of the broker (see farm.fleet.reconcile): a queued or lost
+    # job with no posted_at still has to be posted; one posted longer ago than the repost
+    # bound is checked against what the broker holds. Message ids are job-<id>-<post_gen>,
+    # so any message in the broker names its job.
     task_id: Mapped[str | None] = mapped_column(String(64))
     posted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    post_gen: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # A retry waits out its backoff here, in the database, not as a countdown message that
+    # a dying worker would hold unacknowledged for the broker's whole visibility timeout.
+    due_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Renames applied so an old command line runs on this build (`mtp` -> `draft-mtp`).
     translations: Mapped[list[Any]] = mapped_column(default=list, server_default="[]")
     # bad_flag, unsupported_by_build, no_mtp_heads, out_of_memory, model_unreadable, crash,

@@ -74,11 +74,13 @@ def mark_running(engine: Engine, job_id: int) -> None:
 
 
 def mark_finished(engine: Engine, job_id: int, state: str, error: str | None = None,
-                  failure_class: str | None = None) -> None:
+                  failure_class: str | None = None,
+                  summary: dict[str, Any] | None = None) -> None:
     with Session(engine) as session, session.begin():
         session.execute(update(Job).where(Job.id == job_id).values(
             state=state, error=error, failure_class=failure_class,
-            finished_at=datetime.now(UTC) if state in ("done", "failed") else None))
+            finished_at=datetime.now(UTC) if state in ("done", "failed") else None,
+            **(summary or {})))
 
 
 def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:
@@ -93,8 +95,9 @@ def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:
     return frame.assign(job_key=str(job_id))
 
 
-def summarize(engine: Engine, job_id: int, outcome: Outcome) -> None:
-    """Write what the job found: design, statistics, and whether speculation happened.
+def job_summary(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]:
+    """What the job found, as values for its row (written with its final state): design,
+    statistics, and whether speculation happened.
 
     A variant that asked for speculation and drafted nothing is marked ``none``; reports
     never show its speedup.
@@ -108,10 +111,8 @@ def summarize(engine: Engine, job_id: int, outcome: Outcome) -> None:
     variant = outcome.checked.spec.variant
     verdict = ("not-requested" if not asks_for_speculation(variant)
                else "ok" if drafted else "none")
-    with Session(engine) as session, session.begin():
-        session.execute(update(Job).where(Job.id == job_id).values(
-            speculation=verdict, pairs=outcome.pairs, stop_reason=outcome.stop_reason,
-            summary=_json_safe(summary)))
+    return {"speculation": verdict, "pairs": outcome.pairs, "stop_reason": outcome.stop_reason,
+            "summary": _json_safe(summary)}
 
 
 LATENCY_SUMMARY = ("tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,8 @@ class Fleet:
         self.workers[name] = subprocess.Popen(
             [FARM, "worker", "--config", str(config)], env=self.env, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for(lambda: self.farm("workers").stdout.count(" live ") >= len(self.workers),
+        running = sum(process.poll() is None for process in self.workers.values())
+        wait_for(lambda: self.farm("workers").stdout.count(" live ") >= running,
                  60, f"worker {name} to register")
 
     def matrix(self, campaign: str, classes: list[str], variants: int = 1,
@@ -69,6 +70,24 @@ class Fleet:
             "flags": {"ctx-size": 1024, "threads": 1},
             "variants": [{"name": t, "flags": {"spec-type": t}} for t in spec_types]}))
         return path
+
+    def kill_worker(self, name: str) -> None:
+        """kill -9 of the worker's whole process group, as when its host is lost."""
+        os.killpg(self.workers[name].pid, signal.SIGKILL)
+        self.workers[name].wait()
+
+    def stop_workers(self) -> None:
+        for process in self.workers.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+
+    def logs(self) -> str:
+        return "".join(path.read_text() for path in sorted(self.root.glob("*.log")))
 
     def jobs(self) -> list[Job]:
         with Session(self.engine) as session:
@@ -104,13 +123,7 @@ def fleet(tmp_path: Path, postgres_url: str, smollm2: Path) -> Iterator[Fleet]:
     try:
         yield fleet
     finally:
-        for process in fleet.workers.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
+        fleet.stop_workers()
         fleet.engine.dispose()
         redis.Redis.from_url(broker).flushdb()
 
@@ -150,7 +163,7 @@ def test_submit_reports_jobs_no_live_worker_can_run(fleet: Fleet,
     assert [job.gpu_class for job in fleet.jobs()] == ["class-a"]
 
 
-def _servers_of(models: Path) -> set[int]:
+def servers_of(models: Path) -> set[int]:
     pids = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -169,13 +182,12 @@ def test_job_of_a_killed_worker_moves_to_another_worker_and_runs_once(
     assert fleet.farm("submit", str(matrix)).returncode == 0
     wait_for(lambda: len(fleet.run_keys()) >= 2, 120, "the first runs")
     fleet.start_worker("second", "shared", provisioned.server)
-    servers = _servers_of(fleet.models)
+    servers = servers_of(fleet.models)
     assert servers, "the job's llama-server should be running"
 
     killed_at = time.monotonic()
-    os.killpg(fleet.workers["first"].pid, signal.SIGKILL)
-    fleet.workers["first"].wait()
-    wait_for(lambda: not (servers & _servers_of(fleet.models)), 10,
+    fleet.kill_worker("first")
+    wait_for(lambda: not (servers & servers_of(fleet.models)), 10,
              "the killed worker's llama-server to die with it")
     wait_for(lambda: fleet.jobs()[0].state == "done", 15 + 60, "the job done elsewhere")
     assert time.monotonic() - killed_at < 15 + 60
@@ -234,28 +246,28 @@ def test_cancel_stops_a_running_job_and_its_server(fleet: Fleet,
     wait_for(lambda: len(fleet.run_keys()) >= 1, 120, "the first run")
     result = fleet.farm("cancel", "stopme")
     assert result.returncode == 0 and "1 jobs cancelled" in result.stdout
-    wait_for(lambda: not _servers_of(fleet.models), 30, "the cancelled job's server to stop")
+    wait_for(lambda: not servers_of(fleet.models), 30, "the cancelled job's server to stop")
     stored = len(fleet.run_keys())
     assert stored < 2 * 20 and fleet.jobs()[0].state == "cancelled"
     time.sleep(6)  # longer than a lease renewal: nothing more is written
     assert len(fleet.run_keys()) == stored
+    assert "No result backend" not in fleet.logs()
 
 
 def test_a_duplicate_delivery_of_a_finished_job_runs_nothing(
         fleet: Fleet, provisioned: Provisioned) -> None:
     from farm.fleet.app import make_app
-    from farm.fleet.submit import post_jobs
+    from farm.fleet.reconcile import send
     from farm.settings import load_settings
+    from farm.store.outbox import Message
 
     fleet.start_worker("alpha", "class-a", provisioned.server)
     assert fleet.farm("submit", str(fleet.matrix("twice", ["class-a"]))).returncode == 0
     wait_for(lambda: fleet.jobs()[0].state == "done", 120, "the job done")
     runs = fleet.run_keys()
-    os.environ.update(FARM_BROKER_URL=fleet.env["FARM_BROKER_URL"])
-    try:
-        post_jobs(fleet.engine, [fleet.jobs()[0].id], app=make_app(load_settings()))
-    finally:
-        del os.environ["FARM_BROKER_URL"]
+    job = fleet.jobs()[0]
+    app = make_app(replace(load_settings(), broker_url=fleet.env["FARM_BROKER_URL"]))
+    send(app, [Message(job.id, f"job-{job.id}-9", job.gpu_class, "duplicate")])
     log = fleet.root / "alpha.log"
     wait_for(lambda: "not claimable" in log.read_text(), 30, "the duplicate to be refused")
     assert fleet.run_keys() == runs and fleet.jobs()[0].attempt == 1

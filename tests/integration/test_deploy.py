@@ -120,6 +120,9 @@ def test_gpu_workers_reserve_one_nvidia_gpu_each(services: dict[str, Any]) -> No
         assert spec["command"].startswith("farm worker --gpu-class "), name
         assert "--devices 0 --config /etc/specfarm/worker.yaml" in spec["command"], name
         assert "depends_on" not in spec, f"{name} must start on a box without Redis/PostgreSQL"
+        # tini passes SIGTERM to the worker alone (as KillMode=mixed), then a grace period.
+        assert spec["init"] is True and spec["stop_signal"] == "SIGTERM", name
+        assert spec["stop_grace_period"], name
         mounts = [v for v in spec["volumes"] if v.endswith(":ro")]
         assert {m.split(":")[-2] for m in mounts} >= {"/etc/specfarm/worker.yaml", "/models"}
     assert len(set(device_ids)) == len(device_ids) == len(workers)
@@ -205,7 +208,8 @@ def test_worker_unit_runs_one_worker_per_gpu_index() -> None:
     assert unit["EnvironmentFile"] == ["/etc/specfarm/farm.env"]
     assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in unit["Environment"]
     assert unit["User"] == ["specfarm"]
-    assert unit["KillMode"] == ["control-group"]
+    # SIGTERM to `farm worker` alone, so that llama-server keeps serving the running job.
+    assert unit["KillMode"] == ["mixed"]
     assert unit["Restart"] == ["on-failure"]
     assert "TimeoutStopSec" in unit
     assert "PrivateDevices" not in unit and "DevicePolicy" not in unit, "the GPU must stay open"

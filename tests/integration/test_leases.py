@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,16 +9,12 @@ from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
 from farm.store import leases
-from farm.store.db import make_engine, upgrade
 from farm.store.models import Campaign, Job, Run
 
 
 @pytest.fixture
-def engine(postgres_url: str) -> Iterator[Engine]:
-    engine = make_engine(postgres_url)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
+def engine(pg_engine: Engine) -> Engine:
+    return pg_engine
 
 
 def _job(engine: Engine, max_attempts: int = 2) -> int:

@@ -1,0 +1,66 @@
+"""A database or broker that does not answer, told in one line instead of a traceback.
+
+Each line names the service (its URL with the password hidden), the driver's reason and
+what to check. The CLI maps raw driver errors to these lines in one place
+(``service_error``): any command may meet them at any call site (a query, a schema check,
+a post), and an operator needs the same line from all of them. Code that catches such
+an error itself raises the same ``ServiceUnavailable`` through the two builders.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from farm.errors import ServiceUnavailable, first_line
+from farm.settings import load_settings, redact_url
+
+if TYPE_CHECKING:
+    from sqlalchemy.exc import DBAPIError
+
+
+def _address(url: str) -> str:
+    """``-h HOST -p PORT`` for pg_isready and redis-cli, as far as the URL gives them."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return "".join(f" -{flag} {value}" for flag, value in (("h", parsed.host),
+                                                           ("p", parsed.port)) if value)
+
+
+def database_unreachable(url: str, exc: DBAPIError) -> ServiceUnavailable:
+    """The database at ``url`` failed with ``exc``: which, why, and what to check."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    # As the operator wrote it: postgresql://, not the driver the farm picked for it.
+    where = parsed.set(drivername=parsed.get_backend_name()).render_as_string()
+    reason = first_line(exc.orig)
+    if parsed.get_backend_name() == "sqlite":
+        return ServiceUnavailable(f"cannot use the database {where}: {reason}; check that the "
+                                  "data dir (FARM_DATA_DIR) is writable and its disk not full")
+    return ServiceUnavailable(f"cannot connect to the database {where}: {reason}; check that "
+                              f"PostgreSQL runs and accepts connections (`pg_isready"
+                              f"{_address(url)}`) and that FARM_DATABASE_URL is right")
+
+
+def broker_unreachable(url: str, exc: Exception) -> ServiceUnavailable:
+    """The broker at ``url`` failed with ``exc``: which, why, and how to check it."""
+    return ServiceUnavailable(f"cannot reach the broker {redact_url(url)}: {first_line(exc)}; "
+                              f"check that Redis runs (`redis-cli{_address(url)} ping`) and "
+                              "that FARM_BROKER_URL is right")
+
+
+def service_error(exc: Exception) -> ServiceUnavailable | None:
+    """The operator's line if ``exc`` means the database or the broker does not answer."""
+    # Imported here: most commands never meet these errors, and `farm --help` should not
+    # wait for kombu, redis and SQLAlchemy to load.
+    import redis.exceptions
+    from kombu.exceptions import OperationalError as BrokerError
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    if isinstance(exc, OperationalError | InterfaceError):
+        return database_unreachable(load_settings().database_url, exc)
+    if isinstance(exc, BrokerError | redis.exceptions.ConnectionError
+                  | redis.exceptions.TimeoutError):
+        return broker_unreachable(load_settings().broker_url or "", exc)
+    return None

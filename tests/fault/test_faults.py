@@ -1,0 +1,269 @@
+"""The fleet heals itself: faults of the database, the broker and the workers, for real.
+
+Each test runs its own PostgreSQL and Redis (own ports and data dirs, never the shared
+ones), `farm worker` processes at one thread each, and a small campaign. Every scenario
+must end with every job done, exactly the expected runs stored once each, no llama-server
+left behind and no manual step, within three lease lengths of the service's return.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+
+from farm.store.db import make_engine
+from tests.e2e.test_fleet import Fleet, servers_of, wait_for
+from tests.helpers import COPY_PROMPT
+from workers.provision import Provisioned
+
+pytestmark = pytest.mark.server
+LEASE = 15
+JOBS, REPETITIONS = 4, 2
+RUNS = JOBS * 2 * REPETITIONS  # one block pair: baseline and variant, each prompt x reps
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrivatePostgres:
+    """A throwaway PostgreSQL cluster; stop() and start() simulate an outage."""
+
+    def __init__(self, root: Path) -> None:
+        bindir = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
+        self.postgres, self.port, self.data = bindir / "postgres", _free_port(), root / "pg"
+        # PostgreSQL refuses to run as root: as root, run it as the postgres user.
+        self.as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self.data.mkdir()
+        if self.as_owner:
+            shutil.chown(root, "postgres")
+            shutil.chown(self.data, "postgres")
+        subprocess.run([*self.as_owner, str(bindir / "initdb"), "-D", str(self.data), "-U",
+                        "postgres", "--auth=trust", "-E", "UTF8"], check=True,
+                       capture_output=True)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [*self.as_owner, str(self.postgres), "-D", str(self.data), "-p", str(self.port),
+             "-k", str(self.data), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(self._answers, 30, "the private PostgreSQL")
+
+    def _answers(self) -> bool:
+        try:
+            psycopg.connect(self.url, connect_timeout=2).close()
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        if self.process is not None:
+            # Fast shutdown (connections are cut), sent to the postmaster itself: runuser
+            # in between does not pass SIGINT on.
+            postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+            os.kill(postmaster, signal.SIGINT)
+            self.process.wait(30)
+            self.process = None
+
+
+class PrivateRedis:
+    """A Redis without persistence: a restart loses every message."""
+
+    def __init__(self, root: Path) -> None:
+        self.port, self.dir = _free_port(), root
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.dir)], stdout=subprocess.DEVNULL)
+        wait_for(self._answers, 30, "the private Redis")
+
+    def _answers(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(30)
+            self.process = None
+
+
+@pytest.fixture
+def services() -> Iterator[tuple[PrivatePostgres, PrivateRedis]]:
+    root = Path(tempfile.mkdtemp(prefix="specfarm-fault-"))
+    postgres = redis = None
+    try:
+        postgres = PrivatePostgres(root)
+        redis = PrivateRedis(root)
+        yield postgres, redis
+    finally:
+        for service in (redis, postgres):
+            if service is not None:
+                service.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, services: tuple[PrivatePostgres, PrivateRedis],
+          smollm2: Path) -> Iterator[Fleet]:
+    postgres, redis = services
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "smollm2.gguf").hardlink_to(smollm2)
+    env = {**os.environ, "FARM_DATABASE_URL": postgres.url, "FARM_BROKER_URL": redis.url,
+           "FARM_DATA_DIR": str(tmp_path / "data"), "FARM_LEASE_SECONDS": str(LEASE),
+           "FARM_REPOST_AFTER": str(LEASE)}
+    fleet = Fleet(env=env, root=tmp_path, models=models, engine=make_engine(postgres.url))
+    assert fleet.farm("db", "upgrade").returncode == 0
+    try:
+        yield fleet
+    finally:
+        fleet.stop_workers()
+        fleet.engine.dispose()
+
+
+def _campaign(fleet: Fleet, name: str, repetitions: int = REPETITIONS) -> Path:
+    path = fleet.root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "campaign": name, "gpu-classes": ["cpu"],
+        "models": [{"name": "smollm2", "file": "smollm2.gguf"}],
+        "prompts": [COPY_PROMPT], "n-predict": 24, "repetitions": repetitions,
+        "pairs": 1, "max-pairs": 1, "flags": {"ctx-size": 1024, "threads": 1},
+        "variants": [{"name": "ngram", "flags": {
+            "spec-type": "ngram-simple",
+            "spec-ngram-simple-size-n": list(range(2, 2 + JOBS))}}]}))
+    submitted = fleet.farm("submit", str(path))
+    assert submitted.returncode == 0, submitted.stderr
+    return path
+
+
+def _running(fleet: Fleet, count: int) -> Callable[[], bool]:
+    return lambda: sum(job.state == "running" for job in fleet.jobs()) >= count
+
+
+def _all_done_after(fleet: Fleet, since: float, runs: int = RUNS) -> float:
+    """Wait for the campaign; check every job done once, runs stored once, no server left;
+    return the seconds from ``since`` to done."""
+    wait_for(lambda: all(job.state == "done" for job in fleet.jobs()), 6 * LEASE,
+             "every job done")
+    took = time.monotonic() - since
+    keys = fleet.run_keys()
+    assert len(keys) == runs and len({key[:5] for key in keys}) == runs
+    wait_for(lambda: not servers_of(fleet.models), 10, "no llama-server left running")
+    print(f"recovery to campaign done: {took:.1f} s; runs {len(keys)}/{runs}; "
+          f"attempts {sorted(job.attempt for job in fleet.jobs())}")
+    assert took < 3 * LEASE
+    return took
+
+
+def test_database_stopped_45_s_mid_campaign(
+        fleet: Fleet, services: tuple[PrivatePostgres, PrivateRedis],
+        provisioned: Provisioned) -> None:
+    postgres, _ = services
+    for name in ("alpha", "beta"):
+        fleet.start_worker(name, "cpu", provisioned.server)
+    _campaign(fleet, "db-down")
+    wait_for(_running(fleet, 2), 120, "both workers mid-job")
+    fleet.engine.dispose()
+    postgres.stop()
+    time.sleep(45)
+    postgres.start()
+    _all_done_after(fleet, time.monotonic())
+    assert "Traceback" not in fleet.logs()
+
+
+def test_redis_restarted_without_persistence(
+        fleet: Fleet, services: tuple[PrivatePostgres, PrivateRedis],
+        provisioned: Provisioned) -> None:
+    _, redis = services
+    fleet.start_worker("alpha", "cpu", provisioned.server)
+    _campaign(fleet, "redis-lost")
+    wait_for(_running(fleet, 1), 120, "the first job running")
+    redis.stop()  # the queued messages are gone with it
+    redis.start()
+    _all_done_after(fleet, time.monotonic())
+
+
+def test_the_only_worker_killed_while_its_job_waits_to_retry(
+        fleet: Fleet, provisioned: Provisioned) -> None:
+    fleet.start_worker("alpha", "cpu", provisioned.server)
+    _campaign(fleet, "retry")
+    wait_for(lambda: bool(fleet.run_keys()), 120, "the first run")
+    for pid in servers_of(fleet.models):  # a crashed llama-server: a retryable failure
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: any(job.failure_class in ("crash", "request_failed")
+                         for job in fleet.jobs()), 60, "the crash recorded as retryable")
+    fleet.kill_worker("alpha")
+    fleet.start_worker("alpha-2", "cpu", provisioned.server)
+    _all_done_after(fleet, time.monotonic())
+
+
+def test_a_worker_killed_while_redis_is_down(
+        fleet: Fleet, services: tuple[PrivatePostgres, PrivateRedis],
+        provisioned: Provisioned) -> None:
+    _, redis = services
+    for name in ("alpha", "beta"):
+        fleet.start_worker(name, "cpu", provisioned.server)
+    _campaign(fleet, "redis-down")
+    wait_for(_running(fleet, 2), 120, "both workers mid-job")
+    redis.stop()
+    fleet.kill_worker("alpha")
+    # alpha's lease expires; beta reaps the job but cannot post it
+    wait_for(lambda: any(job.state == "lost" for job in fleet.jobs()), 2 * LEASE,
+             "alpha's job reaped")
+    redis.start()
+    _all_done_after(fleet, time.monotonic())
+
+
+@pytest.mark.parametrize("whole_group", [False, True], ids=["worker-alone", "process-group"])
+def test_sigterm_hands_the_job_back_at_once(fleet: Fleet, provisioned: Provisioned,
+                                            whole_group: bool) -> None:
+    fleet.start_worker("alpha", "cpu", provisioned.server)
+    _campaign(fleet, "sigterm")
+    wait_for(lambda: bool(fleet.run_keys()), 120, "the first run")
+    process = fleet.workers["alpha"]
+    stopped_at = time.monotonic()
+    if whole_group:
+        os.killpg(process.pid, signal.SIGTERM)
+    else:
+        process.send_signal(signal.SIGTERM)
+    process.wait(60)
+    stopped_in = time.monotonic() - stopped_at
+    print(f"worker stopped in {stopped_in:.1f} s")
+    assert stopped_in < LEASE  # not waiting for the job to finish
+    assert not servers_of(fleet.models)
+    handed_back = [job for job in fleet.jobs() if job.error and "handed back" in job.error]
+    assert len(handed_back) == 1 and handed_back[0].state == "queued"
+    assert handed_back[0].posted_at is not None  # posted again at once, no lease to wait out
+    fleet.start_worker("beta", "cpu", provisioned.server)
+    _all_done_after(fleet, time.monotonic())
+    assert "handed back" in (fleet.root / "alpha.log").read_text()

@@ -1,0 +1,158 @@
+"""Reconciliation on real PostgreSQL and Redis: the database decides what is posted."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+import redis
+from celery import Celery
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.orm import Session
+
+from farm.fleet.app import make_app
+from farm.fleet.reconcile import held_jobs, reconcile
+from farm.settings import load_settings
+from farm.store import leases, outbox
+from farm.store.models import Campaign, Job
+
+REDIS_URL = os.environ.get("FARM_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+QUEUE = "gpu.cpu"
+
+
+@pytest.fixture
+def engine(pg_engine: Engine) -> Engine:
+    return pg_engine
+
+
+@pytest.fixture
+def broker() -> Iterator[tuple[Celery, redis.Redis]]:
+    url = f"{REDIS_URL}/{random.randint(8, 15)}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    app = make_app(replace(load_settings(), broker_url=url))
+    yield app, client
+    client.flushdb()
+    client.close()
+
+
+def _jobs(engine: Engine, count: int) -> list[int]:
+    with Session(engine) as session, session.begin():
+        campaign = Campaign(name="c", matrix_path="m")
+        jobs = [Job(campaign=campaign, job_key=f"{i:064d}", model_name="m", build_name="b",
+                    variant_name="v", varying={}, spec={}, state="queued", gpu_class="cpu")
+                for i in range(count)]
+        session.add_all(jobs)
+        session.flush()
+        return [job.id for job in jobs]
+
+
+def _queued_jobs(client: redis.Redis) -> list[int]:
+    bodies = client.lrange(QUEUE, 0, -1)
+    return sorted(outbox.job_of_task(json.loads(body)["headers"]["id"]) or -1
+                  for body in bodies)
+
+
+def test_pending_jobs_are_posted_once_and_not_again_while_waiting(
+        engine: Engine, broker: tuple[Celery, redis.Redis]) -> None:
+    app, client = broker
+    ids = _jobs(engine, 50)
+    assert len(reconcile(engine, app, 60).posted) == 50
+    for recheck in (False, True, True):  # within the bound nothing is looked up, unless asked
+        again = reconcile(engine, app, 60, recheck=recheck)
+        assert again.posted == [] and again.waiting == (50 if recheck else 0)
+    assert _queued_jobs(client) == ids
+    with Session(engine) as session:
+        assert set(session.scalars(select(Job.task_id))) == {f"job-{i}-1" for i in ids}
+
+
+def test_messages_lost_with_the_broker_are_posted_again(
+        engine: Engine, broker: tuple[Celery, redis.Redis]) -> None:
+    app, client = broker
+    ids = _jobs(engine, 20)
+    reconcile(engine, app, 30, recheck=True)
+    client.flushdb()  # Redis restarted without persistence
+    assert len(reconcile(engine, app, 60).posted) == 0  # not stale yet: not looked at
+    reposted = reconcile(engine, app, 60, recheck=True).posted
+    assert sorted(m.job_id for m in reposted) == ids
+    assert {m.task_id for m in reposted} == {f"job-{i}-2" for i in ids}
+    assert _queued_jobs(client) == ids
+
+
+def test_a_message_taken_by_a_dead_worker_counts_only_within_the_bound(
+        engine: Engine, broker: tuple[Celery, redis.Redis]) -> None:
+    app, client = broker
+    [job_id] = _jobs(engine, 1)
+    reconcile(engine, app, 30, recheck=True)
+    # What kombu does when a worker takes a message with late acks: into `unacked`.
+    body = client.rpop(QUEUE)
+    assert isinstance(body, bytes)
+    client.hset("unacked", "tag-1", json.dumps([json.loads(body), "", QUEUE]))
+    client.zadd("unacked_index", {"tag-1": time.time()})
+    assert held_jobs(app, ["cpu"], 30) == {job_id}
+    assert reconcile(engine, app, 30, recheck=True).posted == []
+    client.zadd("unacked_index", {"tag-1": time.time() - 60})  # its worker died a while ago
+    assert held_jobs(app, ["cpu"], 30) == set()
+    assert [m.job_id for m in reconcile(engine, app, 30, recheck=True).posted] == [job_id]
+
+
+def test_reaped_and_retried_jobs_are_posted_by_reconciliation(
+        engine: Engine, broker: tuple[Celery, redis.Redis]) -> None:
+    app, client = broker
+    reaped_id, retried_id = _jobs(engine, 2)
+    reconcile(engine, app, 30, recheck=True)
+    client.delete(QUEUE)
+    lease = leases.claim(engine, reaped_id, "dead", 30)
+    retry = leases.claim(engine, retried_id, "alive", 30)
+    assert lease is not None and retry is not None
+    with Session(engine) as session, session.begin():
+        session.execute(update(Job).where(Job.id == reaped_id)
+                        .values(lease_expires_at=func.now()))
+    assert [r.job_id for r in leases.reap_expired(engine)] == [reaped_id]
+    assert leases.retry_later(engine, retry, 1, "crashed", "crash")
+    # Reaped: posted at once, with no bound to wait out. The retry: only once it is due.
+    assert [m.job_id for m in reconcile(engine, app, 3600).posted] == [reaped_id]
+    assert leases.claim(engine, retried_id, "early", 30) is None
+    time.sleep(1.2)
+    assert [m.job_id for m in reconcile(engine, app, 3600).posted] == [retried_id]
+    assert _queued_jobs(client) == [reaped_id, retried_id]
+
+
+def test_concurrent_reconcilers_post_each_job_once(
+        engine: Engine, broker: tuple[Celery, redis.Redis]) -> None:
+    app, client = broker
+    ids = _jobs(engine, 400)
+    posted: list[int] = []
+    lock = threading.Lock()
+
+    def reconciler() -> None:
+        for _ in range(3):
+            messages = reconcile(engine, app, 30, recheck=True).posted
+            with lock:
+                posted.extend(m.job_id for m in messages)
+
+    threads = [threading.Thread(target=reconciler) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(posted) == ids
+    assert _queued_jobs(client) == ids  # never more messages than pending jobs
+
+
+def test_cancelled_done_and_exhausted_jobs_are_not_posted(
+        engine: Engine, broker: tuple[Celery, redis.Redis]) -> None:
+    app, _ = broker
+    ids = _jobs(engine, 4)
+    with Session(engine) as session, session.begin():
+        changes: list[dict[str, object]] = [{"state": "cancelled"}, {"state": "done"},
+                                            {"attempt": 3, "max_attempts": 3}]
+        for job_id, values in zip(ids[:3], changes, strict=True):
+            session.execute(update(Job).where(Job.id == job_id).values(**values))
+    assert [m.job_id for m in reconcile(engine, app, 30, recheck=True).posted] == [ids[3]]

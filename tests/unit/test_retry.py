@@ -1,0 +1,51 @@
+"""Retrying through service outages: backoff, deadline, one log line per state change."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import pytest
+import sqlalchemy.exc
+
+from farm.retry import LONGEST_PAUSE, retrying
+
+
+def _outage(failures: int) -> tuple[list[int], Callable[[], str]]:
+    calls: list[int] = []
+
+    def call() -> str:
+        calls.append(1)
+        if len(calls) <= failures:
+            raise sqlalchemy.exc.OperationalError("claim", {}, Exception("connection refused"))
+        return "ok"
+    return calls, call
+
+
+def test_an_outage_is_retried_with_growing_pauses_and_logged_twice(
+        caplog: pytest.LogCaptureFixture) -> None:
+    calls, call = _outage(6)
+    pauses: list[float] = []
+    with caplog.at_level(logging.WARNING):
+        result = retrying(call, within=600, what="job 1: claiming",
+                          log=logging.getLogger("t"), sleep=pauses.append)
+    assert result == "ok" and len(calls) == 7
+    assert pauses == [0.5, 1.0, 2.0, 4.0, 8.0, LONGEST_PAUSE]
+    assert [r.getMessage().split(":")[-1].strip() for r in caplog.records][-1] == "recovered"
+    assert len(caplog.records) == 2
+
+
+def test_past_the_deadline_the_error_is_raised(caplog: pytest.LogCaptureFixture) -> None:
+    _, call = _outage(1000)
+    with pytest.raises(sqlalchemy.exc.OperationalError), caplog.at_level(logging.WARNING):
+        retrying(call, within=0.2, what="job 1: writing",
+                 log=logging.getLogger("t"), sleep=lambda _: None)
+    assert "giving up" in caplog.records[-1].getMessage()
+
+
+def test_other_errors_are_not_retried() -> None:
+    def call() -> None:
+        raise sqlalchemy.exc.IntegrityError("insert", {}, Exception("duplicate key"))
+
+    with pytest.raises(sqlalchemy.exc.IntegrityError):
+        retrying(call, within=60, what="x", log=logging.getLogger("t"), sleep=lambda _: None)
