@@ -1,15 +1,25 @@
-"""Every error a user can meet, and what the CLI does with it.
+"""Every error a user can meet, what the CLI does with it, and its failure class.
 
-    FarmError                 base; the CLI prints its message, never a traceback
-    ├── ConfigError           bad input (matrix, flags, paths, settings): exit 2
-    │   └── UnsupportedByBuild    a flag or value the chosen llama-server does not accept
-    └── RuntimeFarmError      something failed while doing the work: exit 1
-        ├── ServiceUnavailable    the database or the broker does not answer
-        ├── ServerStartError      llama-server exited or never became healthy
-        ├── BenchmarkError        a request failed or returned something unusable
-        └── JobsFailed            some jobs of a campaign failed (the rest are stored)
+    FarmError                     base; the CLI prints its message, never a traceback
+    ├── ConfigError               bad input (matrix, flags, paths, settings): exit 2
+    │   ├── UnsupportedByBuild        a flag or value the chosen llama-server does not accept
+    │   └── NoMtpHeads                an arm drafts with MTP heads the model does not have
+    └── RuntimeFarmError          something failed while doing the work: exit 1
+        ├── ServiceUnavailable        the database or the broker does not answer
+        ├── ServerStartError          llama-server exited while starting (a crash)
+        │   ├── ServerStartTimeout        ... or never answered /health in time
+        │   ├── ServerBadFlag             ... on a flag or value it could not parse
+        │   ├── ServerUnsupportedByBuild  ... on a type this build does not have
+        │   ├── ServerNoMtpHeads          ... because the model has no MTP layers
+        │   ├── ServerOutOfMemory         ... because the model did not fit
+        │   └── ServerModelUnreadable     ... because it could not open or load the model
+        ├── BenchmarkError            a request failed or returned something unusable
+        └── JobsFailed                some jobs of a campaign failed (the rest are stored)
 
-Retries key on the class: a ConfigError can never succeed on retry.
+Each class names its ``failure_class``: the string stored with a failed job, grouped by in
+reports and keyed on by retries, so these strings never change. The code that knows why
+something failed raises the matching class (llama-server's own words are read in
+``workers/runtime/server_log.py``); nothing downstream parses messages.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ class FarmError(Exception):
     """Base of all errors specfarm reports to a user."""
 
     exit_code = 1
+    failure_class = "error"
 
 
 class ConfigError(FarmError):
@@ -29,6 +40,7 @@ class ConfigError(FarmError):
     """
 
     exit_code = 2
+    failure_class = "config"
 
     def __init__(self, message: str, *, role: str | None = None) -> None:
         super().__init__(message)
@@ -37,6 +49,14 @@ class ConfigError(FarmError):
 
 class UnsupportedByBuild(ConfigError):
     """The llama-server build rejects a flag or value the matrix asks for."""
+
+    failure_class = "unsupported_by_build"
+
+
+class NoMtpHeads(ConfigError):
+    """An arm asks for MTP drafting and the model's GGUF has no MTP layers."""
+
+    failure_class = "no_mtp_heads"
 
 
 class RuntimeFarmError(FarmError):
@@ -48,16 +68,58 @@ class ServiceUnavailable(RuntimeFarmError):
 
 
 class ServerStartError(RuntimeFarmError):
-    """llama-server exited early or did not answer /health in time."""
+    """llama-server did not start; this class itself: it exited for no reason its log names.
 
-    def __init__(self, message: str, log_tail: str = "", *, timed_out: bool = False) -> None:
+    ``workers/runtime/server_log.py`` picks the subclass from the server's log.
+    """
+
+    failure_class = "crash"
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
         super().__init__(message + (f"\n--- server log (tail) ---\n{log_tail}" if log_tail else ""))
         self.log_tail = log_tail
-        self.timed_out = timed_out
+
+
+class ServerStartTimeout(ServerStartError):
+    """llama-server did not answer /health in time (it may succeed on a later try)."""
+
+    failure_class = "timeout"
+
+
+class ServerBadFlag(ServerStartError):
+    """llama-server refused a flag or value of the arm's command line."""
+
+    failure_class = "bad_flag"
+
+
+class ServerUnsupportedByBuild(ServerStartError):
+    """llama-server does not know a speculative or cache type, or removed a flag."""
+
+    failure_class = "unsupported_by_build"
+
+
+class ServerNoMtpHeads(ServerStartError):
+    """llama-server found no MTP layers in the model it was asked to draft with."""
+
+    failure_class = "no_mtp_heads"
+
+
+class ServerOutOfMemory(ServerStartError):
+    """llama-server could not allocate the model or its context."""
+
+    failure_class = "out_of_memory"
+
+
+class ServerModelUnreadable(ServerStartError):
+    """llama-server could not open or load the model file."""
+
+    failure_class = "model_unreadable"
 
 
 class BenchmarkError(RuntimeFarmError):
     """A generation request failed or its answer lacked the server's timings."""
+
+    failure_class = "request_failed"
 
 
 class JobsFailed(RuntimeFarmError):

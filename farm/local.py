@@ -14,14 +14,18 @@ from farm.errors import ConfigError, FarmError, JobsFailed
 from farm.matrix.load import load_matrix
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import ArmRole, JobSpec
-from farm.report import wide_console
+from farm.report.text import wide_console
 from farm.settings import Settings
 from farm.store import repo
-from farm.store.db import make_engine, upgrade
-from workers.checks import preflight
+from farm.store.db import connected, upgrade
+from farm.store.models import JobState
+from workers.checks import Preflight, preflight
 from workers.executor import RunResult, execute_job
 from workers.failures import classify
+from workers.node import NodeFiles, NotOnThisNode, local_files, resolve
+from workers.paths import NodePaths
 from workers.runtime.server import HOST
+from workers.sinks import DbRunSink, job_summary
 from workers.telemetry import all_gpus
 
 
@@ -51,26 +55,36 @@ def print_dry_run(specs: list[JobSpec], console: Console) -> None:
                           soft_wrap=True)
 
 
-def _variant_key(matrix: Matrix, spec: JobSpec) -> str:
-    for index, variant in enumerate(matrix.variants):
-        if spec.variant.name == variant.name or spec.variant.name.startswith(variant.name + "["):
-            return f"variants[{index}] ({spec.variant.name})"
-    return f"variant {spec.variant.name}"
+def _where(path: Path, matrix: Matrix, spec: JobSpec, exc: ConfigError) -> str:
+    """The place in the matrix a job check failed on: a model, the build, the baseline's
+    flags or a variant."""
+    if exc.role == "build":
+        return f"{path}: build"
+    if exc.role == "baseline":
+        return f"{path}: flags (baseline)"
+    if exc.role == "variant":
+        for index, variant in enumerate(matrix.variants):
+            name = spec.variant.name
+            if name == variant.name or name.startswith(variant.name + "["):
+                return f"{path}: variants[{index}] ({name})"
+        return f"{path}: variant {spec.variant.name}"
+    index = next(i for i, model in enumerate(matrix.models) if model.name == spec.model.name)
+    return f"{path}: models[{index}].{'path' if spec.model.path else 'file'}"
 
 
-def check_all(path: Path, matrix: Matrix, specs: list[JobSpec]) -> None:
-    """Check every job against its build and model before anything is written.
-
-    Errors name the matrix file and the place in it: the baseline's flags, a variant, or
-    a model.
-    """
+def checked_jobs(path: Path, matrix: Matrix, specs: list[JobSpec], node: NodeFiles,
+                 paths: NodePaths) -> list[tuple[JobSpec, Preflight]]:
+    """Every job resolved on ``node`` and checked against its build and model before
+    anything is written or started: each as it will run (files resolved) and as checked
+    (renames applied). Errors name the matrix file and the place in it."""
+    checked = []
     for spec in specs:
         try:
-            preflight(spec)
+            resolved = resolve(spec, node)
+            checked.append((resolved, preflight(resolved, paths)))
         except ConfigError as exc:
-            where = {"baseline": "flags (baseline)", "variant": _variant_key(matrix, spec)}.get(
-                exc.role or "", f"models ({spec.model.name})")
-            raise type(exc)(f"{path}: {where}: {exc}") from exc
+            raise type(exc)(f"{_where(path, matrix, spec, exc)}: {exc}", role=exc.role) from exc
+    return checked
 
 
 class _Progress:
@@ -97,7 +111,7 @@ class _Progress:
 def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings: Settings,
              console: Console) -> int:
     pending = [(spec, job_id) for spec, job_id in zip(specs, job_ids, strict=True)
-               if repo.job_state(engine, job_id) != "done"]
+               if repo.job_state(engine, job_id) != JobState.DONE]
     if len(pending) < len(specs):
         console.print(f"{len(specs) - len(pending)} of {len(specs)} jobs already done: skipped")
     # Planned at the minimum of pairs; the adaptive rule may add some.
@@ -108,22 +122,23 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings:
     with progress.bar:
         for index, (spec, job_id) in enumerate(pending, start=1):
             progress.job(index, len(pending), spec)
-            sink = repo.DbRunSink(engine, job_id)
+            sink = DbRunSink(engine, job_id)
             progress.bar.advance(progress.task, len(sink.done()))
             repo.mark_running(engine, job_id)
             try:
-                outcome = execute_job(spec, sink, logs_dir=settings.logs_dir,
+                outcome = execute_job(spec, sink, paths=NodePaths.of(settings),
                                       on_run=progress.run, gpus=gpus)
             except KeyboardInterrupt:
-                repo.mark_finished(engine, job_id, "queued", "interrupted; `farm run` resumes")
+                repo.mark_finished(engine, job_id, JobState.QUEUED,
+                                   "interrupted; `farm run` resumes")
                 raise
             except FarmError as exc:
-                repo.mark_finished(engine, job_id, "failed", str(exc), classify(exc))
+                repo.mark_finished(engine, job_id, JobState.FAILED, str(exc), classify(exc))
                 console.print(f"[red]job {spec.job_key[:10]} failed:[/red] {exc}", markup=False)
                 failed += 1
                 continue
-            repo.mark_finished(engine, job_id, "done",
-                               summary=repo.job_summary(engine, job_id, outcome))
+            repo.mark_finished(engine, job_id, JobState.DONE,
+                               summary=job_summary(engine, job_id, outcome))
     return failed
 
 
@@ -136,29 +151,47 @@ def _one_class(path: Path, matrix: Matrix, gpu_class: str | None) -> str:
                       f"of {', '.join(matrix.gpu_classes)} with --gpu-class")
 
 
+def dry_run_as_worker(path: Path, matrix: Matrix, specs: list[JobSpec], paths: NodePaths,
+                      console: Console) -> None:
+    """`farm submit --dry-run`: each job checked as a worker would check it (names inside
+    the models dir, builds by name) with this machine's builds and models; a job whose
+    build or model is not here is shown as written, and says so."""
+    node = local_files(paths, None, allow_file_flags=False)
+    shown, unchecked = [], []
+    for spec in specs:
+        try:
+            shown.append(checked_jobs(path, matrix, [spec], node, paths)[0][1].spec)
+        except NotOnThisNode as exc:
+            shown.append(spec)
+            unchecked.append(f"job {spec.job_key[:12]} not checked on this machine: {exc}")
+    print_dry_run(shown, console)
+    for line in unchecked:
+        console.print(line, markup=False, soft_wrap=True)
+
+
 def run_local(path: Path, settings: Settings, console: Console, *, dry_run: bool,
-              gpu_class: str | None = None) -> str | None:
-    """Validate, check, store and execute; returns the campaign, or None for a dry run.
+              gpu_class: str | None = None, allow_file_flags: bool = False) -> str | None:
+    """Validate, resolve, check, store and execute; returns the campaign, or None for a dry
+    run (every check made, nothing written or started).
 
     Raises ``FarmError`` subclasses; a failed job is reported and counted, not raised.
     """
     matrix, specs = load_matrix(path)
     chosen = _one_class(path, matrix, gpu_class)
-    specs = [spec for spec in specs if spec.gpu_class == chosen]
+    paths = NodePaths.of(settings)
+    node = local_files(paths, path.parent, allow_file_flags=allow_file_flags)
+    checked = checked_jobs(path, matrix, [s for s in specs if s.gpu_class == chosen], node,
+                           paths)
     if dry_run:
-        print_dry_run(specs, wide_console())
+        print_dry_run([check.spec for _, check in checked], wide_console())
         return None
-    check_all(path, matrix, specs)
-    engine = make_engine(settings.database_url)
-    try:
+    specs = [spec for spec, _ in checked]
+    with connected(settings.database_url) as engine:
         upgrade(engine)
         job_ids = repo.register(engine, matrix.campaign, str(path.resolve()), specs)
         failed = _execute(engine, specs, job_ids, settings, console)
-    finally:
-        engine.dispose()
     if failed:
         raise JobsFailed(f"{failed} of {len(specs)} jobs failed; see `farm report "
                          f"{matrix.campaign}` and the server logs in {settings.logs_dir}",
                          matrix.campaign)
     return matrix.campaign
-

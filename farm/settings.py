@@ -1,34 +1,78 @@
-"""Settings from the environment (prefix ``FARM_``); no URL set means embedded SQLite."""
+"""Every setting of the farm, from the environment (prefix ``FARM_``), validated once.
+
+No database URL means embedded SQLite in the data dir. The one ``Settings`` object is read
+by the command line and passed down; nothing below it reads the environment.
+"""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from farm.errors import ConfigError
 
 
-@dataclass(frozen=True)
-class Settings:
-    data_dir: Path
-    database_url: str
-    broker_url: str | None
+def _app_dir() -> Path:
+    return Path(click.get_app_dir("specfarm"))
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FARM_", env_ignore_empty=True,
+                                      extra="ignore", frozen=True)
+
+    data_dir: Path = Field(default_factory=_app_dir,
+                           description="Embedded database, server logs (FARM_DATA_DIR).")
+    database_url: str = Field(description="Default: SQLite in the data dir.")
+    broker_url: str | None = Field(None, description="Redis for the fleet.")
+    cache_dir: Path = Field(Path.home() / ".cache" / "specfarm",
+                            description="Builds, downloads, model hashes.")
+    models_dir: Path = Field(description="Default: CACHE_DIR/models.")
     # Job lease on the database clock; heartbeats renew it every third of its length.
-    lease_seconds: int
+    lease_seconds: int = Field(300, ge=5)
     # A queued or lost job whose message has not been claimed this long after it was
     # posted is checked against what the broker holds, and posted again if its message is
     # gone (default: twice the lease).
-    repost_after: int
+    repost_after: int = Field(ge=5)
     # Redis redelivers an unacknowledged message after this long: it must exceed the
     # longest job (the time limit below), or a running job is handed to a second worker.
-    visibility_timeout: int
-    max_attempts: int
+    visibility_timeout: int = Field(12 * 3600, ge=60)
+    max_attempts: int = Field(3, ge=1)
     # Soft time limit of one job on a worker (the hard limit is 5 minutes later).
-    job_time_limit: int
-    flower_auth: str | None
+    job_time_limit: int = Field(6 * 3600, ge=60)
+    flower_auth: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_defaults(cls, data: Any) -> Any:
+        """Defaults that follow from other settings: the embedded database in the data dir,
+        the models dir in the cache dir, the repost bound from the lease."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key in ("data_dir", "cache_dir", "models_dir"):
+            if isinstance(data.get(key), str):
+                data[key] = Path(data[key]).expanduser()
+        data_dir = data.get("data_dir") or _app_dir()
+        data.setdefault("database_url", f"sqlite:///{Path(data_dir) / 'farm.db'}")
+        cache = data.get("cache_dir") or cls.model_fields["cache_dir"].default
+        data.setdefault("models_dir", Path(cache) / "models")
+        lease = str(data.get("lease_seconds", 300))
+        # An invalid lease reports its own error; the bound then needs no second one.
+        data.setdefault("repost_after", max(5, 2 * int(lease)) if lease.isdigit() else 600)
+        return data
+
+    @model_validator(mode="after")
+    def _visibility_outlasts_jobs(self) -> Settings:
+        if self.visibility_timeout <= self.job_time_limit + 300:
+            raise ValueError(
+                f"FARM_VISIBILITY_TIMEOUT ({self.visibility_timeout} s) must exceed the job "
+                f"time limit FARM_JOB_TIME_LIMIT ({self.job_time_limit} s) + 300 s, or Redis "
+                "hands a running job to a second worker")
+        return self
 
     @property
     def logs_dir(self) -> Path:
@@ -39,40 +83,20 @@ class Settings:
         return self.database_url.startswith("sqlite")
 
 
-def _int(name: str, default: int, minimum: int = 1) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
+def load_settings(**overrides: Any) -> Settings:
+    """The ``FARM_*`` environment (``overrides`` on top), or a ConfigError naming the
+    variable and what it takes."""
     try:
-        value = int(raw)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise ConfigError(f"{name}={raw!r}: expected an integer >= {minimum}")
-    return value
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError("; ".join(_explain(error) for error in exc.errors())) from exc
 
 
-def load_settings() -> Settings:
-    """Read the ``FARM_*`` environment; no database URL means SQLite in the data dir."""
-    data_dir = Path(os.environ.get("FARM_DATA_DIR") or click.get_app_dir("specfarm"))
-    data_dir = data_dir.expanduser()
-    url = os.environ.get("FARM_DATABASE_URL") or f"sqlite:///{data_dir / 'farm.db'}"
-    lease = _int("FARM_LEASE_SECONDS", 300, minimum=5)
-    settings = Settings(
-        data_dir=data_dir, database_url=url,
-        broker_url=os.environ.get("FARM_BROKER_URL") or None,
-        lease_seconds=lease,
-        repost_after=_int("FARM_REPOST_AFTER", 2 * lease, minimum=5),
-        visibility_timeout=_int("FARM_VISIBILITY_TIMEOUT", 12 * 3600, minimum=60),
-        max_attempts=_int("FARM_MAX_ATTEMPTS", 3),
-        job_time_limit=_int("FARM_JOB_TIME_LIMIT", 6 * 3600, minimum=60),
-        flower_auth=os.environ.get("FARM_FLOWER_AUTH") or None)
-    if settings.visibility_timeout <= settings.job_time_limit + 300:
-        raise ConfigError(
-            f"FARM_VISIBILITY_TIMEOUT ({settings.visibility_timeout} s) must exceed the job "
-            f"time limit FARM_JOB_TIME_LIMIT ({settings.job_time_limit} s) + 300 s, or Redis "
-            "hands a running job to a second worker")
-    return settings
+def _explain(error: Any) -> str:
+    name = "FARM_" + "_".join(str(part) for part in error["loc"]).upper()
+    if not error["loc"]:  # a check across settings: its message says it all
+        return str(error["msg"]).removeprefix("Value error, ")
+    return f"{name}={error.get('input')!r}: {error['msg'].lower()}"
 
 
 def redact_url(url: str) -> str:

@@ -1,6 +1,6 @@
 """Statistics of one job: speedup with its interval, adaptive stopping, drift, acceptance,
 output agreement and latency percentiles. Pure functions on the tidy runs frame (one row per
-run, as ``farm.analysis.runs_frame`` returns), no I/O.
+run, as ``farm.report.frames.runs_frame`` returns), no I/O.
 
 A job runs its two arms in blocks, one server start each, counterbalanced in pairs (AB, BA,
 AB, ...). Repetitions inside one server session share that session's state (placement,

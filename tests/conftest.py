@@ -11,7 +11,9 @@ import psycopg
 import pytest
 from sqlalchemy import Engine
 
+from farm.settings import load_settings
 from farm.store.db import make_engine, upgrade
+from workers.paths import NodePaths
 from workers.provision import Provisioned, provision
 
 PG_ADMIN_URL = os.environ.get("FARM_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -29,7 +31,13 @@ def isolated_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture(scope="session")
 def provisioned() -> Provisioned:
     """The CPU llama-server and the tiny models (built or fetched once, then cached)."""
-    return provision()
+    return provision(NodePaths.of(load_settings()))
+
+
+@pytest.fixture
+def node_paths() -> NodePaths:
+    """This node's folders as the settings give them (the data dir is the test's own)."""
+    return NodePaths.of(load_settings())
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from farm.errors import ConfigError, RuntimeFarmError
-from workers.paths import builds_dir, cache_dir, file_sha256
+from workers.paths import NodePaths, file_sha256
 from workers.runtime.probe import probe_binary
 
 Backend = Literal["cpu", "cuda", "metal", "vulkan"]
@@ -38,6 +38,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 @dataclass(frozen=True)
 class BuildRequest:
+    """What to build: a name, where the source comes from, the backend and CMake options."""
+
     name: str
     source: str  # git URL or local git repo (with ref), local tree, sdist file, pypi:PKG==VER
     ref: str | None = None
@@ -50,6 +52,8 @@ class BuildRequest:
 
 @dataclass(frozen=True)
 class SourceTree:
+    """A checked-out llama.cpp source and what identifies it."""
+
     path: Path  # the directory holding llama.cpp's top CMakeLists.txt
     identity: str  # what makes two trees the same source
     commit: str | None = None
@@ -58,6 +62,8 @@ class SourceTree:
 
 @dataclass(frozen=True)
 class BuildManifest:
+    """A finished build as stored in its build.json: provenance, binary, capabilities."""
+
     name: str
     key: str
     source: str
@@ -93,9 +99,9 @@ def run_command(argv: list[str], cwd: Path | None = None, env: dict[str, str] | 
     return (result.stdout or "").strip()
 
 
-def _unpack_sdist(archive: Path) -> SourceTree:
+def _unpack_sdist(archive: Path, paths: NodePaths) -> SourceTree:
     digest = file_sha256(archive)
-    root = cache_dir() / "src" / f"sdist-{digest[:16]}"
+    root = paths.cache_dir / "src" / f"sdist-{digest[:16]}"
     if not root.is_dir():
         partial = root.with_name(root.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
@@ -112,9 +118,9 @@ def _unpack_sdist(archive: Path) -> SourceTree:
     return SourceTree(path=tree, identity=f"sdist:{digest}", sdist_sha256=digest)
 
 
-def download(package: str, version: str, *, sdist: bool) -> Path:
+def download(package: str, version: str, *, sdist: bool, paths: NodePaths) -> Path:
     """A registry package's sdist or wheel, downloaded once into the cache."""
-    target = cache_dir() / "downloads"
+    target = paths.cache_dir / "downloads"
     target.mkdir(parents=True, exist_ok=True)
     stem = f"{package.replace('-', '_')}-{version}"
     pattern = f"{stem}*.tar.gz" if sdist else f"{stem}*.whl"
@@ -133,9 +139,9 @@ def _git(repo: Path, *args: str) -> str:
     return run_command(["git", "-C", str(repo), *args], capture=True)
 
 
-def _git_tree(url: str, ref: str) -> SourceTree:
+def _git_tree(url: str, ref: str, paths: NodePaths) -> SourceTree:
     """Fetch ``ref`` (branch, tag, commit, pull/N/head) and check it out in its own tree."""
-    repo = cache_dir() / "git" / hashlib.sha256(url.encode()).hexdigest()[:16]
+    repo = paths.cache_dir / "git" / hashlib.sha256(url.encode()).hexdigest()[:16]
     if not (repo / ".git").is_dir():
         repo.parent.mkdir(parents=True, exist_ok=True)
         run_command(["git", "clone", "--no-checkout", url, str(repo)])
@@ -150,7 +156,7 @@ def _git_tree(url: str, ref: str) -> SourceTree:
         except RuntimeFarmError as exc:
             raise ConfigError(f"{url}: no ref {ref!r} (a branch, tag, commit or "
                               "pull/N/head)") from exc
-    tree = cache_dir() / "src" / f"git-{commit[:16]}"
+    tree = paths.cache_dir / "src" / f"git-{commit[:16]}"
     if not tree.is_dir():
         _git(repo, "worktree", "prune")
         _git(repo, "worktree", "add", "--detach", str(tree), commit)
@@ -172,17 +178,18 @@ def _local_tree(path: Path) -> SourceTree:
     return SourceTree(path=path, identity=f"tree:{path}:{stamp.hexdigest()}")
 
 
-def resolve_source(request: BuildRequest) -> SourceTree:
+def resolve_source(request: BuildRequest, paths: NodePaths) -> SourceTree:
     """Where the sources are, fetched or unpacked into the cache as needed."""
     pypi = _PYPI.match(request.source)
     if pypi:
-        return _unpack_sdist(download(pypi["package"], pypi["version"], sdist=True))
+        return _unpack_sdist(download(pypi["package"], pypi["version"], sdist=True,
+                                      paths=paths), paths)
     local = Path(request.source).expanduser()
     if local.is_file() and local.name.endswith((".tar.gz", ".tgz")):
-        return _unpack_sdist(local.resolve())
+        return _unpack_sdist(local.resolve(), paths)
     if request.ref is not None:
         return _git_tree(str(local.resolve()) if local.is_dir() else request.source,
-                         request.ref)
+                         request.ref, paths)
     if local.is_dir() and (local / "CMakeLists.txt").is_file():
         return _local_tree(local.resolve())
     raise ConfigError(f"build source {request.source!r}: give a git URL or repository with "
@@ -210,6 +217,7 @@ def configure_argv(request: BuildRequest, tree: Path, build: Path) -> list[str]:
 
 
 def build_argv(build: Path, targets: tuple[str, ...]) -> list[str]:
+    """The ``cmake --build`` command line for ``targets``, on every CPU."""
     return ["cmake", "--build", str(build), "--config", "Release", "-j",
             str(os.cpu_count() or 2), "--target", *targets]
 
@@ -221,24 +229,28 @@ def _key(request: BuildRequest, source: SourceTree) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
-def manifest_path(name: str) -> Path:
-    return builds_dir() / name / "build.json"
+def manifest_path(name: str, paths: NodePaths) -> Path:
+    """Where the build called ``name`` keeps its manifest."""
+    return paths.builds_dir / name / "build.json"
 
 
-def load_manifest(name: str) -> BuildManifest | None:
+def load_manifest(name: str, paths: NodePaths) -> BuildManifest | None:
+    """The manifest of the build ``name``, None if it is missing or unreadable."""
     try:
-        return BuildManifest(**json.loads(manifest_path(name).read_text()))
+        return BuildManifest(**json.loads(manifest_path(name, paths).read_text()))
     except (OSError, ValueError, TypeError):
         return None
 
 
-def all_manifests() -> list[BuildManifest]:
-    found = (load_manifest(p.parent.name) for p in sorted(builds_dir().glob("*/build.json")))
+def all_manifests(paths: NodePaths) -> list[BuildManifest]:
+    """Every readable build manifest on this machine, by name."""
+    found = (load_manifest(p.parent.name, paths)
+             for p in sorted(paths.builds_dir.glob("*/build.json")))
     return [m for m in found if m is not None]
 
 
-def _write_manifest(manifest: BuildManifest, bin_dir: Path) -> None:
-    home = builds_dir() / manifest.name
+def _write_manifest(manifest: BuildManifest, bin_dir: Path, paths: NodePaths) -> None:
+    home = paths.builds_dir / manifest.name
     home.mkdir(parents=True, exist_ok=True)
     link = home / "bin"
     if link.is_symlink() or link.exists():
@@ -247,18 +259,19 @@ def _write_manifest(manifest: BuildManifest, bin_dir: Path) -> None:
         else:
             link.unlink()
     link.symlink_to(bin_dir, target_is_directory=True)
-    partial = manifest_path(manifest.name).with_suffix(".partial")
+    target = manifest_path(manifest.name, paths)
+    partial = target.with_suffix(".partial")
     partial.write_text(json.dumps(asdict(manifest), indent=2))
-    partial.replace(manifest_path(manifest.name))
+    partial.replace(target)
 
 
-def build(request: BuildRequest) -> BuildManifest:
+def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
     """Build (or find cached) ``request``; returns its manifest."""
     if not _NAME.match(request.name):
         raise ConfigError(f"build name {request.name!r}: letters, digits, '.', '_' and '-'")
-    source = resolve_source(request)
+    source = resolve_source(request, paths)
     key = _key(request, source)
-    cached = load_manifest(request.name)
+    cached = load_manifest(request.name, paths)
     if cached and cached.key == key and Path(cached.server).is_file():
         _say(f"{request.name}: already built ({cached.version.splitlines()[0]})")
         return cached
@@ -273,10 +286,10 @@ def build(request: BuildRequest) -> BuildManifest:
         name=request.name, key=key, source=request.source, ref=request.ref,
         commit=source.commit, sdist_sha256=source.sdist_sha256, backend=request.backend,
         configure=configure, targets=list(request.targets),
-        server=str(builds_dir() / request.name / "bin" / "llama-server"),
+        server=str(paths.server_binary(request.name)),
         version=probe.version, build_number=probe.build_number,
         spec_types=list(probe.choices("spec-type")),
         cache_types=list(probe.choices("cache-type-k")))
-    _write_manifest(manifest, build_dir / "bin")
+    _write_manifest(manifest, build_dir / "bin", paths)
     _say(f"{request.name}: {probe.version.splitlines()[0]}")
     return manifest

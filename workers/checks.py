@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from farm.errors import ConfigError, UnsupportedByBuild
+from farm.errors import ConfigError, NoMtpHeads, UnsupportedByBuild
 from farm.matrix.flags import FlagValue
 from farm.matrix.spec import Arm, JobSpec
 from workers.model_info import ModelInfo, inspect_model
+from workers.paths import NodePaths
 from workers.runtime.probe import BinaryProbe, Option, probe_binary
 
 # Flags whose value is a comma-separated list of enumerated items.
@@ -46,6 +47,7 @@ class Preflight:
     translations: list[str] = field(default_factory=list)
 
     def probe(self, role: str) -> BinaryProbe:
+        """The probe of the build the arm ``role`` runs on."""
         return self.probes[role]
 
 
@@ -121,7 +123,7 @@ def asks_for_speculation(arm: Arm) -> bool:
                for name, value in arm.flags)
 
 
-def _check_model(spec: JobSpec, model: ModelInfo) -> None:
+def _check_model(spec: JobSpec, model: ModelInfo, paths: NodePaths) -> None:
     if spec.prompt_mode == "chat" and not model.has_chat_template:
         raise ConfigError(f"model {spec.model.name!r} ({model.file_name}) has no chat "
                           "template; set `prompt-mode: completion` or use an instruct model")
@@ -129,13 +131,13 @@ def _check_model(spec: JobSpec, model: ModelInfo) -> None:
         flags = dict(arm.flags)
         if "draft-mtp" in str(flags.get("spec-type", "")).split(",") and not model.nextn_layers \
                 and "spec-draft-model" not in flags:
-            raise ConfigError(f"{arm.role} arm {arm.name!r}: --spec-type draft-mtp needs MTP "
-                              f"heads, and model {spec.model.name!r} ({model.file_name}) has "
-                              f"none ({model.architecture}.nextn_predict_layers is 0); use a "
-                              "GGUF with MTP layers", role=arm.role)
+            raise NoMtpHeads(f"{arm.role} arm {arm.name!r}: --spec-type draft-mtp needs MTP "
+                             f"heads, and model {spec.model.name!r} ({model.file_name}) has "
+                             f"none ({model.architecture}.nextn_predict_layers is 0); use a "
+                             "GGUF with MTP layers", role=arm.role)
         draft = flags.get("spec-draft-model")
         if isinstance(draft, str):
-            _check_draft(arm, model, inspect_model(draft))
+            _check_draft(arm, model, inspect_model(draft, paths))
 
 
 def _check_draft(arm: Arm, target: ModelInfo, draft: ModelInfo) -> None:
@@ -147,7 +149,7 @@ def _check_draft(arm: Arm, target: ModelInfo, draft: ModelInfo) -> None:
             "same tokens: pick a draft model of the same family", role=arm.role)
 
 
-def preflight(spec: JobSpec) -> Preflight:
+def preflight(spec: JobSpec, paths: NodePaths) -> Preflight:
     """Probe the builds, check and translate both arms, check the model; ConfigError if unfit."""
     probes: dict[str, BinaryProbe] = {}
     arms: dict[str, Arm] = {}
@@ -160,6 +162,6 @@ def preflight(spec: JobSpec) -> Preflight:
             raise type(exc)(f"{arm.role} arm {arm.name!r}: {exc}", role=arm.role) from exc
         translations += [f"{arm.role}: {note}" for note in notes]
     checked = spec.model_copy(update={"baseline": arms["baseline"], "variant": arms["variant"]})
-    model = inspect_model(spec.model.local_path)
-    _check_model(checked, model)
+    model = inspect_model(spec.model.local_path, paths)
+    _check_model(checked, model, paths)
     return Preflight(spec=checked, probes=probes, model=model, translations=translations)

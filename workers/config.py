@@ -11,16 +11,18 @@ from farm.errors import ConfigError
 from farm.matrix.load import read_yaml
 from farm.matrix.schema import Strict
 from workers.builds import all_manifests
-from workers.paths import models_dir
+from workers.paths import NodePaths
 
 
 class WorkerConfig(Strict):
     name: str | None = Field(None, description="Default CLASS@HOST-DEVICES.")
     gpu_class: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     devices: list[int] = Field(default_factory=list)
-    models_dir: Path = Field(default_factory=models_dir)
+    models_dir: Path = Field(description="Default: FARM_MODELS_DIR.")
     builds: dict[str, Path] = Field(default_factory=dict,
                                     description="Build name -> llama-server binary.")
+    allow_file_flags: bool = Field(False, description="Let jobs pass flags that make "
+                                   "llama-server write files on this box (--log-file ...).")
 
     @property
     def worker_name(self) -> str:
@@ -28,11 +30,12 @@ class WorkerConfig(Strict):
         return self.name or f"{self.gpu_class}@{socket.gethostname()}-{devices}"
 
 
-def load_worker_config(path: Path | None, *, gpu_class: str | None,
+def load_worker_config(path: Path | None, paths: NodePaths, *, gpu_class: str | None,
                        devices: list[int] | None) -> WorkerConfig:
     """The config file (if any) with the command line's class and devices on top.
 
-    Without builds in the config, every build made by ``farm build`` on this node is used.
+    Without a models dir the node's (``FARM_MODELS_DIR``) is used; without builds, every
+    build made by ``farm build`` on this node.
     """
     data = read_yaml(path) if path else {}
     if not isinstance(data, dict):
@@ -41,6 +44,7 @@ def load_worker_config(path: Path | None, *, gpu_class: str | None,
         data["gpu-class"] = gpu_class
     if devices is not None:
         data["devices"] = devices
+    data.setdefault("models-dir", str(paths.models_dir))
     try:
         config = WorkerConfig.model_validate(data)
     except ValidationError as exc:
@@ -48,7 +52,7 @@ def load_worker_config(path: Path | None, *, gpu_class: str | None,
         raise ConfigError(f"{path or 'worker options'}: {problems}") from exc
     if not config.builds:
         config = config.model_copy(update={"builds": {
-            manifest.name: Path(manifest.server) for manifest in all_manifests()}})
+            manifest.name: Path(manifest.server) for manifest in all_manifests(paths)}})
     if not config.builds:
         raise ConfigError(f"{path or 'worker options'}: no builds; list them under `builds:` "
                           "(name: /path/to/llama-server), or run `farm build`/`farm provision`")

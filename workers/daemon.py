@@ -114,7 +114,7 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
         **asdict(advertisement), "gpu_class": config.gpu_class, "devices": config.devices,
         "gpus": [asdict(gpu) for gpu in gpus] or [cpu_info()],
         "driver": gpus[0].driver if gpus else None, "pid": os.getpid()})
-    tasks.NODE = tasks.Node(settings=settings, config=config, gpus=gpus)
+    app.farm_node = tasks.Node(settings=settings, config=config, gpus=gpus)
     logging.getLogger("celery.app.trace").addFilter(_RejectWithoutTraceback())
     heartbeat = Heartbeat(engine, app, settings, config.worker_name)
     heartbeat.beat()

@@ -19,15 +19,19 @@ import pandas as pd
 from farm.matrix.spec import ArmRole, JobSpec, Prompt
 from farm.stats import StopDecision, adaptive_stop, pair_log_ratios
 from workers.checks import Preflight, preflight
+from workers.paths import NodePaths
 from workers.runtime.client import Generation, ServerClient, SpecCounters
 from workers.runtime.server import LlamaServer
-from workers.telemetry import GpuInfo, RunTelemetry, Sample, Sampler, cuda_env, weights_spilled
+from workers.runtime.server_log import weights_spilled
+from workers.telemetry import GpuInfo, RunTelemetry, Sample, Sampler, cuda_env
 
 WARMUP_TOKENS = 8
 
 
 @dataclass(frozen=True)
 class RunKey:
+    """What identifies a run within its job (a resumed job skips the keys it has)."""
+
     arm: ArmRole
     block: int
     prompt_id: str
@@ -46,6 +50,8 @@ class Slot:
 
 @dataclass(frozen=True)
 class RunResult:
+    """One run's measurements with the provenance its row needs."""
+
     key: RunKey
     slot: Slot
     prompt: Prompt
@@ -79,11 +85,17 @@ class RunSink(Protocol):
         """Runs already stored, with their decode tok/s (for the adaptive rule)."""
         ...
 
-    def start(self, checked: Preflight) -> None: ...
+    def start(self, checked: Preflight) -> None:
+        """The job passed its checks and is about to run."""
+        ...
 
-    def record(self, result: RunResult, checked: Preflight) -> None: ...
+    def record(self, result: RunResult, checked: Preflight) -> None:
+        """Keep one run."""
+        ...
 
-    def record_samples(self, slot: Slot, samples: list[Sample]) -> None: ...
+    def record_samples(self, slot: Slot, samples: list[Sample]) -> None:
+        """Keep the GPU samples of one block."""
+        ...
 
 
 ProgressFn = Callable[[RunResult], None]
@@ -96,11 +108,6 @@ def pair_slots(pair: int) -> list[Slot]:
                                       else ("variant", "baseline"))
     return [Slot(block=2 * pair + position, pair=pair, position=position, role=role)
             for position, role in enumerate(order)]
-
-
-def schedule(pairs: int) -> list[Slot]:
-    """The blocks of the first ``pairs`` pairs, in the order they run."""
-    return [slot for pair in range(pairs) for slot in pair_slots(pair)]
 
 
 def stop_rule(spec: JobSpec, measured: dict[RunKey, float], pairs_done: int) -> StopDecision:
@@ -128,7 +135,7 @@ class Block:
     log_path: Path
 
 
-def execute_job(spec: JobSpec, sink: RunSink, *, logs_dir: Path,
+def execute_job(spec: JobSpec, sink: RunSink, *, paths: NodePaths,
                 on_run: ProgressFn | None = None, gpus: Sequence[GpuInfo] = ()) -> Outcome:
     """Run the job's block pairs until the adaptive rule stops; raises ``FarmError``.
 
@@ -136,7 +143,7 @@ def execute_job(spec: JobSpec, sink: RunSink, *, logs_dir: Path,
     (a resumed job only runs what is missing); ``gpus`` are the devices the servers run on,
     sampled through NVML while they do (none on a CPU node).
     """
-    checked = preflight(spec)
+    checked = preflight(spec, paths)
     sink.start(checked)
     spec, measured = checked.spec, sink.done()
 
@@ -150,7 +157,7 @@ def execute_job(spec: JobSpec, sink: RunSink, *, logs_dir: Path,
             todo = [(prompt, rep) for prompt in spec.prompts for rep in range(spec.repetitions)
                     if RunKey(slot.role, slot.block, prompt.id, rep) not in measured]
             if todo:
-                log_path = logs_dir / spec.job_key[:16] / f"block{slot.block}-{slot.role}.log"
+                log_path = paths.logs_dir / spec.job_key[:16] / f"block{slot.block}-{slot.role}.log"
                 _run_block(Block(spec, slot, todo, log_path), sink, checked, list(gpus), record)
         decision = stop_rule(spec, measured, pair + 1)
         if decision.stop:
@@ -190,4 +197,5 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
 
 
 def host_name() -> str:
+    """This machine's name, as stored with each run."""
     return socket.gethostname()

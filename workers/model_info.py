@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import ConfigError
-from workers.paths import cache_dir, file_sha256
+from workers.paths import NodePaths, file_sha256
 
 
 @dataclass(frozen=True)
 class ModelInfo:
+    """A GGUF's identity and the metadata the checks and reports use."""
+
     file_name: str
     size: int
     sha256: str
@@ -81,19 +83,16 @@ def _read_metadata(path: Path) -> dict[str, Any]:
     }
 
 
-def _cache_file() -> Path:
-    return cache_dir() / "model-info.json"
-
-
-def inspect_model(path: str | Path) -> ModelInfo:
-    """Metadata and sha256 of a GGUF file, from the cache when the file is unchanged."""
+def inspect_model(path: str | Path, paths: NodePaths) -> ModelInfo:
+    """Metadata and sha256 of a GGUF file, from the node's cache when the file is
+    unchanged."""
     file = Path(path).resolve()
     try:
         stat = file.stat()
     except OSError as exc:
         raise ConfigError(f"{file}: model file cannot be read: {exc.strerror}") from exc
     key = f"{file}|{stat.st_size}|{stat.st_mtime_ns}"
-    cache_path = _cache_file()
+    cache_path = paths.cache_dir / "model-info.json"
     try:
         cache = json.loads(cache_path.read_text())
     except (OSError, ValueError):

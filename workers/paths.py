@@ -4,29 +4,34 @@ they are fingerprinted."""
 from __future__ import annotations
 
 import hashlib
-import os
+from dataclasses import dataclass
 from pathlib import Path
 
-
-def cache_dir() -> Path:
-    """Root of everything built or fetched: ``FARM_CACHE_DIR`` or ``~/.cache/specfarm``."""
-    configured = os.environ.get("FARM_CACHE_DIR")
-    if configured:
-        return Path(configured).expanduser()
-    return Path.home() / ".cache" / "specfarm"
+from farm.settings import Settings
 
 
-def builds_dir() -> Path:
-    return cache_dir() / "builds"
+@dataclass(frozen=True)
+class NodePaths:
+    """This node's folders, from the one ``Settings`` object (``FARM_CACHE_DIR``,
+    ``FARM_MODELS_DIR``, ``FARM_DATA_DIR``); passed down to whatever builds, fetches,
+    inspects or logs."""
 
+    cache_dir: Path  # builds, sources, downloads, model hashes
+    models_dir: Path
+    logs_dir: Path  # one llama-server log per block
 
-def models_dir() -> Path:
-    return Path(os.environ.get("FARM_MODELS_DIR") or cache_dir() / "models").expanduser()
+    @classmethod
+    def of(cls, settings: Settings) -> NodePaths:
+        return cls(cache_dir=settings.cache_dir, models_dir=settings.models_dir,
+                   logs_dir=settings.logs_dir)
 
+    @property
+    def builds_dir(self) -> Path:
+        return self.cache_dir / "builds"
 
-def server_binary(build_name: str) -> Path:
-    """Where a named build keeps its ``llama-server``."""
-    return builds_dir() / build_name / "bin" / "llama-server"
+    def server_binary(self, build_name: str) -> Path:
+        """Where a named build keeps its ``llama-server``."""
+        return self.builds_dir / build_name / "bin" / "llama-server"
 
 
 def file_sha256(path: Path) -> str:

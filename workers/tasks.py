@@ -9,6 +9,7 @@ or not ours to run; otherwise it goes back to the queue.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import TypeVar
 
-from celery import current_app, shared_task
+from celery import Task, current_app, shared_task
 from celery.exceptions import Reject, SoftTimeLimitExceeded
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
@@ -30,19 +31,20 @@ from farm.retry import OUTAGE, TRANSIENT, retrying
 from farm.settings import Settings
 from farm.store import leases
 from farm.store.db import make_engine
-from farm.store.models import Job
-from farm.store.repo import DbRunSink, job_summary, run_row, sample_rows
-from workers.checks import Preflight
+from farm.store.models import Job, JobState
 from workers.config import WorkerConfig
-from workers.executor import RunResult, Slot, execute_job
+from workers.executor import execute_job
 from workers.failures import RETRYABLE, classify
-from workers.node import resolve
-from workers.telemetry import GpuInfo, Sample
+from workers.node import resolve, worker_files
+from workers.paths import NodePaths
+from workers.sinks import LeasedRunSink, job_summary
+from workers.telemetry import GpuInfo
 
 
 @dataclass
 class Node:
-    """This worker process's settings and config; set by ``farm worker`` before forking."""
+    """This worker process's settings, config and GPUs: attached by ``farm worker`` to its
+    Celery app (``app.farm_node``) before the pool forks."""
 
     settings: Settings
     config: WorkerConfig
@@ -51,15 +53,12 @@ class Node:
     _engine_pid: int = 0
 
     def engine(self) -> Engine:
-        import os
-
         # Pool children are forked: each process needs its own connection pool.
         if self._engine is None or self._engine_pid != os.getpid():
             self._engine, self._engine_pid = make_engine(self.settings.database_url), os.getpid()
         return self._engine
 
 
-NODE: Node | None = None
 log = logging.getLogger("farm.worker")
 T = TypeVar("T")
 
@@ -68,10 +67,16 @@ class WorkerStopping(Exception):
     """SIGTERM reached the process running a job: hand the job back and stop."""
 
 
-def current_node() -> Node:
-    if NODE is None:
-        raise RuntimeError("workers.tasks.NODE is unset: start workers with `farm worker`")
-    return NODE
+class NodeTask(Task):  # type: ignore[misc]  # Celery is untyped
+    """Base of the job task: it reads the node `farm worker` attached to its Celery app."""
+
+    @property
+    def node(self) -> Node:
+        node = getattr(self.app, "farm_node", None)
+        if not isinstance(node, Node):
+            raise RuntimeError("this Celery app has no farm node: start workers with "
+                               "`farm worker`")
+        return node
 
 
 class LeaseKeeper:
@@ -117,37 +122,6 @@ class LeaseKeeper:
         self._thread.join()
 
 
-class LeasedRunSink(DbRunSink):
-    """Runs written only while this worker's lease on the job holds; a write that meets a
-    database outage is retried for ``retry_for`` seconds."""
-
-    def __init__(self, engine: Engine, lease: leases.Lease, keeper: LeaseKeeper,
-                 worker_name: str, retry_for: float) -> None:
-        super().__init__(engine, lease.job_id)
-        self.lease, self.keeper, self.worker_name = lease, keeper, worker_name
-        self.retry_for = retry_for
-
-    def _write(self, write: Callable[[Session], None]) -> None:
-        def attempt() -> None:
-            if self.keeper.lost.is_set():
-                raise leases.LeaseLost(f"job {self.lease.job_id}: lease lost; stopping")
-            with leases.holding(self.engine, self.lease) as session:
-                write(session)
-
-        retrying(attempt, within=self.retry_for, what=f"job {self.job_id}: writing", log=log)
-
-    def start(self, checked: Preflight) -> None:
-        self._write(lambda session: self._write_start(session, checked))
-
-    def record(self, result: RunResult, checked: Preflight) -> None:
-        self._write(lambda session: session.add(run_row(
-            self.job_id, result, checked, self.host, self.worker_name, self.lease.attempt)))
-
-    def record_samples(self, slot: Slot, samples: list[Sample]) -> None:
-        self._write(lambda session: session.add_all(
-            sample_rows(self.job_id, self.lease.attempt, slot, samples)))
-
-
 def _load_spec(engine: Engine, job_id: int) -> tuple[JobSpec, int]:
     with Session(engine) as session:
         job = session.get_one(Job, job_id)
@@ -174,10 +148,10 @@ def _sigterm_stops_the_job() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-@shared_task(name=TASK_NAME, bind=True, acks_late=True)
-def execute_job_task(self: object, job_id: int) -> str:
+@shared_task(name=TASK_NAME, bind=True, acks_late=True, base=NodeTask)
+def execute_job_task(self: NodeTask, job_id: int) -> str:
     """Run job ``job_id`` if this worker can claim it; the return value says what happened."""
-    node = current_node()
+    node = self.node
     engine, settings = node.engine(), node.settings
     patient = _patient(settings.repost_after, job_id)
     lease = patient(lambda: leases.claim(engine, job_id, node.config.worker_name,
@@ -210,10 +184,10 @@ def _run(node: Node, lease: leases.Lease, spec: JobSpec, max_attempts: int) -> s
     patient = _patient(settings.repost_after, job_id)
     try:
         with LeaseKeeper(engine, lease, settings.lease_seconds) as keeper:
-            sink = LeasedRunSink(engine, lease, keeper, node.config.worker_name,
+            sink = LeasedRunSink(engine, lease, keeper.lost, node.config.worker_name,
                                  settings.repost_after)
-            outcome = execute_job(resolve(spec, node.config), sink,
-                                  logs_dir=settings.logs_dir, gpus=node.gpus)
+            outcome = execute_job(resolve(spec, worker_files(node.config)), sink,
+                                  paths=NodePaths.of(settings), gpus=node.gpus)
         summary = patient(lambda: job_summary(engine, job_id, outcome), "summarizing")
     except leases.LeaseLost as exc:
         return f"job {job_id}: {exc}"
@@ -223,13 +197,15 @@ def _run(node: Node, lease: leases.Lease, spec: JobSpec, max_attempts: int) -> s
         raise Reject(f"job {job_id}: database unreachable: {first_line(exc)}; message "
                      "handed back", requeue=True) from exc
     except SoftTimeLimitExceeded:
-        patient(lambda: leases.finish(engine, lease, "failed",
+        patient(lambda: leases.finish(engine, lease, JobState.FAILED,
                                       "the job ran past the worker's time limit", "timeout"),
                 "finishing")
         return f"job {job_id}: failed: time limit"
     except FarmError as exc:
         return _retry_or_fail(engine, lease, max_attempts, exc, patient)
-    if not patient(lambda: leases.finish(engine, lease, "done", summary=summary), "finishing"):
+    done = patient(lambda: leases.finish(engine, lease, JobState.DONE, summary=summary),
+                   "finishing")
+    if not done:
         return f"job {job_id}: finished, but its lease was lost; the results stand unsummarized"
     return f"job {job_id}: done (attempt {lease.attempt})"
 
@@ -254,8 +230,8 @@ def _retry_or_fail(engine: Engine, lease: leases.Lease, max_attempts: int, exc: 
     with their class."""
     failure = classify(exc)
     if failure not in RETRYABLE or lease.attempt >= max_attempts:
-        patient(lambda: leases.finish(engine, lease, "failed", f"attempt {lease.attempt}: {exc}",
-                                      failure), "finishing")
+        patient(lambda: leases.finish(engine, lease, JobState.FAILED,
+                                      f"attempt {lease.attempt}: {exc}", failure), "finishing")
         return f"job {lease.job_id}: failed ({failure}) on attempt {lease.attempt}: {exc}"
     backoff = min(300, 10 * 2 ** lease.attempt)
     patient(lambda: leases.retry_later(engine, lease, backoff,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from celery import Celery
 
 from farm.errors import ConfigError
-from farm.settings import Settings, load_settings
+from farm.settings import Settings
 
 TASK_NAME = "farm.execute_job"
 
@@ -18,8 +18,7 @@ def queue_name(gpu_class: str) -> str:
     return f"gpu.{gpu_class}"
 
 
-def make_app(settings: Settings | None = None) -> Celery:
-    settings = settings or load_settings()
+def make_app(settings: Settings) -> Celery:
     if not settings.broker_url:
         raise ConfigError("FARM_BROKER_URL is not set; the fleet needs Redis, e.g. "
                           "FARM_BROKER_URL=redis://:PASSWORD@HOST:6379/0")

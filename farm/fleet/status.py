@@ -13,13 +13,13 @@ from rich.text import Text
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, load_only
 
-from farm.analysis import latest_campaign
 from farm.errors import ConfigError
-from farm.store.models import Campaign, Job, Run
+from farm.report.frames import latest_campaign
+from farm.store.models import Campaign, Job, JobState, Run
 from farm.store.outbox import PENDING, needs_post
 from farm.store.registry import all_workers
 
-STATES = ("queued", "running", "done", "failed", "lost", "cancelled")
+STATES: tuple[str, ...] = tuple(JobState)
 
 
 @dataclass
@@ -39,7 +39,8 @@ def _aware(moment: datetime) -> datetime:
 
 def _can_run(job: Job) -> bool:
     """Running, or pending with an attempt left: a job that will still take worker time."""
-    return job.state == "running" or (job.state in PENDING and job.attempt < job.max_attempts)
+    pending = job.state in PENDING and job.attempt < job.max_attempts
+    return job.state == JobState.RUNNING or pending
 
 
 def _unposted(session: Session, campaign_id: int, repost_after: int) -> int:
@@ -72,17 +73,18 @@ def campaign_status(engine: Engine, campaign: str | None,
     counts = {state: sum(job.state == state for job in jobs) for state in STATES}
     status = CampaignStatus(campaign=name, counts=counts, unposted=unposted)
     for job in jobs:
-        if job.state == "running":
+        if job.state == JobState.RUNNING:
             status.running.append((job.job_key[:10], job.variant_name, job.lease_owner or "?",
                                    job.attempt, runs.get(job.id, 0)))
-        elif job.state == "failed":
+        elif job.state == JobState.FAILED:
             reason = f"[{job.failure_class}] " if job.failure_class else ""
             status.failures.append((job.job_key[:10], job.variant_name, reason + (job.error or "")))
     durations = [(_aware(job.finished_at) - _aware(job.started_at)).total_seconds()
-                 for job in jobs if job.state == "done" and job.started_at and job.finished_at]
+                 for job in jobs
+                 if job.state == JobState.DONE and job.started_at and job.finished_at]
     left = sum(map(_can_run, jobs))
     if durations and left:
-        owners = {job.lease_owner for job in jobs if job.state == "running"} or {None}
+        owners = {job.lease_owner for job in jobs if job.state == JobState.RUNNING} or {None}
         status.eta_seconds = statistics.median(durations) * left / len(owners)
     return status
 

@@ -20,7 +20,7 @@ from farm.matrix.spec import JobSpec
 from farm.settings import Settings
 from farm.store import repo
 from farm.store.db import require_current_schema
-from farm.store.models import Campaign, Job, Worker
+from farm.store.models import Campaign, Job, JobState, Worker
 from farm.store.registry import live_workers
 from farm.unreachable import broker_unreachable
 
@@ -69,8 +69,10 @@ class SubmitResult:
 
 def _reopen(job: Job, retry_failed: bool, retry_cancelled: bool) -> None:
     """Failed and cancelled jobs run again only when asked, with their attempts reset."""
-    if (job.state == "failed" and retry_failed) or (job.state == "cancelled" and retry_cancelled):
-        job.state, job.attempt, job.error, job.posted_at, job.due_at = "queued", 0, None, None, None
+    asked = {JobState.FAILED: retry_failed, JobState.CANCELLED: retry_cancelled}
+    if asked.get(JobState(job.state), False):
+        job.state, job.attempt, job.error = JobState.QUEUED, 0, None
+        job.posted_at = job.due_at = None
 
 
 def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings, app: Celery,
@@ -101,8 +103,8 @@ def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
         counts = dict(session.execute(select(Job.state, func.count())
                                       .where(Job.campaign_id == campaign_id)
                                       .group_by(Job.state)).tuples().all())
-    waiting = counts.pop("queued", 0) + counts.pop("lost", 0) - len(reconciled.posted)
-    result.already.update(counts, **({"queued": waiting} if waiting else {}))
+    waiting = counts.pop(JobState.QUEUED, 0) + counts.pop(JobState.LOST, 0) - len(reconciled.posted)
+    result.already.update(counts, **({JobState.QUEUED: waiting} if waiting else {}))
     return result
 
 
@@ -114,8 +116,8 @@ def cancel(engine: Engine, campaign: str) -> int:
             raise ConfigError(f"no campaign named {campaign!r}")
         rows = session.execute(
             update(Job).where(Job.campaign_id == campaign_id,
-                              Job.state.in_(("queued", "lost", "running")))
-            .values(state="cancelled", error="cancelled by `farm cancel`",
+                              Job.state.in_((JobState.QUEUED, JobState.LOST, JobState.RUNNING)))
+            .values(state=JobState.CANCELLED, error="cancelled by `farm cancel`",
                     finished_at=func.now())
             .returning(Job.id)).all()
     # No revoke: a running job stops at its next lease renewal, and a waiting message finds

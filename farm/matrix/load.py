@@ -19,7 +19,6 @@ from farm.matrix.flags import FlagMap, FlagValue, normalise_name, parse_args, sc
 from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, PromptEntry, Variant
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
 from farm.prompts import load_suite
-from workers.paths import models_dir, server_binary
 
 
 class _DuplicateKey(yaml.YAMLError):
@@ -222,41 +221,21 @@ def _prompts(matrix: Matrix, path: Path) -> tuple[Prompt, ...]:
     return tuple(prompts.values())
 
 
-def _models(matrix: Matrix, path: Path, resolve: bool) -> list[ModelRef]:
-    """Models as refs; with ``resolve``, checked to exist here (``farm run``)."""
-    refs = []
-    for i, model in enumerate(matrix.models):
-        if model.path is not None:
-            key, location = f"models[{i}].path", (path.parent / Path(model.path).expanduser())
-            fix = "fix the path (relative paths start at the matrix file)"
-        else:
-            key, location = f"models[{i}].file", models_dir() / model.file_name
-            fix = "run `farm provision`, set FARM_MODELS_DIR, or give `path`"
-        if not resolve:
-            refs.append(ModelRef(name=model.name, file=model.file_name if model.path is None
-                                 else None, path=model.path))
-            continue
-        if not location.is_file():
-            raise ConfigError(f"{path}: {key}: model file {location} does not exist; {fix}")
-        refs.append(ModelRef(name=model.name, file=model.file, path=str(location.resolve())))
+def _models(matrix: Matrix, path: Path) -> list[ModelRef]:
+    """Models as written: a ``file`` name, or a ``path`` the node that runs the job resolves
+    (``workers.node.resolve``)."""
+    refs = [ModelRef(name=model.name, file=model.file_name if model.path is None else None,
+                     path=model.path) for model in matrix.models]
     names = [ref.name for ref in refs]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: models: model names must be unique, got {names}")
     return refs
 
 
-def _build(entry: BuildEntry, path: Path, resolve: bool) -> BuildRef:
-    if not resolve:
-        return BuildRef(name=entry.name, path=entry.path)
-    binary = (path.parent / Path(entry.path).expanduser()) if entry.path else server_binary(
-        entry.name)
-    if not binary.is_file():
-        fix = ("fix build.path" if entry.path else
-               f"run `farm provision` (it makes the 'cpu' build) or give build: {{name: "
-               f"{entry.name}, path: /path/to/llama-server}}")
-        raise ConfigError(f"{path}: build: llama-server for build {entry.name!r} not found "
-                          f"at {binary}; {fix}")
-    return BuildRef(name=entry.name, path=str(binary.resolve()))
+def _build_ref(entry: BuildEntry | str) -> BuildRef:
+    if isinstance(entry, str):
+        return BuildRef(name=entry)
+    return BuildRef(name=entry.name, path=entry.path)
 
 
 def _variant_arms(variant: Variant, prefix: str, baseline: FlagMap,
@@ -268,15 +247,15 @@ def _variant_arms(variant: Variant, prefix: str, baseline: FlagMap,
         yield (f"{variant.name}[{suffix}]" if suffix else variant.name), merged
 
 
-def expand(matrix: Matrix, path: Path, *, resolve: bool = True) -> list[JobSpec]:
+def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
     """Every job of the matrix, deterministically: GPU class x model x baseline x variant.
 
-    With ``resolve`` (``farm run``) models and the build are found on this machine; without
-    it (``farm submit``) they stay names, resolved by the worker that runs the job.
+    Pure: builds and models stay as the matrix names them; the node that runs a job
+    resolves them to files (``workers.node.resolve``).
     """
     prompts = _prompts(matrix, path)
-    models = _models(matrix, path, resolve)
-    builds = [_build(entry, path, resolve) for entry in matrix.build_entries()]
+    models = _models(matrix, path)
+    builds = [BuildRef(name=entry.name, path=entry.path) for entry in matrix.build_entries()]
     baselines = _flag_choices(matrix.flags, matrix.args, f"{path}: ")
     swept = set(_swept(matrix.flags))
     jobs: dict[str, JobSpec] = {}
@@ -284,9 +263,7 @@ def expand(matrix: Matrix, path: Path, *, resolve: bool = True) -> list[JobSpec]
                                                                baselines):
         for index, variant in enumerate(matrix.variants):
             where = f"variants[{index}]"
-            variant_build = (build if variant.build is None else _build(
-                variant.build if isinstance(variant.build, BuildEntry)
-                else BuildEntry(name=variant.build), path, resolve))
+            variant_build = (build if variant.build is None else _build_ref(variant.build))
             for name, flags in _variant_arms(variant, f"{path}: {where}.", baseline):
                 varying = _varying(baseline, flags, swept)
                 if variant_build.name != build.name:
@@ -313,7 +290,7 @@ def expand(matrix: Matrix, path: Path, *, resolve: bool = True) -> list[JobSpec]
     return list(jobs.values())
 
 
-def load_matrix(path: Path, *, resolve: bool = True) -> tuple[Matrix, list[JobSpec]]:
+def load_matrix(path: Path) -> tuple[Matrix, list[JobSpec]]:
     """Validate ``path`` and expand it; raises ``ConfigError`` with file and key on error."""
     data = read_yaml(path)
     if not isinstance(data, dict):
@@ -323,4 +300,4 @@ def load_matrix(path: Path, *, resolve: bool = True) -> tuple[Matrix, list[JobSp
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
         raise _explain(path, exc) from exc
-    return matrix, expand(matrix, path, resolve=resolve)
+    return matrix, expand(matrix, path)

@@ -88,14 +88,10 @@ class JobSpec(Frozen):
         """The job's build: the baseline's (a variant may run another, e.g. a fork)."""
         return self.baseline.build
 
-    @cached_property
-    def job_key(self) -> str:
-        """sha256 over exactly what makes two jobs the same experiment (sorted-key JSON)."""
-        identity = {
-            "campaign": self.campaign,
+    def _experiment(self) -> dict[str, Any]:
+        """What the two arms measure, wherever, whenever and on whichever build they run."""
+        return {
             "gpu_class": self.gpu_class,
-            "build": self.build.name,
-            "variant_build": self.variant.build.name,
             "model": self.model.name,
             "baseline_argv": self.baseline.argv,
             "variant_argv": self.variant.argv,
@@ -103,14 +99,41 @@ class JobSpec(Frozen):
             "prompts": [prompt.text for prompt in self.prompts],
             "n_predict": self.n_predict,
             "sampling": self.sampling,
+        }
+
+    @cached_property
+    def job_key(self) -> str:
+        """sha256 over exactly what makes two jobs the same experiment (sorted-key JSON)."""
+        return _sha256({
+            **self._experiment(),
+            "campaign": self.campaign,
+            "build": self.build.name,
+            "variant_build": self.variant.build.name,
             "design": {"repetitions": self.repetitions, "pairs": self.pairs,
                        "max_pairs": self.max_pairs, "target_ci": self.target_ci},
-        }
-        canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        })
+
+    @cached_property
+    def comparable_key(self) -> str:
+        """sha256 over what makes two jobs' speedups comparable: ``job_key`` without the
+        campaign, the build and the design, so that a rerun, another build of one campaign
+        or a longer design lines up with the first. A variant on its own build (a fork)
+        keeps that build's name: it is what the variant is."""
+        fork = None if self.variant.build.name == self.build.name else self.variant.build.name
+        return _sha256({**self._experiment(), "variant_build": fork})
 
     @property
     def varying_text(self) -> str:
-        """``spec-type=ngram-simple ctx-size=-`` : what this job changes, for humans."""
-        return " ".join(f"{name}={'-' if value is None else value}"
-                        for name, value in self.varying.items())
+        """What this job changes, for humans (see ``varying_text``)."""
+        return varying_text(self.varying)
+
+
+def varying_text(varying: dict[str, str | None]) -> str:
+    """``spec-type=ngram-simple ctx-size=-``: a job's varying flags, ``-`` for one removed."""
+    return " ".join(f"{name}={'-' if value is None else value}"
+                    for name, value in varying.items())
+
+
+def _sha256(identity: dict[str, Any]) -> str:
+    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

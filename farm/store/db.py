@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
 from farm.errors import ConfigError, RuntimeFarmError
-from farm.settings import redact_url
+from farm.settings import Settings, redact_url
 from farm.unreachable import database_unreachable
 
 
@@ -111,3 +113,28 @@ def downgrade(engine: Engine, revision: str = "base") -> None:
 
 def table_names(engine: Engine) -> list[str]:
     return sorted(inspect(engine).get_table_names())
+
+
+@contextmanager
+def connected(url: str) -> Iterator[Engine]:
+    """An engine for ``url``, disposed on the way out."""
+    engine = make_engine(url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def open_store(settings: Settings) -> Iterator[Engine]:
+    """The result store at the current schema: the embedded SQLite is migrated in place (as
+    `farm run` does); a shared PostgreSQL must have been upgraded with `farm db upgrade`."""
+    with connected(settings.database_url) as engine:
+        if "campaign" not in table_names(engine):
+            raise ConfigError(f"the store {redact_url(settings.database_url)} holds no "
+                              "results yet; run `farm run MATRIX` first")
+        if settings.embedded:
+            upgrade(engine)
+        else:
+            require_current_schema(engine)
+        yield engine

@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, Engine, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from farm.store.models import Job
+from farm.store.models import Job, JobState
 
-CLAIMABLE = ("queued", "lost")
+CLAIMABLE = (JobState.QUEUED, JobState.LOST)
 
 
 class LeaseLost(Exception):
@@ -34,7 +34,7 @@ class Lease:
     def holds(self) -> ColumnElement[bool]:
         """SQL condition: the job is still running under exactly this lease."""
         return and_(Job.id == self.job_id, Job.lease_owner == self.owner,
-                    Job.attempt == self.attempt, Job.state == "running")
+                    Job.attempt == self.attempt, Job.state == JobState.RUNNING)
 
 
 def _expiry(seconds: int) -> ColumnElement[datetime]:
@@ -53,7 +53,7 @@ def claim(engine: Engine, job_id: int, owner: str, seconds: int) -> Lease | None
             update(Job)
             .where(Job.id == job_id, Job.state.in_(CLAIMABLE), Job.attempt < Job.max_attempts,
                    _due())
-            .values(state="running", lease_owner=owner, lease_expires_at=_expiry(seconds),
+            .values(state=JobState.RUNNING, lease_owner=owner, lease_expires_at=_expiry(seconds),
                     attempt=Job.attempt + 1, started_at=func.now(), error=None, due_at=None)
             .returning(Job.attempt))
     return Lease(job_id, owner, attempt) if attempt is not None else None
@@ -81,7 +81,7 @@ def retry_later(engine: Engine, lease: Lease, seconds: int, error: str,
                 failure_class: str) -> bool:
     """Queue the job again, due after a backoff; the reconciler posts it when due."""
     return _update_held(engine, lease, {
-        "state": "queued", "error": error, "failure_class": failure_class,
+        "state": JobState.QUEUED, "error": error, "failure_class": failure_class,
         "due_at": _expiry(seconds), "posted_at": None})
 
 
@@ -89,7 +89,7 @@ def hand_back(engine: Engine, lease: Lease, reason: str) -> bool:
     """Give the job up unfinished (the worker is stopping): queued again at once, to be
     posted by the next reconciliation, and the attempt not counted."""
     return _update_held(engine, lease, {
-        "state": "queued", "error": reason, "attempt": Job.attempt - 1, "posted_at": None,
+        "state": JobState.QUEUED, "error": reason, "attempt": Job.attempt - 1, "posted_at": None,
         "lease_expires_at": None})
 
 
@@ -125,8 +125,8 @@ def reap_expired(engine: Engine) -> list[Reaped]:
     with Session(engine) as session, session.begin():
         rows = session.execute(
             update(Job)
-            .where(Job.state == "running", Job.lease_expires_at < func.now())
-            .values(state="lost", posted_at=None,
+            .where(Job.state == JobState.RUNNING, Job.lease_expires_at < func.now())
+            .values(state=JobState.LOST, posted_at=None,
                     error="lease of " + func.coalesce(Job.lease_owner, "?")
                     + " expired: the worker stopped heartbeating")
             .returning(Job.id, Job.gpu_class, Job.attempt, Job.max_attempts)).all()
@@ -135,7 +135,7 @@ def reap_expired(engine: Engine) -> list[Reaped]:
             failed = attempt >= max_attempts
             if failed:
                 session.execute(update(Job).where(Job.id == job_id).values(
-                    state="failed", finished_at=func.now(),
+                    state=JobState.FAILED, finished_at=func.now(),
                     error=f"lost its worker in each of {attempt} attempts; giving up"))
             reaped.append(Reaped(job_id, gpu_class, failed))
     return reaped

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -35,6 +36,18 @@ class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
+class JobState(StrEnum):
+    """queued -> running -> done | failed | cancelled. A running job whose lease expired
+    becomes lost and is posted again; an interrupted or handed-back job is queued again."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    LOST = "lost"
+    CANCELLED = "cancelled"
+
+
 class Campaign(Base):
     __tablename__ = "campaign"
 
@@ -57,6 +70,10 @@ class Job(Base):
     campaign_id: Mapped[int] = mapped_column(ForeignKey("campaign.id", ondelete="CASCADE"),
                                              index=True)
     job_key: Mapped[str] = mapped_column(String(64))
+    # JobSpec.comparable_key: jobs with equal keys measured the same thing, whatever their
+    # campaign, build or design; `farm compare` matches on it. Null only for a job stored
+    # without a spec this farm can read (written by hand, or by a much older farm).
+    comparable_key: Mapped[str | None] = mapped_column(String(64), index=True)
     model_name: Mapped[str] = mapped_column(String(200))
     build_name: Mapped[str] = mapped_column(String(200))
     variant_name: Mapped[str] = mapped_column(String(400))
@@ -66,7 +83,7 @@ class Job(Base):
                                            server_default="default", index=True)
     # queued -> running -> done | failed | cancelled. A running job whose lease expired
     # becomes lost and is posted again; an interrupted local run goes back to queued.
-    state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    state: Mapped[str] = mapped_column(String(16), default=JobState.QUEUED, index=True)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3, server_default="3")
     error: Mapped[str | None] = mapped_column(Text)

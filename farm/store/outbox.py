@@ -17,9 +17,9 @@ from datetime import timedelta
 from sqlalchemy import ColumnElement, String, and_, cast, func, literal, or_, select, update
 from sqlalchemy.orm import Session
 
-from farm.store.models import Campaign, Job
+from farm.store.models import Campaign, Job, JobState
 
-PENDING = ("queued", "lost")
+PENDING = (JobState.QUEUED, JobState.LOST)
 _TASK_ID = re.compile(r"job-(\d+)-\d+")
 
 

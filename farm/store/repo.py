@@ -1,10 +1,10 @@
-"""The writes the farm makes: campaigns, jobs (idempotent by job_key) and runs."""
+"""Campaigns, jobs (idempotent by job_key) and models in the store; a job's runs as a frame.
+
+Runs are written by the sinks in ``workers.sinks``, beside the executor that makes them."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,12 +13,8 @@ from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, load_only
 
-from farm import stats
 from farm.matrix.spec import JobSpec
-from farm.store.models import Campaign, GpuSample, Job, Model, Run
-from workers.checks import Preflight, asks_for_speculation
-from workers.executor import Outcome, RunKey, RunResult, Slot, host_name
-from workers.telemetry import Sample
+from farm.store.models import Campaign, Job, JobState, Model, Run
 
 
 def ensure_campaign(session: Session, name: str, matrix_path: str) -> Campaign:
@@ -47,8 +43,9 @@ def ensure_jobs(session: Session, campaign: Campaign, specs: Sequence[JobSpec],
             {"campaign_id": campaign.id, "job_key": spec.job_key, "model_name": spec.model.name,
              "build_name": spec.build.name, "variant_name": spec.variant.name,
              "varying": spec.varying, "spec": spec.model_dump(mode="json"),
-             "gpu_class": spec.gpu_class, "state": "queued", "attempt": 0,
-             "max_attempts": max_attempts} for spec in new])
+             "gpu_class": spec.gpu_class, "state": JobState.QUEUED, "attempt": 0,
+             "max_attempts": max_attempts, "comparable_key": spec.comparable_key}
+            for spec in new])
         existing = {job.job_key: job for job in session.scalars(rows)}
     return [existing[spec.job_key] for spec in specs]
 
@@ -69,7 +66,7 @@ def job_state(engine: Engine, job_id: int) -> str:
 def mark_running(engine: Engine, job_id: int) -> None:
     with Session(engine) as session, session.begin():
         session.execute(update(Job).where(Job.id == job_id).values(
-            state="running", attempt=Job.attempt + 1, error=None,
+            state=JobState.RUNNING, attempt=Job.attempt + 1, error=None,
             started_at=datetime.now(UTC)))
 
 
@@ -79,7 +76,7 @@ def mark_finished(engine: Engine, job_id: int, state: str, error: str | None = N
     with Session(engine) as session, session.begin():
         session.execute(update(Job).where(Job.id == job_id).values(
             state=state, error=error, failure_class=failure_class,
-            finished_at=datetime.now(UTC) if state in ("done", "failed") else None,
+            finished_at=datetime.now(UTC) if state in (JobState.DONE, JobState.FAILED) else None,
             **(summary or {})))
 
 
@@ -95,108 +92,8 @@ def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:
     return frame.assign(job_key=str(job_id))
 
 
-def job_summary(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]:
-    """What the job found, as values for its row (written with its final state): design,
-    statistics, and whether speculation happened.
-
-    A variant that asked for speculation and drafted nothing is marked ``none``; reports
-    never show its speedup.
-    """
-    runs = job_runs(engine, job_id)
-    summary = stats.summarize_job(runs)
-    for arm, row in stats.latency(runs).iterrows():
-        summary |= {f"{name}_{arm}": float(value) for name, value in row.items()
-                    if name in LATENCY_SUMMARY}
-    drafted = int(runs.loc[runs["arm"] == "variant", "spec_drafted"].sum())
-    variant = outcome.checked.spec.variant
-    verdict = ("not-requested" if not asks_for_speculation(variant)
-               else "ok" if drafted else "none")
-    return {"speculation": verdict, "pairs": outcome.pairs, "stop_reason": outcome.stop_reason,
-            "summary": _json_safe(summary)}
-
-
-LATENCY_SUMMARY = ("tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
-
-
-def _json_safe(summary: dict[str, object]) -> dict[str, object]:
-    # JSON has no NaN: a missing statistic is null.
-    return {key: None if isinstance(value, float) and math.isnan(value) else value
-            for key, value in summary.items()}
-
-
-def _insert_ignore(session: Session, values: dict[str, Any]) -> None:
+def ensure_model(session: Session, values: dict[str, Any]) -> None:
     """Insert a model row unless one with that sha256 exists (both dialects)."""
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     session.execute(insert(Model).values(**values).on_conflict_do_nothing())
-
-
-class DbRunSink:
-    """Runs of one job, written straight to the store (the embedded, single-owner case)."""
-
-    def __init__(self, engine: Engine, job_id: int) -> None:
-        self.engine, self.job_id = engine, job_id
-        self.host = host_name()
-
-    def done(self) -> dict[RunKey, float]:
-        with Session(self.engine) as session:
-            rows = session.execute(select(Run.arm, Run.block, Run.prompt_id, Run.repetition,
-                                          Run.decode_tok_s).where(Run.job_id == self.job_id))
-            return {RunKey(arm, block, prompt, rep): tok_s  # type: ignore[arg-type]
-                    for arm, block, prompt, rep, tok_s in rows}
-
-    def start(self, checked: Preflight) -> None:
-        with Session(self.engine) as session, session.begin():
-            self._write_start(session, checked)
-
-    def _write_start(self, session: Session, checked: Preflight) -> None:
-        _insert_ignore(session, asdict(checked.model))
-        session.execute(update(Job).where(Job.id == self.job_id)
-                        .values(translations=checked.translations))
-
-    def record(self, result: RunResult, checked: Preflight) -> None:
-        with Session(self.engine) as session, session.begin():
-            session.add(run_row(self.job_id, result, checked, self.host))
-
-    def record_samples(self, slot: Slot, samples: list[Sample]) -> None:
-        with Session(self.engine) as session, session.begin():
-            session.add_all(sample_rows(self.job_id, 1, slot, samples))
-
-
-def sample_rows(job_id: int, attempt: int, slot: Slot, samples: list[Sample]) -> list[GpuSample]:
-    first = samples[0].t if samples else 0.0
-    return [GpuSample(job_id=job_id, attempt=attempt, block=slot.block, t=sample.t - first,
-                      device=sample.device, vram_used_mb=sample.vram_used_mb,
-                      power_w=sample.power_w, sm_clock_mhz=sample.sm_clock_mhz,
-                      mem_clock_mhz=sample.mem_clock_mhz, temperature_c=sample.temperature_c,
-                      throttle_reasons=sample.throttle_reasons, energy_mj=sample.energy_mj)
-            for sample in samples]
-
-
-def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
-            worker_name: str | None = None, attempt: int = 1) -> Run:
-    gen, counters, tele = result.generation, result.counters, result.telemetry
-    return Run(
-        job_id=job_id, arm=result.key.arm, arm_name=result.arm_name, block=result.slot.block,
-        pair=result.slot.pair, position=result.slot.position, prompt_id=result.prompt.id,
-        prompt_category=result.prompt.category, repetition=result.key.repetition,
-        prompt_tokens=gen.prompt_tokens, generated_tokens=gen.generated_tokens,
-        prompt_tok_s=gen.prompt_tok_s, decode_tok_s=gen.decode_tok_s,
-        client_decode_tok_s=gen.client_decode_tok_s, ttft_ms=gen.ttft_ms, e2e_ms=gen.e2e_ms,
-        tpot_ms=gen.tpot_ms, draft_n=gen.draft_n, draft_accepted=gen.draft_accepted,
-        spec_drafts=counters.drafts, spec_drafted=counters.drafted,
-        spec_accepted=counters.accepted, spec_accepted_per_pos=list(counters.accepted_per_pos),
-        text=gen.text, server_version=checked.probe(result.key.arm).version,
-        build_name=result.build_name, model_file=checked.model.file_name,
-        model_size=checked.model.size, model_sha256=checked.model.sha256, host=host,
-        argv=result.argv, server_log=result.server_log, worker_name=worker_name,
-        attempt=attempt, started_at=result.started_at,
-        slot_speculative=result.slot_speculative, weights_spilled=result.weights_spilled,
-        rss_mb=tele.rss_mb, cpu_seconds=tele.cpu_seconds, energy_j=tele.energy_j,
-        joules_per_token=tele.joules_per_token(gen.generated_tokens),
-        mean_power_w=tele.mean_power_w, max_vram_used_mb=tele.max_vram_used_mb,
-        mean_sm_clock_mhz=tele.mean_sm_clock_mhz, max_temperature_c=tele.max_temperature_c,
-        throttled=tele.throttled if tele.max_vram_used_mb is not None else None,
-        throttle_reasons=tele.throttle_reasons or None, tokens=result.tokens,
-        gpu_name=result.gpu_name, chunk_gap_p50_ms=gen.chunk_gap(0.5),
-        chunk_gap_max_ms=gen.chunk_gap(1.0))

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -266,7 +266,7 @@ def test_a_duplicate_delivery_of_a_finished_job_runs_nothing(
     wait_for(lambda: fleet.jobs()[0].state == "done", 120, "the job done")
     runs = fleet.run_keys()
     job = fleet.jobs()[0]
-    app = make_app(replace(load_settings(), broker_url=fleet.env["FARM_BROKER_URL"]))
+    app = make_app(load_settings(broker_url=fleet.env["FARM_BROKER_URL"]))
     send(app, [Message(job.id, f"job-{job.id}-9", job.gpu_class, "duplicate")])
     log = fleet.root / "alpha.log"
     wait_for(lambda: "not claimable" in log.read_text(), 30, "the duplicate to be refused")

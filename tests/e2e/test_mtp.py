@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from tests.e2e.test_farm_run import farm, report_rows
 from tests.helpers import matrix_dict, write_matrix
 from workers.mtp_fixture import ANTI_ORACLE_NAME, ORACLE_NAME
-from workers.paths import file_sha256
+from workers.paths import NodePaths, file_sha256
 from workers.provision import (
     PINNED_SHA256,
     QWEN35_NAME,
@@ -83,13 +84,13 @@ def test_tutorial_command_line_runs_mtp_with_known_answers(
 
 
 def test_a_cached_model_without_its_pinned_hash_is_generated_again(
-        tmp_path: Path, provisioned: Provisioned, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FARM_MODELS_DIR", str(tmp_path))
+        tmp_path: Path, provisioned: Provisioned, node_paths: NodePaths) -> None:
+    node = replace(node_paths, models_dir=tmp_path)
     paths = [tmp_path / name for name in (QWEN35_NAME, ORACLE_NAME, ANTI_ORACLE_NAME)]
     for path in paths:
         path.write_bytes(b"made when test-llama-archs drew a random seed")
-    assert generate_qwen35(provisioned.archs_tool) == paths[0]
-    assert generate_mtp_twins(paths[0]) == (paths[1], paths[2])
+    assert generate_qwen35(provisioned.archs_tool, node) == paths[0]
+    assert generate_mtp_twins(paths[0], node) == (paths[1], paths[2])
     for path in paths:  # made again, in another dir: the same bytes as the provisioned ones
         assert file_sha256(path) == PINNED_SHA256[path.name]
 

@@ -10,8 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from farm.report.frames import REPORT_COLUMNS
 from tests.e2e.test_farm_run import farm, report_rows
 from tests.helpers import COPY_PROMPT, matrix_dict, write_matrix
+from tests.unit.test_report_text import WIDE_HEADERS
 
 pytestmark = pytest.mark.server
 
@@ -62,3 +64,22 @@ def test_compare_matches_jobs_across_campaigns(two_campaigns: Path) -> None:
     assert row["variant"] == "ngram" and row["change"] > 0
     assert row["verdict"] in ("faster", "regression", "within noise")
     assert farm("compare", "before", "nope").returncode == 2
+
+
+def test_report_fits_100_columns_and_wide_shows_every_column(two_campaigns: Path) -> None:
+    narrow = farm("report", env={"COLUMNS": "100"})
+    assert narrow.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    assert max(map(len, lines)) <= 100 and "\u2026" not in narrow.stdout
+    [row] = [line for line in lines if " ngram " in line]
+    [job] = report_rows("after")
+    assert f" {job['speedup']:.2f}\u00d7 [{job['ci_low']:.2f}, {job['ci_high']:.2f}] " in row
+    assert f" {job['acceptance_rate']:.0%} " in row
+    csv_header = farm("report", "--format", "csv").stdout.splitlines()[0]
+    assert list(job) == csv_header.split(",") == REPORT_COLUMNS
+
+    wide = farm("report", "--wide", env={"COLUMNS": "100"})
+    assert wide.returncode == 0, wide.stderr
+    header = next(line for line in wide.stdout.splitlines() if " job " in line)
+    assert all(f" {name} " in header for name in WIDE_HEADERS)
+    assert "\u2026" not in wide.stdout

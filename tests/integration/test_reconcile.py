@@ -8,7 +8,6 @@ import random
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 import redis
@@ -36,7 +35,7 @@ def broker() -> Iterator[tuple[Celery, redis.Redis]]:
     url = f"{REDIS_URL}/{random.randint(8, 15)}"
     client = redis.Redis.from_url(url)
     client.flushdb()
-    app = make_app(replace(load_settings(), broker_url=url))
+    app = make_app(load_settings(broker_url=url))
     yield app, client
     client.flushdb()
     client.close()

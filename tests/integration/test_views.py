@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
-from farm.analysis import group_report, job_report, runs_frame
+from farm.report.frames import group_report, job_report, runs_frame
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Campaign, Job, Run
 
@@ -74,3 +74,20 @@ def test_group_report_and_runs_frame(engine: Engine) -> None:
     groups = group_report(job_report(engine, None), "gpu_class").set_index("gpu_class")
     assert groups.loc["rtx", "jobs"] == 1 and groups.loc["rtx", "runs"] == 8
     assert len(runs_frame(engine, "views")) == 8
+
+
+def test_views_give_the_reports_medians_and_speedup(engine: Engine) -> None:
+    _fill(engine)
+    with engine.connect() as connection:
+        medians: dict[str, float] = dict(connection.execute(text(
+            "SELECT arm || '/' || prompt_id, median_tok_s FROM prompt_median")).all())
+        arms: dict[str, float] = dict(connection.execute(text(
+            "SELECT arm, median_tok_s FROM arm_summary")).all())
+        speedup, sd = connection.execute(text(
+            "SELECT speedup, sd_log_speedup FROM job_speedup WHERE variant = 'v'")).one()
+    assert medians == pytest.approx({"baseline/a": 100.0, "variant/a": 200.0,
+                                     "baseline/b": 100.0, "variant/b": 50.0})
+    row = job_report(engine, "views").set_index("variant").loc["v"]
+    assert arms == pytest.approx({"baseline": row["baseline_tok_s"],
+                                  "variant": row["variant_tok_s"]})
+    assert (speedup, sd) == pytest.approx((row["speedup"], row["sd_log_speedup"]))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from workers.executor import schedule
+from workers.executor import pair_slots
 
 
 def test_blocks_are_counterbalanced_ab_ba() -> None:
-    slots = schedule(3)
+    slots = [slot for pair in range(3) for slot in pair_slots(pair)]
     assert [s.role[0] for s in slots] == list("bvvbbv")
     assert [s.block for s in slots] == [0, 1, 2, 3, 4, 5]
     assert [s.pair for s in slots] == [0, 0, 1, 1, 2, 2]

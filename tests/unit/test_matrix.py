@@ -109,9 +109,9 @@ def test_wrong_type_and_missing_field_are_named(files: dict[str, Any]) -> None:
         load_matrix(files["dir"] / "matrix.yaml")
 
 
-def test_missing_model_file_names_the_key_and_path(files: dict[str, Any]) -> None:
-    message = error_of(files, models=[{"name": "m", "path": "nowhere.gguf"}])
-    assert "models[0].path" in message and "nowhere.gguf does not exist" in message
+def test_expansion_is_pure_models_and_builds_stay_as_written(files: dict[str, Any]) -> None:
+    [job] = load(files, models=[{"name": "m", "path": "nowhere.gguf"}])
+    assert (job.model.path, job.build.path) == ("nowhere.gguf", str(files["build"]["path"]))
 
 
 def test_empty_variants_are_refused(files: dict[str, Any]) -> None:

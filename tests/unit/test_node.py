@@ -9,7 +9,8 @@ import pytest
 from farm.errors import ConfigError
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
 from workers.config import WorkerConfig, load_worker_config
-from workers.node import resolve
+from workers.node import NodeFiles, NotOnThisNode, resolve, worker_files
+from workers.paths import NodePaths
 
 
 @pytest.fixture
@@ -36,7 +37,7 @@ def _spec(variant_flags: tuple[tuple[str, str | bool], ...], model: str = "targe
 
 
 def test_names_resolve_inside_the_models_dir(config: WorkerConfig) -> None:
-    resolved = resolve(_spec((("spec-draft-model", "draft.gguf"),)), config)
+    resolved = resolve(_spec((("spec-draft-model", "draft.gguf"),)), worker_files(config))
     assert resolved.model.path == str(config.models_dir.resolve() / "target.gguf")
     assert resolved.build.path == str(config.builds["master"])
     assert resolved.variant.flags == (("spec-draft-model",
@@ -49,23 +50,59 @@ def test_names_resolve_inside_the_models_dir(config: WorkerConfig) -> None:
     ((("spec-draft-model", "../../etc/passwd"),), "target.gguf", "master", "outside"),
     ((), "/etc/hostname", "master", "outside"),
     ((), "missing.gguf", "master", "not found"),
-    ((), "target.gguf", "turboquant", "build 'turboquant' is not on worker"),
+    ((), "target.gguf", "turboquant", "build 'turboquant' is not on worker rtx@"),
 ])
 def test_worker_refuses_what_a_matrix_must_not_do(
         config: WorkerConfig, flags: tuple[tuple[str, str], ...], model: str, build: str,
         message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        resolve(_spec(flags, model, build), config)
+        resolve(_spec(flags, model, build), worker_files(config))
 
 
-def test_worker_config_file_with_command_line_on_top(tmp_path: Path) -> None:
+def test_worker_config_file_with_command_line_on_top(tmp_path: Path,
+                                                    node_paths: NodePaths) -> None:
     server = tmp_path / "srv"
     server.write_text("")
     path = tmp_path / "worker.yaml"
     path.write_text(f"gpu-class: a\ndevices: [0]\nbuilds: {{x: {server}}}\n")
-    config = load_worker_config(path, gpu_class="b", devices=[0, 1])
+    config = load_worker_config(path, node_paths, gpu_class="b", devices=[0, 1])
     assert (config.gpu_class, config.devices) == ("b", [0, 1])
     assert config.worker_name.startswith("b@") and config.worker_name.endswith("-0,1")
     path.write_text("gpu-class: a\nbuilds: {x: /nowhere/llama-server}\n")
     with pytest.raises(ConfigError, match="does not exist"):
-        load_worker_config(path, gpu_class=None, devices=None)
+        load_worker_config(path, node_paths, gpu_class=None, devices=None)
+
+
+def _local(config: WorkerConfig, matrix_dir: Path, allow: bool = False) -> NodeFiles:
+    return NodeFiles(name="this machine", builds=config.builds, models_dir=config.models_dir,
+                     matrix_dir=matrix_dir, allow_file_flags=allow)
+
+
+def test_farm_run_resolves_the_matrix_paths_a_worker_refuses(
+        config: WorkerConfig, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "mine.gguf").write_bytes(b"GGUF")
+    spec = _spec(()).model_copy(update={"model": ModelRef(name="m", path="elsewhere/mine.gguf")})
+    resolved = resolve(spec, _local(config, tmp_path))
+    assert resolved.model.path == str(elsewhere / "mine.gguf")
+    with pytest.raises(NotOnThisNode, match="not found in the models dir"):
+        resolve(spec, worker_files(config))
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["worker", "farm-run"])
+def test_flags_that_write_files_are_refused_in_both_modes_unless_allowed(
+        config: WorkerConfig, tmp_path: Path, local: bool) -> None:
+    spec = _spec((("log-file", "/tmp/x.log"),))
+    node = _local(config, tmp_path) if local else worker_files(config)
+    with pytest.raises(ConfigError, match="writes files"):
+        resolve(spec, node)
+    allowed = (_local(config, tmp_path, allow=True) if local else
+               worker_files(config.model_copy(update={"allow_file_flags": True})))
+    assert resolve(spec, allowed).variant.flags == (("log-file", "/tmp/x.log"),)
+
+
+def test_a_missing_build_says_what_the_node_has(config: WorkerConfig, tmp_path: Path) -> None:
+    with pytest.raises(NotOnThisNode, match=r"not on this machine \(it has: master\)") as info:
+        resolve(_spec((), build="turboquant"), _local(config, tmp_path))
+    assert info.value.role == "build"

@@ -14,8 +14,9 @@ import matplotlib.image as mpimg
 import pandas as pd
 import pytest
 
-from farm import plots
-from farm.html_report import DASH, TIMES, categories_table, fmt_interval, jobs_table, render_html
+from farm.report import cells, plots
+from farm.report.cells import TIMES
+from farm.report.html import categories_table, jobs_table, render_html
 
 NAN = math.nan
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -101,20 +102,20 @@ def test_many_configurations_make_a_taller_interval_plot() -> None:
     assert height > plots.HEIGHT_PX
 
 
-def test_plots_are_written_to_a_directory(tmp_path: Path) -> None:
-    written = plots.write_all(_jobs(), _runs(), tmp_path / "plots")
-    assert list(written) == list(plots.PLOT_NAMES)
-    for name, path in written.items():
-        assert path == tmp_path / "plots" / f"{name}.png"
-        _check_png(path.read_bytes())
+def test_render_all_gives_every_plot_and_a_path_gets_the_same_bytes(tmp_path: Path) -> None:
+    rendered = plots.render_all(_jobs(), _runs())
+    assert list(rendered) == list(plots.PLOT_NAMES)
+    for data in rendered.values():
+        _check_png(data)
     single = tmp_path / "one.png"
     assert plots.acceptance_vs_speedup(_jobs(), single) == single.read_bytes()
 
 
 def test_interval_formatting() -> None:
-    assert fmt_interval(1.4234, 1.351, 1.4999) == f"1.42{TIMES} [1.35, 1.50]"
-    assert fmt_interval(0.93, NAN, NAN) == f"0.93{TIMES}"
-    assert fmt_interval(None, 1.0, 2.0) == DASH
+    assert cells.interval(1.4234, 1.351, 1.4999) == f"1.42{TIMES} [1.35, 1.50]"
+    assert cells.interval(0.93, NAN, NAN) == f"0.93{TIMES}"
+    assert cells.interval(None, 1.0, 2.0) == cells.MISSING
+    assert cells.interval(pd.NA, pd.NA, pd.NA) == cells.MISSING
 
 
 @cache

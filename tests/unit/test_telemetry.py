@@ -25,7 +25,6 @@ from workers.telemetry import (
     decode_throttle_reasons,
     gpus_for_devices,
     read_process,
-    weights_spilled,
 )
 
 MIB = 1024 * 1024
@@ -354,26 +353,6 @@ def test_gpus_for_devices_on_this_cpu_box() -> None:
         start, end = sampler.mark(), sampler.mark()
     telemetry = sampler.summarize(start, end)
     assert telemetry.energy_j is None and not telemetry.throttled
-
-
-@pytest.mark.parametrize(("log", "spilled"), [
-    ("load_tensors: offloading output layer to GPU\n"
-     "load_tensors: offloading 29 repeating layers to GPU\n"
-     "load_tensors: offloaded 30/33 layers to GPU\n"
-     "load_tensors:        CUDA0 model buffer size =  3745.19 MiB\n"
-     "load_tensors:   CPU_Mapped model buffer size =   420.00 MiB\n", True),
-    ("load_tensors: offloading output layer to GPU\n"
-     "load_tensors: offloading 32 repeating layers to GPU\n"
-     "load_tensors: offloaded 33/33 layers to GPU\n", False),
-    # main model all on GPU, draft model partly not
-    ("load_tensors: offloaded 33/33 layers to GPU\n"
-     "load_tensors: offloaded 0/25 layers to GPU\n", True),
-    # a CPU-only build never prints the line
-    ("load_tensors:   CPU_Mapped model buffer size =   120.00 MiB\n", False),
-    ("", False),
-])
-def test_weights_spilled(log: str, spilled: bool) -> None:
-    assert weights_spilled(log) is spilled
 
 
 def test_cpu_info() -> None:

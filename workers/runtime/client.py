@@ -68,11 +68,13 @@ class Generation:
 
     @property
     def client_decode_tok_s(self) -> float | None:
+        """Decode speed as the client saw it, to cross-check the server's figure."""
         tpot = self.tpot_ms
         return 1000.0 / tpot if tpot else None
 
 
 def parse_metrics(text: str) -> SpecCounters:
+    """The speculative counters of a Prometheus /metrics text (zero where absent)."""
     values: dict[str, float] = {}
     per_pos: dict[int, int] = {}
     for line in text.splitlines():
@@ -123,6 +125,7 @@ class ServerClient:
                                   timeout=httpx.Timeout(request_timeout, connect=10.0))
 
     def close(self) -> None:
+        """Close the connection pool."""
         self._http.close()
 
     def __enter__(self) -> ServerClient:
@@ -161,6 +164,7 @@ class ServerClient:
         return [int(token) for token in response.json().get("tokens", [])]
 
     def spec_counters(self) -> SpecCounters:
+        """The server's cumulative speculative counters now (/metrics)."""
         response = self._get("/metrics")
         if response.status_code != 200:
             raise BenchmarkError(f"/metrics answered {response.status_code}")

@@ -29,6 +29,8 @@ _LITERAL = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 
 @dataclass(frozen=True)
 class Option:
+    """One option of ``--help``: its names, value hint, enumerated values and help text."""
+
     names: tuple[str, ...]  # without dashes: ("c", "ctx-size")
     hint: str | None  # None for a bare switch
     choices: tuple[str, ...] = ()
@@ -36,6 +38,7 @@ class Option:
 
     @property
     def takes_value(self) -> bool:
+        """Whether the option takes a value (it is no bare switch)."""
         return self.hint is not None
 
     @property
@@ -46,6 +49,8 @@ class Option:
 
 @dataclass(frozen=True)
 class BinaryProbe:
+    """What one llama-server binary is (version, build, commit) and which options it has."""
+
     path: str
     version: str  # the whole --version text, for provenance
     build_number: int | None
@@ -53,6 +58,7 @@ class BinaryProbe:
     options: dict[str, Option] = field(repr=False)
 
     def option(self, name: str) -> Option | None:
+        """The option called ``name`` (without dashes), None if this build has none."""
         return self.options.get(name)
 
     def choices(self, name: str) -> tuple[str, ...]:

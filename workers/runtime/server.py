@@ -14,12 +14,11 @@ from types import TracebackType
 
 import httpx
 
-from farm.errors import ServerStartError
+from workers.runtime import server_log
 
 HOST = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform == "linux" else None
-_BIND_FAILURES = ("couldn't bind", "address already in use", "failed to bind")
 
 
 def _die_with_parent() -> None:
@@ -51,14 +50,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
 class LlamaServer:
     """One server process for one arm. Use as a context manager: it always stops."""
 
@@ -75,6 +66,7 @@ class LlamaServer:
 
     @property
     def base_url(self) -> str:
+        """Where the started server answers HTTP."""
         return f"http://{HOST}:{self.port}"
 
     def argv(self, port: int) -> list[str]:
@@ -91,13 +83,15 @@ class LlamaServer:
         self.stop()
 
     def start(self) -> None:
+        """Launch the server and wait until /health answers; ``ServerStartError`` if not."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(self.bind_attempts):
             self.port = free_port()
             if self._launch_and_wait():
                 return
-        raise ServerStartError(f"llama-server could not bind a port after "
-                               f"{self.bind_attempts} attempts", log_tail(self.log_path))
+        raise server_log.start_error(f"llama-server could not bind a port after "
+                                     f"{self.bind_attempts} attempts",
+                                     server_log.tail(self.log_path))
 
     def _launch_and_wait(self) -> bool:
         """True once healthy; False on a lost port race; raises on any other failure."""
@@ -122,16 +116,17 @@ class LlamaServer:
                     pass
                 time.sleep(0.1)
         self.stop()
-        raise ServerStartError(f"llama-server did not answer /health within "
-                               f"{self.startup_timeout:.0f} s", log_tail(self.log_path),
-                               timed_out=True)
+        raise server_log.start_error(f"llama-server did not answer /health within "
+                                     f"{self.startup_timeout:.0f} s",
+                                     server_log.tail(self.log_path), timed_out=True)
 
     def _exited(self, code: int) -> bool:
         self._process = None
-        tail = log_tail(self.log_path)
-        if any(marker in tail.lower() for marker in _BIND_FAILURES):
+        tail = server_log.tail(self.log_path)
+        if server_log.lost_port_race(tail):
             return False
-        raise ServerStartError(f"llama-server exited with code {code} while starting", tail)
+        raise server_log.start_error(f"llama-server exited with code {code} while starting",
+                                     tail)
 
     def stop(self, grace: float = 10.0) -> None:
         """Terminate the whole process group, then kill it if it lingers."""
@@ -149,4 +144,5 @@ class LlamaServer:
 
     @property
     def pid(self) -> int | None:
+        """The running server's pid (also its process group), None when stopped."""
         return self._process.pid if self._process else None

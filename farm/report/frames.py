@@ -15,6 +15,8 @@ from sqlalchemy import Engine, select, text
 
 from farm.errors import ConfigError
 from farm.gpus import bandwidth_bound_share
+from farm.matrix.spec import varying_text
+from farm.report.sql import job_report_sql
 from farm.store.models import Campaign, Job, Run
 
 REPORT_COLUMNS = [
@@ -28,6 +30,7 @@ REPORT_COLUMNS = [
 
 
 def latest_campaign(engine: Engine) -> str:
+    """The name of the campaign created last."""
     query = select(Campaign.name).order_by(Campaign.created_at.desc(), Campaign.id.desc())
     with engine.connect() as connection:
         name = connection.scalar(query.limit(1))
@@ -45,10 +48,6 @@ def _campaign_id(engine: Engine, name: str) -> int:
     return int(campaign_id)
 
 
-def _varying_text(varying: dict[str, str | None]) -> str:
-    return " ".join(f"{k}={'-' if v is None else v}" for k, v in varying.items())
-
-
 def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
     """Every run of ``campaign`` (default: all), one row each, with its job's identity."""
     query = (select(Campaign.name.label("campaign"), Job.job_key,
@@ -62,97 +61,19 @@ def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
         return pd.DataFrame(connection.execute(query).mappings().all())
 
 
-# Runs are narrowed to the campaign first, so one campaign's report costs its own runs,
-# not the whole store's. Medians: percentile_cont on PostgreSQL; window ranks on SQLite.
-_MEDIANS = {
-    "postgresql": """
-prompt_med AS (
-    SELECT job_id, arm, prompt_id,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY decode_tok_s) AS med
-    FROM r GROUP BY job_id, arm, prompt_id),
-arm_med AS (
-    SELECT job_id, arm, percentile_cont(0.5) WITHIN GROUP (ORDER BY decode_tok_s) AS med
-    FROM r GROUP BY job_id, arm),""",
-    "sqlite": """
-ranked_prompt AS (
-    SELECT job_id, arm, prompt_id, decode_tok_s,
-           ROW_NUMBER() OVER (PARTITION BY job_id, arm, prompt_id ORDER BY decode_tok_s) AS rn,
-           COUNT(*) OVER (PARTITION BY job_id, arm, prompt_id) AS n
-    FROM r),
-prompt_med AS (
-    SELECT job_id, arm, prompt_id, AVG(decode_tok_s) AS med FROM ranked_prompt
-    WHERE rn IN ((n + 1) / 2, (n + 2) / 2) GROUP BY job_id, arm, prompt_id),
-ranked_arm AS (
-    SELECT job_id, arm, decode_tok_s,
-           ROW_NUMBER() OVER (PARTITION BY job_id, arm ORDER BY decode_tok_s) AS rn,
-           COUNT(*) OVER (PARTITION BY job_id, arm) AS n
-    FROM r),
-arm_med AS (
-    SELECT job_id, arm, AVG(decode_tok_s) AS med FROM ranked_arm
-    WHERE rn IN ((n + 1) / 2, (n + 2) / 2) GROUP BY job_id, arm),""",
-}
-
-_REPORT_SQL = """
-WITH r AS (
-    SELECT run.job_id, run.arm, run.prompt_id, run.decode_tok_s, run.spec_drafted,
-           run.spec_accepted, run.gpu_name, run.model_size, run.throttled,
-           run.weights_spilled
-    FROM run JOIN job ON job.id = run.job_id {where}),
-{medians}
-arm_counts AS (
-    SELECT job_id, arm, COUNT(*) AS runs, SUM(spec_drafted) AS drafted,
-           SUM(spec_accepted) AS accepted, MAX(gpu_name) AS gpu_name,
-           MAX(model_size) AS model_size,
-           SUM(CASE WHEN throttled THEN 1 ELSE 0 END) AS throttled_runs,
-           SUM(CASE WHEN weights_spilled THEN 1 ELSE 0 END) AS spilled_runs
-    FROM r GROUP BY job_id, arm),
-ratios AS (
-    SELECT b.job_id, LN(v.med / b.med) AS log_ratio
-    FROM prompt_med b
-    JOIN prompt_med v ON v.job_id = b.job_id AND v.prompt_id = b.prompt_id
-    WHERE b.arm = 'baseline' AND v.arm = 'variant' AND b.med > 0 AND v.med > 0),
-stats AS (
-    SELECT job_id, COUNT(*) AS prompts, AVG(log_ratio) AS mean_log,
-           SUM(log_ratio * log_ratio) AS sum_sq
-    FROM ratios GROUP BY job_id)
-SELECT c.name AS campaign, job.job_key, job.model_name AS model,
-       job.variant_name AS variant, job.varying, job.gpu_class, job.lease_owner AS worker,
-       job.state, job.error, job.failure_class, job.speculation, job.summary,
-       job.pairs, job.stop_reason,
-       bm.med AS baseline_tok_s, vm.med AS variant_tok_s, EXP(s.mean_log) AS speedup,
-       CASE WHEN s.prompts > 1 AND s.sum_sq - s.prompts * s.mean_log * s.mean_log > 0
-            THEN SQRT((s.sum_sq - s.prompts * s.mean_log * s.mean_log) / (s.prompts - 1))
-       END AS sd_log_speedup,
-       COALESCE(vc.drafted, 0) AS drafted, COALESCE(vc.accepted, 0) AS accepted,
-       COALESCE(bc.runs, 0) + COALESCE(vc.runs, 0) AS runs, bc.gpu_name, bc.model_size,
-       COALESCE(bc.throttled_runs, 0) + COALESCE(vc.throttled_runs, 0) AS throttled_runs,
-       COALESCE(bc.spilled_runs, 0) + COALESCE(vc.spilled_runs, 0) AS spilled_runs
-FROM job
-JOIN campaign c ON c.id = job.campaign_id
-LEFT JOIN stats s ON s.job_id = job.id
-LEFT JOIN arm_med bm ON bm.job_id = job.id AND bm.arm = 'baseline'
-LEFT JOIN arm_med vm ON vm.job_id = job.id AND vm.arm = 'variant'
-LEFT JOIN arm_counts bc ON bc.job_id = job.id AND bc.arm = 'baseline'
-LEFT JOIN arm_counts vc ON vc.job_id = job.id AND vc.arm = 'variant'
-{where}
-ORDER BY c.id, job.id
-"""
-
-
 def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
     """One row per job (of ``campaign``, or of all campaigns), aggregated in SQL."""
     where, params = "", {}
     if campaign is not None:
         where, params = "WHERE job.campaign_id = :campaign_id", {
             "campaign_id": _campaign_id(engine, campaign)}
-    medians = _MEDIANS["postgresql" if engine.dialect.name == "postgresql" else "sqlite"]
-    sql = text(_REPORT_SQL.format(where=where, medians=medians))
     with engine.connect() as connection:
-        frame = pd.DataFrame(connection.execute(sql, params).mappings().all())
+        frame = pd.DataFrame(connection.execute(text(job_report_sql(where)), params)
+                             .mappings().all())
     if frame.empty:
         return pd.DataFrame(columns=REPORT_COLUMNS)
     frame["varying"] = frame["varying"].map(_load_json)
-    frame["varying_flags"] = frame["varying"].map(_varying_text)
+    frame["varying_flags"] = frame["varying"].map(varying_text)
     frame = _with_summaries(frame)
     frame["bandwidth_bound"] = [
         bandwidth_bound_share(float(tok_s), gpu, int(size))

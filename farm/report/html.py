@@ -7,7 +7,6 @@ the file can be mailed or opened offline. All text taken from the frames is esca
 from __future__ import annotations
 
 import base64
-import math
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from html import escape
@@ -15,10 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from farm import plots
-
-TIMES = "\u00d7"  # multiplication sign, as in "1.42\u00d7"
-DASH = "\u2013"  # en dash: value missing
+from farm.report import cells, plots
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
@@ -68,56 +64,6 @@ _GUIDE = (
 )
 
 
-# --------------------------------------------------------------------------- formatting
-
-def _missing(value: Any) -> bool:
-    if value is None or value is pd.NA:
-        return True
-    return isinstance(value, float) and math.isnan(value)
-
-
-def _float(value: Any) -> float:
-    if _missing(value):
-        return math.nan
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _text(value: Any) -> str:
-    return "" if _missing(value) else str(value)
-
-
-def _flag(value: Any) -> bool:
-    return False if _missing(value) else bool(value)
-
-
-def fmt_interval(estimate: Any, low: Any, high: Any) -> str:
-    """``1.42\u00d7 [1.35, 1.50]``; the bracket is left out when the interval is unknown."""
-    value = _float(estimate)
-    if math.isnan(value):
-        return DASH
-    lo, hi = _float(low), _float(high)
-    bracket = "" if math.isnan(lo) or math.isnan(hi) else f" [{lo:.2f}, {hi:.2f}]"
-    return f"{value:.2f}{TIMES}{bracket}"
-
-
-def _fmt_number(value: Any, digits: int = 1) -> str:
-    number = _float(value)
-    return DASH if math.isnan(number) else f"{number:.{digits}f}"
-
-
-def _fmt_percent(value: Any) -> str:
-    number = _float(value)
-    return DASH if math.isnan(number) else f"{100.0 * number:.1f}%"
-
-
-def _fmt_count(value: Any) -> str:
-    number = _float(value)
-    return DASH if math.isnan(number) else str(int(number))
-
-
 def _badge(kind: str, text: str) -> str:
     return f'<span class="badge {kind}">{escape(text)}</span>'
 
@@ -128,7 +74,7 @@ _Cell = Callable[[Mapping[Any, Any]], str]  # returns HTML (already escaped)
 
 
 def _plain(column: str) -> _Cell:
-    return lambda row: escape(_text(row.get(column)))
+    return lambda row: escape(cells.text(row.get(column)))
 
 
 def _number(column: str, fmt: Callable[[Any], str]) -> _Cell:
@@ -136,36 +82,36 @@ def _number(column: str, fmt: Callable[[Any], str]) -> _Cell:
 
 
 def _agreement_cell(row: Mapping[Any, Any]) -> str:
-    cell = escape(_fmt_percent(row.get("agreement")))
-    return cell + (_badge("suspect", "suspect") if _flag(row.get("agreement_suspect")) else "")
+    suspect = cells.flag(row.get("agreement_suspect"))
+    return escape(cells.percent(row.get("agreement"))) + (
+        _badge("suspect", "suspect") if suspect else "")
 
 
 def _drift_cell(row: Mapping[Any, Any]) -> str:
-    return _badge("drift", "drift") if _flag(row.get("drift_flag")) else ""
+    return _badge("drift", "drift") if cells.flag(row.get("drift_flag")) else ""
 
 
 def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
     """(header, cell renderer, numeric) for the per-job table."""
     columns: list[tuple[str, _Cell, bool]] = [
-        ("job", lambda row: escape(_text(row.get("job_key"))[:10]), False),
+        ("job", lambda row: escape(cells.text(row.get("job_key"))[:10]), False),
         ("model", _plain("model"), False),
         ("variant", _plain("variant"), False),
-        ("varying flags", lambda row: f"<code>{escape(_text(row.get('varying_flags')))}</code>",
-         False),
-        ("speedup", lambda row: escape(fmt_interval(row.get("speedup"), row.get("ci_low"),
-                                                    row.get("ci_high"))), True),
-        ("pairs", _number("pairs", _fmt_count), True),
+        ("varying flags", lambda row: f"<code>{_plain('varying_flags')(row)}</code>", False),
+        ("speedup", lambda row: escape(cells.interval(row.get("speedup"), row.get("ci_low"),
+                                                      row.get("ci_high"))), True),
+        ("pairs", _number("pairs", cells.count), True),
         ("stop reason", _plain("stop_reason"), False),
-        ("acceptance", _number("acceptance_rate", _fmt_percent), True),
+        ("acceptance", _number("acceptance_rate", cells.percent), True),
     ]
     if "mean_accepted_length" in jobs.columns:
         columns.append(("mean accepted length",
-                        _number("mean_accepted_length", lambda v: _fmt_number(v, 2)), True))
+                        _number("mean_accepted_length", lambda v: cells.number(v, 2)), True))
     columns += [
         ("agreement", _agreement_cell, True),
         ("drift", _drift_cell, False),
-        ("baseline tok/s", _number("baseline_tok_s", _fmt_number), True),
-        ("variant tok/s", _number("variant_tok_s", _fmt_number), True),
+        ("baseline tok/s", _number("baseline_tok_s", cells.number), True),
+        ("variant tok/s", _number("variant_tok_s", cells.number), True),
     ]
     return columns
 
@@ -191,13 +137,13 @@ def jobs_table(jobs: pd.DataFrame) -> str:
 def categories_table(categories: pd.DataFrame) -> str:
     """The per-category table (job_key, model, variant, category, estimate, low, high, pairs)."""
     columns: list[tuple[str, _Cell, bool]] = [
-        ("job", lambda row: escape(_text(row.get("job_key"))[:10]), False),
+        ("job", lambda row: escape(cells.text(row.get("job_key"))[:10]), False),
         ("model", _plain("model"), False),
         ("variant", _plain("variant"), False),
         ("category", _plain("category"), False),
-        ("speedup", lambda row: escape(fmt_interval(row.get("estimate"), row.get("low"),
-                                                    row.get("high"))), True),
-        ("pairs", _number("pairs", _fmt_count), True),
+        ("speedup", lambda row: escape(cells.interval(row.get("estimate"), row.get("low"),
+                                                      row.get("high"))), True),
+        ("pairs", _number("pairs", cells.count), True),
     ]
     return _table(categories, columns, "No per-category estimates.")
 

@@ -1,4 +1,5 @@
-"""``farm report``: load the per-job report from the store and render it."""
+"""What ``farm report``, ``farm compare`` and ``farm export`` print or write: frames loaded
+from the store, rendered in the format asked for."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from pathlib import Path
 from typing import cast
 
 import pandas as pd
-from sqlalchemy import Engine
+from rich.console import Console
 
-from farm.analysis import (
+from farm.errors import ConfigError
+from farm.report.compare import compare
+from farm.report.frames import (
     category_report,
     category_summary,
     group_report,
@@ -18,43 +21,30 @@ from farm.analysis import (
     runs_frame,
     with_design_columns,
 )
-from farm.errors import ConfigError
-from farm.html_report import render_html
-from farm.report import ReportFormat, category_table, group_table, render, wide_console
-from farm.settings import Settings, redact_url
-from farm.store.db import make_engine, require_current_schema, table_names, upgrade
-
-
-def open_store(settings: Settings) -> Engine:
-    """The store, at the current schema: the embedded SQLite is migrated in place (as
-    `farm run` does); a shared PostgreSQL must have been upgraded with `farm db upgrade`."""
-    engine = make_engine(settings.database_url)
-    try:
-        if "campaign" not in table_names(engine):
-            raise ConfigError(f"the store {redact_url(settings.database_url)} holds no "
-                              "results yet; run `farm run MATRIX` first")
-        if settings.embedded:
-            upgrade(engine)
-        else:
-            require_current_schema(engine)
-    except BaseException:
-        engine.dispose()
-        raise
-    return engine
-
-
+from farm.report.html import render_html
+from farm.report.text import (
+    ReportFormat,
+    category_table,
+    compare_table,
+    group_table,
+    print_wide,
+    render,
+    to_json,
+    wide_console,
+)
+from farm.settings import Settings
+from farm.store.db import open_store
 
 
 def show_report(settings: Settings, campaign: str | None, fmt: str, *,
                 all_campaigns: bool = False, group_by: str | None = None,
-                by_category: bool = False, output: Path | None = None) -> None:
-    engine = open_store(settings)
-    try:
+                by_category: bool = False, output: Path | None = None,
+                wide: bool = False) -> None:
+    """The jobs of ``campaign`` (default the latest) per job, per group or per category."""
+    with open_store(settings) as engine:
         name = None if all_campaigns else (campaign or latest_campaign(engine))
         report = job_report(engine, name)
         runs = runs_frame(engine, name) if by_category or fmt == "html" else None
-    finally:
-        engine.dispose()
     console = wide_console()
     title = "all campaigns" if name is None else f"campaign {name}"
     if fmt == "html":
@@ -68,7 +58,7 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
             render(summary, title, cast(ReportFormat, fmt), console)
         return
     if group_by is None:
-        render(report, title, cast(ReportFormat, fmt), console)
+        render(report, title, cast(ReportFormat, fmt), console, wide=wide)
         return
     groups = group_report(report, group_by)
     if fmt == "table":
@@ -88,13 +78,23 @@ def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
     print(f"wrote {output} ({len(page) // 1024} KiB)")
 
 
+def show_comparison(settings: Settings, a: str, b: str, fmt: str, *,
+                    build_a: str | None = None, build_b: str | None = None) -> None:
+    """Campaigns (or builds) A and B side by side, as a table, CSV or JSON."""
+    with open_store(settings) as engine:
+        frame = compare(engine, a, b, build_a=build_a, build_b=build_b)
+    if fmt == "table":
+        print_wide(Console(), compare_table(frame, a, b))
+    elif fmt == "json":
+        print(to_json(frame))
+    else:
+        print(frame.to_csv(index=False), end="")
+
+
 def export_runs(settings: Settings, campaign: str | None, fmt: str, output: Path) -> int:
     """Write the tidy runs of a campaign (default the latest) as CSV or Parquet."""
-    engine = open_store(settings)
-    try:
+    with open_store(settings) as engine:
         runs = runs_frame(engine, campaign or latest_campaign(engine))
-    finally:
-        engine.dispose()
     if fmt == "parquet":
         runs.to_parquet(output, index=False)
     else:

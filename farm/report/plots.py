@@ -25,6 +25,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from farm.report import cells
+
 WIDTH_PX, HEIGHT_PX, DPI = 900, 500, 100
 MAX_FACETS = 12
 
@@ -68,25 +70,13 @@ def _no_data(title: str, path: Path | str | None, reason: str = "no data") -> by
     return _png(fig, path)
 
 
-def _text(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    return str(value)
-
-
-def _flag(value: Any) -> bool:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return False
-    return bool(value)
-
-
 def _has(frame: pd.DataFrame, *columns: str) -> bool:
     return not frame.empty and all(column in frame.columns for column in columns)
 
 
 def job_label(row: Mapping[Any, Any]) -> str:
     """``model · variant · varying_flags`` (empty parts left out)."""
-    parts = (_text(row.get(key)) for key in ("model", "variant", "varying_flags"))
+    parts = (cells.text(row.get(key)) for key in ("model", "variant", "varying_flags"))
     return " · ".join(part for part in parts if part)
 
 
@@ -121,7 +111,7 @@ def speedup_intervals(jobs: pd.DataFrame, path: Path | str | None = None) -> byt
     errors = _error_bars(frame)
     present: set[tuple[bool, bool]] = set()
     for index, row in enumerate(frame.to_dict(orient="records")):
-        state = (_flag(row.get("agreement_suspect")), _flag(row.get("drift_flag")))
+        state = (cells.flag(row.get("agreement_suspect")), cells.flag(row.get("drift_flag")))
         present.add(state)
         colour, marker, _ = _FLAG_STYLE[state]
         ax.errorbar([float(row["speedup"])], [index], xerr=errors[:, index:index + 1],
@@ -154,7 +144,7 @@ def speedup_vs_draft_length(jobs: pd.DataFrame, path: Path | str | None = None) 
         return _no_data(title, path, "no jobs with a draft length")
     frame["draft_n_max"] = frame["draft_n_max"].astype(float).astype(int)
     for column in ("model", "spec_type"):
-        frame[column] = frame[column].map(_text) if column in frame else ""
+        frame[column] = frame[column].map(cells.text) if column in frame else ""
     fig = _figure()
     ax = fig.add_subplot()
     colours = [f"C{i}" for i in range(10)]
@@ -192,13 +182,13 @@ def acceptance_vs_speedup(jobs: pd.DataFrame, path: Path | str | None = None) ->
     ax = fig.add_subplot()
     present: set[tuple[bool, bool]] = set()
     for row in frame.to_dict(orient="records"):
-        state = (_flag(row.get("agreement_suspect")), _flag(row.get("drift_flag")))
+        state = (cells.flag(row.get("agreement_suspect")), cells.flag(row.get("drift_flag")))
         present.add(state)
         colour, marker, _ = _FLAG_STYLE[state]
         x, y = 100.0 * float(row["acceptance_rate"]), float(row["speedup"])
         ax.scatter([x], [y], color=colour, marker=marker, s=40, zorder=3)
-        label = _short(" · ".join(p for p in (_text(row.get("model")),
-                                              _text(row.get("variant"))) if p), 32)
+        label = _short(" · ".join(p for p in (cells.text(row.get("model")),
+                                              cells.text(row.get("variant"))) if p), 32)
         ax.annotate(label, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=7)
     ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
     ax.set_xlim(0, 105)
@@ -298,13 +288,3 @@ def render_all(jobs: pd.DataFrame, runs: pd.DataFrame) -> dict[str, bytes]:
     }
     return {name: makers[name]() for name in PLOT_NAMES}
 
-
-def write_all(jobs: pd.DataFrame, runs: pd.DataFrame, directory: Path | str) -> dict[str, Path]:
-    """Write the four plots as ``<name>.png`` under ``directory`` (created if missing)."""
-    target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
-    for name, data in render_all(jobs, runs).items():
-        written[name] = target / f"{name}.png"
-        written[name].write_bytes(data)
-    return written

@@ -1,0 +1,79 @@
+"""Builds and models on this node: ``farm build``, ``farm builds``, ``farm provision``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from farm.cli.base import cli
+from farm.settings import load_settings
+from workers.paths import NodePaths
+
+
+@cli.command("build")
+@click.argument("name")
+@click.option("--source", required=True,
+              help="Git URL or repository (with --ref), a llama.cpp tree, an sdist .tar.gz, "
+                   "or pypi:PACKAGE==VERSION.")
+@click.option("--ref", help="Branch, tag, commit or pull/N/head of a git source.")
+@click.option("--backend", type=click.Choice(["cpu", "cuda", "metal", "vulkan"]),
+              default="cpu", show_default=True)
+@click.option("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES, e.g. 86;89;90 (default native).")
+@click.option("--cmake-arg", "cmake_args", multiple=True, help="Extra -D... for cmake.")
+@click.option("--target", "targets", multiple=True, default=["llama-server"],
+              show_default=True, help="cmake targets to build.")
+@click.option("--build-number", type=int, help="For sources without git history.")
+@click.option("--dry-run", is_flag=True, help="Print the cmake commands; build nothing.")
+def build_command(name: str, source: str, ref: str | None, backend: str,
+                  cuda_arch: str | None, cmake_args: tuple[str, ...], targets: tuple[str, ...],
+                  build_number: int | None, dry_run: bool) -> None:
+    """Build llama-server as NAME (cached: the same build asked twice builds once)."""
+    from typing import cast
+
+    from workers.builds import Backend, BuildRequest, build, build_argv, configure_argv
+
+    request = BuildRequest(name=name, source=source, ref=ref, backend=cast(Backend, backend),
+                           cuda_architectures=cuda_arch, cmake_args=cmake_args,
+                           targets=targets, build_number=build_number)
+    if dry_run:
+        tree, out = Path("<source>"), Path("<source>/build-specfarm-KEY")
+        click.echo(" ".join(configure_argv(request, tree, out)))
+        click.echo(" ".join(build_argv(out, request.targets)))
+        return
+    manifest = build(request, _paths())
+    click.echo(f"build {manifest.name}: {manifest.server}")
+    click.echo(manifest.version)
+
+
+@cli.command("builds")
+def builds_command() -> None:
+    """The builds made on this node, with what each binary reports."""
+    from rich.table import Table
+
+    from workers.builds import all_manifests
+
+    table = Table(title="builds", title_justify="left")
+    for header in ("name", "backend", "source", "ref", "commit / sdist", "version"):
+        table.add_column(header, overflow="fold")
+    for manifest in all_manifests(_paths()):
+        table.add_row(manifest.name, manifest.backend, manifest.source, manifest.ref or "-",
+                      (manifest.commit or manifest.sdist_sha256 or "-")[:12],
+                      manifest.version.splitlines()[0])
+    Console().print(table)
+
+
+@cli.command()
+def provision() -> None:
+    """Build the CPU llama-server and fetch the tiny models (idempotent, cached)."""
+    from workers.provision import provision as do_provision
+
+    result = do_provision(_paths())
+    click.echo(f"build cpu: {result.server}")
+    for name, path in result.models.items():
+        click.echo(f"model {name}: {path}")
+
+
+def _paths() -> NodePaths:
+    return NodePaths.of(load_settings())

@@ -1,0 +1,25 @@
+"""``farm db``: the result database's schema."""
+
+from __future__ import annotations
+
+import click
+
+from farm.cli.base import cli
+from farm.settings import load_settings, redact_url
+
+
+@cli.group()
+def db() -> None:
+    """Manage the result database (FARM_DATABASE_URL, default SQLite in the data dir)."""
+
+
+@db.command("upgrade")
+@click.option("--url", help="Database URL (default: FARM_DATABASE_URL or the embedded one).")
+def db_upgrade(url: str | None) -> None:
+    """Migrate the database to the newest schema."""
+    from farm.store.db import connected, upgrade
+
+    target = url or load_settings().database_url
+    with connected(target) as engine:
+        upgrade(engine)
+    click.echo(f"database {redact_url(target)} is at the newest schema")

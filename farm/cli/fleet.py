@@ -1,0 +1,137 @@
+"""The fleet: ``farm submit``, ``status``, ``workers``, ``cancel``, ``worker``, ``flower``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from farm.cli.base import cli
+from farm.settings import load_settings
+
+
+@cli.command()
+@click.argument("matrix", type=click.Path(path_type=Path))
+@click.option("--dry-run", is_flag=True,
+              help="Check every job as a worker would, with this machine's builds and models, "
+                   "and print the argv that would run; post nothing.")
+@click.option("--retry-failed", is_flag=True, help="Post failed jobs again (attempts reset).")
+@click.option("--retry-cancelled", is_flag=True,
+              help="Post cancelled jobs again (attempts reset).")
+def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: bool) -> None:
+    """Store MATRIX as a campaign and post every job not done whose message is not already
+    waiting in the broker; running jobs are left alone."""
+    from farm.fleet.app import make_app
+    from farm.fleet.submit import require_fleet
+    from farm.fleet.submit import submit as do_submit
+    from farm.local import dry_run_as_worker
+    from farm.matrix.load import load_matrix
+    from farm.report.text import wide_console
+    from farm.store.db import connected
+    from workers.paths import NodePaths
+
+    settings = load_settings()
+    if dry_run:
+        dry_run_as_worker(matrix, *load_matrix(matrix), NodePaths.of(settings), wide_console())
+        return
+    require_fleet(settings)
+    loaded = load_matrix(matrix)  # bad input fails before services are touched
+    with connected(settings.database_url) as engine:
+        result = do_submit(matrix, loaded, settings, make_app(settings), engine,
+                           retry_failed=retry_failed, retry_cancelled=retry_cancelled)
+    posted = ", ".join(f"{n} to {queue}" for queue, n in sorted(result.posted.items()))
+    already = ", ".join(f"{n} {state}" for state, n in sorted(result.already.items()))
+    click.echo(f"campaign {result.campaign}: {result.jobs} jobs; posted {posted or 'none'}"
+               + (f"; not posted: {already}" if already else ""))
+    for spec, reason in result.unrunnable:
+        click.echo(f"cannot run {spec.job_key[:10]} {spec.model.name} {spec.variant.name}: "
+                   f"{reason}", err=True)
+    if result.unrunnable:
+        raise click.exceptions.Exit(1)
+
+
+@cli.command()
+@click.argument("campaign", required=False)
+def status(campaign: str | None) -> None:
+    """Jobs of CAMPAIGN (default: the latest) by state, who runs what, failures, time left."""
+    from farm.fleet.status import campaign_status, render_status
+    from farm.store.db import open_store
+
+    settings = load_settings()
+    # Embedded jobs never go through a broker: none waits to be posted.
+    repost_after = None if settings.embedded else settings.repost_after
+    with open_store(settings) as engine:
+        render_status(campaign_status(engine, campaign, repost_after), Console())
+
+
+@cli.command()
+def workers() -> None:
+    """Registered workers, live and dead, with their builds and models."""
+    from farm.fleet.status import render_workers
+    from farm.fleet.submit import require_fleet
+    from farm.store.db import connected
+
+    settings = load_settings()
+    require_fleet(settings)
+    with connected(settings.database_url) as engine:
+        render_workers(engine, Console(), live_within=settings.lease_seconds)
+
+
+@cli.command()
+@click.argument("campaign")
+def cancel(campaign: str) -> None:
+    """Cancel CAMPAIGN's pending jobs and stop its running ones."""
+    from farm.fleet.submit import cancel as do_cancel
+    from farm.fleet.submit import require_fleet
+    from farm.store.db import connected
+
+    settings = load_settings()
+    require_fleet(settings)
+    with connected(settings.database_url) as engine:
+        count = do_cancel(engine, campaign)
+    click.echo(f"campaign {campaign}: {count} jobs cancelled")
+
+
+def _devices(value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(item) for item in value.split(",") if item.strip()]
+    except ValueError as exc:
+        raise click.BadParameter("a comma list of GPU indices, e.g. 0,1") from exc
+
+
+@cli.command()
+@click.option("--gpu-class", help="The class this worker serves (queue gpu.CLASS).")
+@click.option("--devices", help="GPU indices, e.g. 0 or 0,1 for a tensor-split set.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="Worker config: name, gpu-class, devices, models-dir, builds.")
+def worker(gpu_class: str | None, devices: str | None, config_path: Path | None) -> None:
+    """Run a Celery worker for one GPU (or GPU set): concurrency 1, late acks."""
+    from workers.config import load_worker_config
+    from workers.daemon import run_worker
+    from workers.paths import NodePaths
+
+    if not gpu_class and not config_path:
+        raise click.UsageError("give --gpu-class or a --config that names one")
+    settings = load_settings()
+    config = load_worker_config(config_path, NodePaths.of(settings), gpu_class=gpu_class,
+                                devices=_devices(devices))
+    run_worker(settings, config)
+
+
+@cli.command()
+@click.option("--port", default=5555, show_default=True)
+@click.option("--address", default="127.0.0.1", show_default=True)
+def flower(port: int, address: str) -> None:
+    """Start Flower on the farm's broker, with basic auth from FARM_FLOWER_AUTH."""
+    from farm.errors import ConfigError
+    from farm.fleet.app import make_app
+
+    settings = load_settings()
+    if not settings.flower_auth or ":" not in settings.flower_auth:
+        raise ConfigError("set FARM_FLOWER_AUTH=user:password; Flower is never started "
+                          "without authentication")
+    make_app(settings).start(["flower", f"--port={port}", f"--address={address}",
+                              f"--basic-auth={settings.flower_auth}"])

@@ -1,0 +1,59 @@
+"""Results: ``farm report``, ``farm compare``, ``farm export``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from farm.cli.base import cli
+from farm.settings import load_settings
+
+
+@cli.command()
+@click.argument("campaign", required=False)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]),
+              default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="File to write (--format html: a self-contained page with plots).")
+@click.option("--all", "all_campaigns", is_flag=True, help="Every campaign in the store.")
+@click.option("--group-by", type=click.Choice(["gpu_class", "worker", "model", "variant"]),
+              help="Aggregate jobs: geometric-mean speedup per group.")
+@click.option("--by-category", is_flag=True, help="Speedup per prompt category.")
+@click.option("--wide", is_flag=True,
+              help="Every column of the table, however wide (a narrow terminal hides some).")
+def report(campaign: str | None, fmt: str, output: Path | None, all_campaigns: bool,
+           group_by: str | None, by_category: bool, wide: bool) -> None:
+    """Show one row per job of CAMPAIGN (default: the latest)."""
+    from farm.report.show import show_report
+
+    show_report(load_settings(), campaign, fmt, all_campaigns=all_campaigns,
+                group_by=group_by, by_category=by_category, output=output, wide=wide)
+
+
+@cli.command()
+@click.argument("a")
+@click.argument("b")
+@click.option("--build-a", help="Only A's jobs on this build (two builds of one campaign).")
+@click.option("--build-b", help="Only B's jobs on this build.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True)
+def compare(a: str, b: str, build_a: str | None, build_b: str | None, fmt: str) -> None:
+    """Campaigns A and B (or two builds) side by side: change per matching job, and
+    whether it is outside the noise."""
+    from farm.report.show import show_comparison
+
+    show_comparison(load_settings(), a, b, fmt, build_a=build_a, build_b=build_b)
+
+
+@cli.command()
+@click.argument("campaign", required=False)
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv",
+              show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
+def export(campaign: str | None, fmt: str, output: Path) -> None:
+    """Write the tidy runs of CAMPAIGN (default: the latest), one row per run."""
+    from farm.report.show import export_runs
+
+    count = export_runs(load_settings(), campaign, fmt, output)
+    click.echo(f"wrote {count} runs to {output}")

@@ -1,0 +1,81 @@
+"""How one value reads in a report cell: the same in the terminal, the HTML page and plots.
+
+A frame marks "not measured" as None, NaN or pandas' NA, depending on the column's dtype
+and on the database it came from; ``missing`` knows all three and every formatter here
+writes ``MISSING`` for them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+MISSING = "\u2013"  # en dash
+TIMES = "\u00d7"  # multiplication sign, as in "1.42\u00d7"
+
+
+def missing(value: Any) -> bool:
+    """None, NaN or pandas' NA."""
+    if value is None or value is pd.NA:
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def as_float(value: Any) -> float:
+    """The value as a float; NaN when it is missing or not a number."""
+    if missing(value):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def text(value: Any) -> str:
+    """The value as text; empty when missing."""
+    return "" if missing(value) else str(value)
+
+
+def flag(value: Any) -> bool:
+    """The value as a flag; a missing flag is not raised."""
+    return False if missing(value) else bool(value)
+
+
+def number(value: Any, digits: int = 1) -> str:
+    """``50.1``."""
+    x = as_float(value)
+    return MISSING if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def percent(value: Any, digits: int = 1) -> str:
+    """``81.0%`` for 0.81."""
+    x = as_float(value)
+    return MISSING if math.isnan(x) else f"{100.0 * x:.{digits}f}%"
+
+
+def count(value: Any) -> str:
+    """``8``."""
+    x = as_float(value)
+    return MISSING if math.isnan(x) else str(int(x))
+
+
+def ratio(value: Any) -> str:
+    """``1.42\u00d7``."""
+    x = as_float(value)
+    return MISSING if math.isnan(x) else f"{x:.2f}{TIMES}"
+
+
+def bracket(low: Any, high: Any) -> str:
+    """``[1.35, 1.50]``."""
+    lo, hi = as_float(low), as_float(high)
+    return MISSING if math.isnan(lo) or math.isnan(hi) else f"[{lo:.2f}, {hi:.2f}]"
+
+
+def interval(estimate: Any, low: Any, high: Any) -> str:
+    """``1.42\u00d7 [1.35, 1.50]``; the bracket is left out when the interval is unknown."""
+    known = bracket(low, high)
+    if missing(estimate) or known == MISSING:
+        return ratio(estimate)
+    return f"{ratio(estimate)} {known}"

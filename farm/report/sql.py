@@ -1,0 +1,82 @@
+"""The per-job report query, and the SQL facts it shares with the analysts' views.
+
+Each fact is written once: the median decode tok/s (``median_select``) and the
+geometric-mean speedup with its spread (``speedup_stats``, ``SD_LOG_SPEEDUP``) serve both
+``frames.job_report`` and ``migrations/views.py``. Portable SQL for SQLite >= 3.35 (window
+and math functions) and PostgreSQL. Views are created from this text by migrations, so a
+change here reaches existing databases only through a migration that recreates the views.
+"""
+
+from __future__ import annotations
+
+
+def median_select(source: str, keys: str) -> str:
+    """``SELECT keys, median_tok_s, runs`` of ``source`` grouped by ``keys``: the middle
+    decode tok/s, or the mean of the two middle ones, and the number of runs."""
+    return f"""SELECT {keys}, AVG(decode_tok_s) AS median_tok_s, MAX(n) AS runs
+FROM (SELECT {keys}, decode_tok_s,
+             ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY decode_tok_s) AS rn,
+             COUNT(*) OVER (PARTITION BY {keys}) AS n
+      FROM {source}) ranked
+WHERE rn IN ((n + 1) / 2, (n + 2) / 2)
+GROUP BY {keys}"""
+
+
+def speedup_stats(prompt_medians: str) -> str:
+    """Per job: ``prompts``, ``mean_log`` and ``sum_sq`` of the log ratios variant/baseline
+    of per-prompt medians (``prompt_medians`` is shaped like ``median_select``'s)."""
+    return f"""SELECT job_id, COUNT(*) AS prompts, AVG(log_ratio) AS mean_log,
+       SUM(log_ratio * log_ratio) AS sum_sq
+FROM (SELECT b.job_id, LN(v.median_tok_s / b.median_tok_s) AS log_ratio
+      FROM {prompt_medians} b
+      JOIN {prompt_medians} v
+        ON v.job_id = b.job_id AND v.prompt_id = b.prompt_id AND v.arm = 'variant'
+      WHERE b.arm = 'baseline' AND b.median_tok_s > 0 AND v.median_tok_s > 0) ratios
+GROUP BY job_id"""
+
+
+# The sample standard deviation of the log ratios, from ``speedup_stats`` aliased ``s``.
+SD_LOG_SPEEDUP = """CASE WHEN s.prompts > 1 AND s.sum_sq - s.prompts * s.mean_log * s.mean_log > 0
+            THEN SQRT((s.sum_sq - s.prompts * s.mean_log * s.mean_log) / (s.prompts - 1))
+       END"""
+
+
+def job_report_sql(where: str) -> str:
+    """One row per job, filtered by ``where`` (``""`` or a clause on ``job``)."""
+    # Runs are narrowed first, so one campaign's report costs its own runs, not the store's.
+    return f"""
+WITH r AS (
+    SELECT run.job_id, run.arm, run.prompt_id, run.decode_tok_s, run.spec_drafted,
+           run.spec_accepted, run.gpu_name, run.model_size, run.throttled,
+           run.weights_spilled
+    FROM run JOIN job ON job.id = run.job_id {where}),
+prompt_med AS ({median_select("r", "job_id, arm, prompt_id")}),
+arm_med AS ({median_select("r", "job_id, arm")}),
+arm_counts AS (
+    SELECT job_id, arm, COUNT(*) AS runs, SUM(spec_drafted) AS drafted,
+           SUM(spec_accepted) AS accepted, MAX(gpu_name) AS gpu_name,
+           MAX(model_size) AS model_size,
+           SUM(CASE WHEN throttled THEN 1 ELSE 0 END) AS throttled_runs,
+           SUM(CASE WHEN weights_spilled THEN 1 ELSE 0 END) AS spilled_runs
+    FROM r GROUP BY job_id, arm),
+stats AS ({speedup_stats("prompt_med")})
+SELECT c.name AS campaign, job.job_key, job.model_name AS model,
+       job.variant_name AS variant, job.varying, job.gpu_class, job.lease_owner AS worker,
+       job.state, job.error, job.failure_class, job.speculation, job.summary,
+       job.pairs, job.stop_reason,
+       bm.median_tok_s AS baseline_tok_s, vm.median_tok_s AS variant_tok_s,
+       EXP(s.mean_log) AS speedup, {SD_LOG_SPEEDUP} AS sd_log_speedup,
+       COALESCE(vc.drafted, 0) AS drafted, COALESCE(vc.accepted, 0) AS accepted,
+       COALESCE(bc.runs, 0) + COALESCE(vc.runs, 0) AS runs, bc.gpu_name, bc.model_size,
+       COALESCE(bc.throttled_runs, 0) + COALESCE(vc.throttled_runs, 0) AS throttled_runs,
+       COALESCE(bc.spilled_runs, 0) + COALESCE(vc.spilled_runs, 0) AS spilled_runs
+FROM job
+JOIN campaign c ON c.id = job.campaign_id
+LEFT JOIN stats s ON s.job_id = job.id
+LEFT JOIN arm_med bm ON bm.job_id = job.id AND bm.arm = 'baseline'
+LEFT JOIN arm_med vm ON vm.job_id = job.id AND vm.arm = 'variant'
+LEFT JOIN arm_counts bc ON bc.job_id = job.id AND bc.arm = 'baseline'
+LEFT JOIN arm_counts vc ON vc.job_id = job.id AND vc.arm = 'variant'
+{where}
+ORDER BY c.id, job.id
+"""

@@ -1,0 +1,220 @@
+"""Reports in the terminal (rich tables), as CSV and as JSON.
+
+The per-job table fits the console: when it has no room for every column, the least
+needed ones are hidden (named under the table) instead of every cell being cut to "…";
+``wide`` shows them all at their natural width. CSV and JSON always carry every column.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pandas as pd
+from rich.cells import cell_len
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from farm.report import cells
+
+ReportFormat = Literal["table", "csv", "json", "html"]
+Row = Mapping[Hashable, Any]
+
+# Rich's default box: one rule between columns and at both edges, one space of padding.
+_BORDER_PER_COLUMN, _BORDER_EDGE = 3, 1
+# Wrapped text narrower than this stacks into more lines than it is worth.
+_WRAP_MIN = 20
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a terminal table and how it gives way on a narrow console."""
+
+    header: str
+    cell: Callable[[Row], str]
+    numeric: bool = False  # right-justified and never wrapped
+    no_wrap: bool = False
+    rank: int = 0  # a narrow console shows rank 0, then ranks 1, 2, ... while they fit
+
+
+def wide_console() -> Console:
+    """The terminal's width (or ``COLUMNS``), or wide enough for tables in a pipe."""
+    if sys.stdout.isatty() or "COLUMNS" in os.environ:
+        return Console()
+    return Console(width=200)
+
+
+def print_wide(console: Console, table: Table) -> None:
+    """Print ``table`` at its natural width, wider than the console if need be."""
+    natural = console.measure(table, options=console.options.update_width(10_000)).maximum
+    console.width = max(console.width, natural)
+    console.print(table)
+
+
+def to_json(report: pd.DataFrame) -> str:
+    """A JSON list, one object per line; NaN and missing values are null."""
+    lines = report.to_json(orient="records", lines=True, double_precision=15).splitlines()
+    return "[\n" + ",\n".join(lines) + "\n]"
+
+
+def render(report: pd.DataFrame, title: str, fmt: ReportFormat, console: Console, *,
+           wide: bool = False) -> None:
+    """The per-job report as a table fitted to ``console`` (every column if ``wide``),
+    CSV or JSON."""
+    if fmt == "json":
+        print(to_json(report))
+    elif fmt == "csv":
+        print(report.to_csv(index=False), end="")
+    elif wide:
+        print_wide(console, job_table(report, title))
+    else:
+        console.print(job_table(report, title, console.width))
+
+
+def _speedup_cell(row: Row) -> str:
+    if cells.missing(row["speedup"]) and row["speculation"] == "none":
+        return "no drafts"
+    return cells.interval(row["speedup"], row["ci_low"], row["ci_high"])
+
+
+def _flags(row: Row) -> str:
+    flags = []
+    if row["speculation"] == "none":
+        flags.append("no drafts")
+    if cells.flag(row["agreement_suspect"]):
+        flags.append("outputs diverge")
+    if cells.flag(row["drift_flag"]):
+        flags.append("drift")
+    if failure := cells.text(row["failure_class"]):
+        flags.append(failure)
+    if row["throttled_runs"]:
+        flags.append(f"GPU throttled in {row['throttled_runs']} runs")
+    if row["spilled_runs"]:
+        flags.append("weights not all on GPU")
+    return ", ".join(flags)
+
+
+# The order of the wide table; `rank` says what a narrow console keeps first.
+JOB_COLUMNS = (
+    Column("job", lambda row: str(row["job_key"])[:10], rank=10),
+    Column("model", lambda row: str(row["model"]), rank=3),
+    Column("variant", lambda row: str(row["variant"]), no_wrap=True),
+    Column("varying flags", lambda row: str(row["varying_flags"]), rank=4),
+    Column("class", lambda row: str(row["gpu_class"]), rank=7),
+    Column("state", lambda row: str(row["state"]), rank=5),
+    Column("base tok/s", lambda row: cells.number(row["baseline_tok_s"]), True, rank=2),
+    Column("var tok/s", lambda row: cells.number(row["variant_tok_s"]), True, rank=2),
+    Column("speedup [95% CI]", _speedup_cell, True),
+    Column("pairs", lambda row: cells.count(row["pairs"]), True, rank=6),
+    Column("accept", lambda row: cells.percent(row["acceptance_rate"], 0), True),
+    Column("agree", lambda row: cells.percent(row["agreement"], 0), True, rank=1),
+    Column("drafted", lambda row: str(row["drafted"]), True, rank=9),
+    Column("runs", lambda row: str(row["runs"]), True, rank=8),
+    Column("flags", _flags),
+)
+
+
+def job_table(report: pd.DataFrame, title: str, width: int | None = None) -> Table:
+    """The per-job table; within ``width`` columns, only the columns that fit, most needed
+    first (variant, speedup, acceptance and flags always)."""
+    records = report.to_dict(orient="records")
+    texts = {column.header: [column.cell(row) for row in records] for column in JOB_COLUMNS}
+    needs = {column.header: _need(column, texts[column.header]) for column in JOB_COLUMNS}
+    ranks = {0}
+    for rank in sorted({column.rank for column in JOB_COLUMNS} - ranks):
+        ranked = [c.header for c in JOB_COLUMNS if c.rank in ranks | {rank}]
+        if width is None or _BORDER_EDGE + sum(needs[h] for h in ranked) <= width:
+            ranks.add(rank)
+    shown = [column for column in JOB_COLUMNS if column.rank in ranks]
+    hidden = [column.header for column in JOB_COLUMNS if column.rank not in ranks]
+    caption = (f"hidden at {width} columns: {', '.join(hidden)} (--wide shows them)"
+               if hidden else None)
+    return _table(title, shown, list(zip(*(texts[c.header] for c in shown), strict=True)),
+                  caption)
+
+
+def _need(column: Column, texts: list[str]) -> int:
+    """Columns of console a column needs, borders included, not to cut a cell nor stack
+    wrapped text into a tall strip: its longest word, or up to ``_WRAP_MIN``, if it wraps."""
+    pieces = [column.header, *texts]
+    longest = max(map(cell_len, pieces))
+    if not (column.numeric or column.no_wrap):
+        word = max((cell_len(word) for piece in pieces for word in piece.split()), default=0)
+        longest = max(word, min(longest, _WRAP_MIN))
+    return longest + _BORDER_PER_COLUMN
+
+
+def _table(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]],
+           caption: str | None = None) -> Table:
+    # Text, not markup: a variant named "ngram[spec-draft-n-max=8]" is not a style tag.
+    table = Table(title=Text(title), title_justify="left", caption=caption,
+                  caption_justify="left")
+    for column in columns:
+        # Fold, never "…": a cell that must break still shows every character.
+        table.add_column(Text(column.header), justify="right" if column.numeric else "left",
+                         no_wrap=column.numeric or column.no_wrap, overflow="fold")
+    for row in rows:
+        table.add_row(*map(Text, row))
+    return table
+
+
+def _rows(frame: pd.DataFrame, columns: Sequence[Column]) -> list[list[str]]:
+    return [[column.cell(row) for column in columns] for row in frame.to_dict(orient="records")]
+
+
+def group_table(groups: pd.DataFrame, by: str) -> Table:
+    """Jobs grouped by ``by``: geometric-mean speedup, its range, counters."""
+    columns = (
+        Column(by, lambda row: str(row[by])),
+        Column("jobs", lambda row: str(row["jobs"]), True),
+        Column("speedup", lambda row: cells.ratio(row["speedup"]), True),
+        Column("min", lambda row: cells.ratio(row["min_speedup"]), True),
+        Column("max", lambda row: cells.ratio(row["max_speedup"]), True),
+        Column("drafted", lambda row: str(row["drafted"]), True),
+        Column("accepted", lambda row: str(row["accepted"]), True),
+        Column("runs", lambda row: str(row["runs"]), True),
+    )
+    return _table(f"by {by}", columns, _rows(groups, columns))
+
+
+_CATEGORY_COLUMNS = (
+    Column("variant", lambda row: str(row["variant"]), no_wrap=True),
+    Column("category", lambda row: str(row["category"])),
+    Column("jobs", lambda row: str(row["jobs"]), True),
+    Column("speedup", lambda row: cells.ratio(row["speedup"]), True),
+    Column("95% CI", lambda row: cells.bracket(row["low"], row["high"]), True),
+)
+
+
+def category_table(summary: pd.DataFrame, title: str) -> Table:
+    """Per variant and prompt category: geometric-mean speedup and interval."""
+    return _table(f"{title}: speedup by prompt category", _CATEGORY_COLUMNS,
+                  _rows(summary, _CATEGORY_COLUMNS))
+
+
+def _builds(row: Row) -> str:
+    a, b = str(row["build_a"]), str(row["build_b"])
+    return a if a == b else f"{a} -> {b}"
+
+
+def compare_table(frame: pd.DataFrame, a: str, b: str) -> Table:
+    """Matching jobs of A and B: both speedups, the change and the verdict."""
+    columns = (
+        Column("model", lambda row: str(row["model"])),
+        Column("variant", lambda row: str(row["variant"]), no_wrap=True),
+        Column("varying flags", lambda row: str(row["varying_flags"])),
+        Column("build", _builds),
+        Column(f"speedup {a}", lambda row: cells.interval(
+            row["speedup_a"], row["ci_low_a"], row["ci_high_a"]), True),
+        Column(f"speedup {b}", lambda row: cells.interval(
+            row["speedup_b"], row["ci_low_b"], row["ci_high_b"]), True),
+        Column("change", lambda row: cells.ratio(row["change"]), True),
+        Column("baseline tok/s", lambda row: f"{cells.number(row['baseline_tok_s_a'])} -> "
+               f"{cells.number(row['baseline_tok_s_b'])}", True),
+        Column("verdict", lambda row: str(row["verdict"])),
+    )
+    return _table(f"{a} -> {b}", columns, _rows(frame, columns))

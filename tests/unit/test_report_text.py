@@ -1,0 +1,122 @@
+"""The terminal report: fitted to a narrow terminal, every column with --wide, one formatter."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pandas as pd
+import pytest
+from rich.console import Console
+from rich.table import Table
+
+from farm.report import cells
+from farm.report.text import job_table, print_wide, wide_console
+
+NAN = math.nan
+
+# The columns `farm report` showed before it fitted the terminal; --wide keeps them.
+WIDE_HEADERS = ["job", "model", "variant", "varying flags", "class", "state", "base tok/s",
+                "var tok/s", "speedup [95% CI]", "pairs", "accept", "agree", "drafted", "runs",
+                "flags"]
+
+
+def _job(variant: str, **values: object) -> dict[str, object]:
+    job: dict[str, object] = {
+        "job_key": "a1b2c3d4e5" * 6 + "ffff", "model": "qwen3-30b-a3b-instruct-q4_k_m",
+        "variant": variant, "varying_flags": "spec-type=ngram-simple spec-draft-n-max=8",
+        "gpu_class": "rtx3090", "state": "done", "baseline_tok_s": 101.23,
+        "variant_tok_s": 143.9, "speedup": 1.4234, "ci_low": 1.351, "ci_high": 1.4999,
+        "speculation": "ok", "pairs": 8, "acceptance_rate": 0.8123, "agreement": 0.98,
+        "drafted": 12345, "runs": 96, "agreement_suspect": False, "drift_flag": False,
+        "failure_class": None, "throttled_runs": 0, "spilled_runs": 0}
+    return {**job, **values}
+
+
+def _report() -> pd.DataFrame:
+    frame = pd.DataFrame([
+        _job("ngram[spec-draft-n-max=8]", drift_flag=True, throttled_runs=3),
+        _job("mtp[spec-draft-n-max=3]", state="failed", baseline_tok_s=NAN,
+             variant_tok_s=NAN, speedup=NAN, ci_low=NAN, ci_high=NAN, speculation=None,
+             pairs=None, acceptance_rate=NAN, agreement=NAN, drafted=0, runs=0,
+             failure_class="server-start"),
+        _job("ngram-cache", speedup=NAN, ci_low=NAN, ci_high=NAN, speculation="none",
+             acceptance_rate=NAN, agreement_suspect=True, spilled_runs=12),
+    ])
+    frame["pairs"] = frame["pairs"].astype("Int64")
+    return frame
+
+
+# What a reader must find whole on every row: variant, speedup with its interval, acceptance.
+KEY_CELLS = [("ngram[spec-draft-n-max=8]", f"1.42{cells.TIMES} [1.35, 1.50]", "81%"),
+             ("mtp[spec-draft-n-max=3]", cells.MISSING, cells.MISSING),
+             ("ngram-cache", "no drafts", cells.MISSING)]
+
+
+def _printed(table: Table, width: int) -> str:
+    out = io.StringIO()
+    Console(width=width, file=out, color_system=None).print(table)
+    return out.getvalue()
+
+
+def _row_lines(text: str, variant: str) -> str:
+    [line] = [line for line in text.splitlines() if f" {variant} " in line]
+    return line
+
+
+def test_at_100_columns_the_key_cells_are_whole_and_hidden_columns_named() -> None:
+    text = _printed(job_table(_report(), "campaign x", 100), 100)
+    assert "\u2026" not in text and max(map(len, text.splitlines())) <= 100
+    for variant, speedup, accept in KEY_CELLS:
+        line = _row_lines(text, variant)
+        assert f" {speedup} " in line and f" {accept} " in line
+    assert "hidden at 100 columns: job, model," in text and "--wide" in text
+
+
+def test_a_wide_enough_console_hides_nothing() -> None:
+    table = job_table(_report(), "campaign x", 400)
+    assert [str(column.header) for column in table.columns] == WIDE_HEADERS
+    assert table.caption is None
+
+
+def test_wide_shows_every_column_as_before_uncut_on_a_narrow_console() -> None:
+    table = job_table(_report(), "campaign x")
+    assert [str(column.header) for column in table.columns] == WIDE_HEADERS
+    out = io.StringIO()
+    print_wide(Console(width=100, file=out, color_system=None), table)
+    text = out.getvalue()
+    assert "\u2026" not in text
+    header = next(line for line in text.splitlines() if " job " in line)
+    assert all(f" {name} " in header for name in WIDE_HEADERS)
+    assert "qwen3-30b-a3b-instruct-q4_k_m" in text and "spec-draft-n-max=8 " in text
+
+
+def test_bracketed_names_are_text_not_markup() -> None:
+    text = _printed(job_table(_report().assign(model="[bold]m"), "campaign [red]x", 200), 200)
+    assert "ngram[spec-draft-n-max=8]" in text
+    assert "[bold]m" in text and "campaign [red]x" in text
+
+
+def test_wide_console_takes_columns_from_the_environment_in_a_pipe(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert wide_console().width == 200
+    monkeypatch.setenv("COLUMNS", "100")
+    assert wide_console().width == 100
+
+
+@pytest.mark.parametrize("value", [None, NAN, pd.NA, float("nan")])
+def test_every_missing_value_reads_the_same(value: object) -> None:
+    assert cells.missing(value)
+    assert cells.number(value) == cells.percent(value) == cells.count(value) == cells.MISSING
+    assert cells.ratio(value) == cells.interval(value, 1.0, 2.0) == cells.MISSING
+    assert cells.text(value) == "" and cells.flag(value) is False
+
+
+def test_cells_format_present_values() -> None:
+    assert (cells.number(50.06), cells.number(2.6, 2)) == ("50.1", "2.60")
+    assert (cells.percent(0.81), cells.percent(0.8123, 0), cells.count(8.0)) == (
+        "81.0%", "81%", "8")
+    assert cells.interval(1.4234, None, 1.5) == f"1.42{cells.TIMES}"
+    assert cells.bracket(1.351, 1.4999) == "[1.35, 1.50]"
