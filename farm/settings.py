@@ -21,6 +21,8 @@ def _app_dir() -> Path:
 
 
 class Settings(BaseSettings):
+    """Every ``FARM_*`` setting; build it with :func:`load_settings` for errors that name them."""
+
     model_config = SettingsConfigDict(env_prefix="FARM_", env_ignore_empty=True,
                                       extra="ignore", frozen=True)
 
@@ -76,10 +78,12 @@ class Settings(BaseSettings):
 
     @property
     def logs_dir(self) -> Path:
+        """Where llama-server logs go: ``DATA_DIR/logs``."""
         return self.data_dir / "logs"
 
     @property
     def embedded(self) -> bool:
+        """True for SQLite: the single-machine store of `farm run`, not a fleet's PostgreSQL."""
         return self.database_url.startswith("sqlite")
 
 

@@ -15,6 +15,8 @@ from workers.paths import NodePaths
 
 
 class WorkerConfig(Strict):
+    """A worker's config file, checked like a matrix: unknown keys are errors."""
+
     name: str | None = Field(None, description="Default CLASS@HOST-DEVICES.")
     gpu_class: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     devices: list[int] = Field(default_factory=list)
@@ -26,6 +28,7 @@ class WorkerConfig(Strict):
 
     @property
     def worker_name(self) -> str:
+        """``name``, or ``CLASS@HOST-DEVICES``: one name per set of GPUs on a host."""
         devices = ",".join(map(str, self.devices)) or "cpu"
         return self.name or f"{self.gpu_class}@{socket.gethostname()}-{devices}"
 

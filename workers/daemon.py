@@ -46,6 +46,7 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
 
     def beat(self) -> None:
+        """Beat once: mark this worker alive, reap expired leases, post jobs missing a message."""
         registry.heartbeat(self.engine, self.name)
         for reaped in leases.reap_expired(self.engine):
             if reaped.failed:
@@ -74,9 +75,11 @@ class Heartbeat:
             self.failing = None
 
     def start(self) -> None:
+        """Beat every third of a lease in a background thread until :meth:`stop`."""
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop beating and wait for the thread to end."""
         self._stop.set()
         self._thread.join()
 

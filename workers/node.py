@@ -39,6 +39,7 @@ class NodeFiles:
 
 
 def worker_files(config: WorkerConfig) -> NodeFiles:
+    """What a worker runs jobs with: its configured builds and models dir, no matrix paths."""
     return NodeFiles(name=f"worker {config.worker_name}", builds=config.builds,
                      models_dir=config.models_dir, allow_file_flags=config.allow_file_flags)
 
@@ -68,6 +69,7 @@ class Advertisement:
 
 
 def advertise(config: WorkerConfig) -> Advertisement:
+    """This worker's host, each build's ``--version``, and the GGUF files in its models dir."""
     builds = {name: probe_binary(path).version for name, path in config.builds.items()}
     root = config.models_dir
     models = sorted(str(p.relative_to(root)) for p in root.rglob("*.gguf")) if root.is_dir() \

@@ -22,11 +22,13 @@ class NodePaths:
 
     @classmethod
     def of(cls, settings: Settings) -> NodePaths:
+        """The node's folders as the settings name them."""
         return cls(cache_dir=settings.cache_dir, models_dir=settings.models_dir,
                    logs_dir=settings.logs_dir)
 
     @property
     def builds_dir(self) -> Path:
+        """Where ``farm build`` keeps its builds, one folder per name."""
         return self.cache_dir / "builds"
 
     def server_binary(self, build_name: str) -> Path:

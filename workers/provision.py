@@ -43,6 +43,8 @@ PINNED_SHA256 = {
 
 @dataclass(frozen=True)
 class Provisioned:
+    """What ``farm provision`` left in the cache: llama-server, test-llama-archs, models by name."""
+
     server: Path
     archs_tool: Path
     models: dict[str, Path]

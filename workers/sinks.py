@@ -64,6 +64,7 @@ class DbRunSink:
         self.host = host_name()
 
     def done(self) -> dict[RunKey, float]:
+        """Runs already stored, with their decode tok/s (for the adaptive rule)."""
         with Session(self.engine) as session:
             rows = session.execute(select(Run.arm, Run.block, Run.prompt_id, Run.repetition,
                                           Run.decode_tok_s).where(Run.job_id == self.job_id))
@@ -71,6 +72,7 @@ class DbRunSink:
                     for arm, block, prompt, rep, tok_s in rows}
 
     def start(self, checked: Preflight) -> None:
+        """Store the model and the job's flag translations before its first run."""
         with Session(self.engine) as session, session.begin():
             self._write_start(session, checked)
 
@@ -80,15 +82,18 @@ class DbRunSink:
                         .values(translations=checked.translations))
 
     def record(self, result: RunResult, checked: Preflight) -> None:
+        """Store one run."""
         with Session(self.engine) as session, session.begin():
             session.add(run_row(self.job_id, result, checked, self.host))
 
     def record_samples(self, slot: Slot, samples: list[Sample]) -> None:
+        """Store one block's GPU samples."""
         with Session(self.engine) as session, session.begin():
             session.add_all(sample_rows(self.job_id, 1, slot, samples))
 
 
 def sample_rows(job_id: int, attempt: int, slot: Slot, samples: list[Sample]) -> list[GpuSample]:
+    """One block's GPU samples as rows, timed from the block's first sample."""
     first = samples[0].t if samples else 0.0
     return [GpuSample(job_id=job_id, attempt=attempt, block=slot.block, t=sample.t - first,
                       device=sample.device, vram_used_mb=sample.vram_used_mb,
@@ -100,6 +105,7 @@ def sample_rows(job_id: int, attempt: int, slot: Slot, samples: list[Sample]) ->
 
 def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
             worker_name: str | None = None, attempt: int = 1) -> Run:
+    """The row of one run: its measurements, telemetry, and where and how it ran."""
     gen, counters, tele = result.generation, result.counters, result.telemetry
     return Run(
         job_id=job_id, arm=result.key.arm, arm_name=result.arm_name, block=result.slot.block,
@@ -147,12 +153,15 @@ class LeasedRunSink(DbRunSink):
         retrying(attempt, within=self.retry_for, what=f"job {self.job_id}: writing", log=log)
 
     def start(self, checked: Preflight) -> None:
+        """As :meth:`DbRunSink.start`, only while the lease holds."""
         self._write(lambda session: self._write_start(session, checked))
 
     def record(self, result: RunResult, checked: Preflight) -> None:
+        """Store one run, only while the lease holds."""
         self._write(lambda session: session.add(run_row(
             self.job_id, result, checked, self.host, self.worker_name, self.lease.attempt)))
 
     def record_samples(self, slot: Slot, samples: list[Sample]) -> None:
+        """Store one block's GPU samples, only while the lease holds."""
         self._write(lambda session: session.add_all(
             sample_rows(self.job_id, self.lease.attempt, slot, samples)))

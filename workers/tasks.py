@@ -53,6 +53,7 @@ class Node:
     _engine_pid: int = 0
 
     def engine(self) -> Engine:
+        """This process's database engine."""
         # Pool children are forked: each process needs its own connection pool.
         if self._engine is None or self._engine_pid != os.getpid():
             self._engine, self._engine_pid = make_engine(self.settings.database_url), os.getpid()
@@ -72,6 +73,7 @@ class NodeTask(Task):  # type: ignore[misc]  # Celery is untyped
 
     @property
     def node(self) -> Node:
+        """The node ``farm worker`` attached to the app; a RuntimeError if there is none."""
         node = getattr(self.app, "farm_node", None)
         if not isinstance(node, Node):
             raise RuntimeError("this Celery app has no farm node: start workers with "

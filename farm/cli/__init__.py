@@ -12,4 +12,5 @@ __all__ = ["builds", "cli", "database", "fleet", "main", "results", "running"]
 
 
 def main() -> None:
+    """The ``farm`` console script: named ``farm`` in help and errors however it was started."""
     cli(prog_name="farm")

@@ -16,6 +16,7 @@ class FarmGroup(click.Group):
     message and an exit code, never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; an expected failure becomes one ``error:`` line and its exit code."""
         try:
             return super().invoke(ctx)
         except FarmError as exc:

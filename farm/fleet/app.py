@@ -15,10 +15,12 @@ TASK_NAME = "farm.execute_job"
 
 
 def queue_name(gpu_class: str) -> str:
+    """The Celery queue for a GPU class's jobs (``gpu.CLASS``); only its workers consume it."""
     return f"gpu.{gpu_class}"
 
 
 def make_app(settings: Settings) -> Celery:
+    """The farm's Celery app on ``FARM_BROKER_URL``; a ConfigError when no broker is set."""
     if not settings.broker_url:
         raise ConfigError("FARM_BROKER_URL is not set; the fleet needs Redis, e.g. "
                           "FARM_BROKER_URL=redis://:PASSWORD@HOST:6379/0")

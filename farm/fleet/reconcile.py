@@ -29,6 +29,8 @@ from farm.unreachable import broker_unreachable
 
 @dataclass(frozen=True)
 class Reconciled:
+    """The messages one reconciliation posted, and how many pending jobs already had one."""
+
     posted: list[outbox.Message]
     waiting: int  # pending jobs whose message was found in the broker
 

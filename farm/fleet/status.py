@@ -24,6 +24,8 @@ STATES: tuple[str, ...] = tuple(JobState)
 
 @dataclass
 class CampaignStatus:
+    """One campaign's progress for ``farm status``: jobs by state, running, failed, ETA."""
+
     campaign: str
     counts: dict[str, int]
     running: list[tuple[str, str, str, int, int]] = field(default_factory=list)
@@ -96,6 +98,7 @@ def _add_row(table: Table, cells: Iterable[object]) -> None:
 
 
 def render_status(status: CampaignStatus, console: Console) -> None:
+    """Print the state counts and ETA, then tables of the running and the failed jobs."""
     total = sum(status.counts.values())
     summary = ", ".join(f"{n} {state}" for state, n in status.counts.items() if n)
     eta = (f"; about {status.eta_seconds / 60:.0f} min left" if status.eta_seconds else "")
@@ -122,6 +125,7 @@ def render_status(status: CampaignStatus, console: Console) -> None:
 
 
 def render_workers(engine: Engine, console: Console, live_within: float) -> None:
+    """Print every registered worker: live, stopped, or dead (silent over ``live_within`` s)."""
     table = Table(title="workers", title_justify="left")
     for header in ("name", "class", "host", "devices", "builds", "models", "state", "heartbeat"):
         table.add_column(header, overflow="fold")

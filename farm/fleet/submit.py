@@ -26,6 +26,7 @@ from farm.unreachable import broker_unreachable
 
 
 def require_fleet(settings: Settings) -> None:
+    """Refuse the embedded SQLite: workers on other machines need one shared PostgreSQL."""
     if settings.embedded:
         raise ConfigError("the fleet needs one shared PostgreSQL: set FARM_DATABASE_URL="
                           "postgresql://USER:PASSWORD@HOST/DB (on one machine, use `farm run`)")
@@ -60,6 +61,8 @@ def _why_unrunnable(spec: JobSpec, workers: list[Worker]) -> str | None:
 
 @dataclass
 class SubmitResult:
+    """What ``farm submit`` did: posts per queue, jobs by state, jobs no live worker can run."""
+
     campaign: str
     jobs: int
     posted: dict[str, int] = field(default_factory=lambda: defaultdict(int))

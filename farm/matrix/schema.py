@@ -23,6 +23,8 @@ FlagSpec = dict[str, FlagScalar | list[FlagScalar]]
 
 
 class ModelEntry(Strict):
+    """A model of the matrix: its name, and where its GGUF file is."""
+
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
                                description="Name used in job keys and reports.")]
     path: str | None = Field(None, description="GGUF file; relative to the matrix file "
@@ -39,22 +41,29 @@ class ModelEntry(Strict):
 
     @property
     def file_name(self) -> str:
+        """The GGUF file's name inside the models dir: ``file``, or ``NAME.gguf``."""
         return self.file or f"{self.name}.gguf"
 
 
 class BuildEntry(Strict):
+    """A llama-server build by name; ``path`` only for a binary the farm did not build."""
+
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
     path: str | None = Field(None, description="llama-server binary; default: the named "
                                                "build made by `farm provision`.")
 
 
 class PromptEntry(Strict):
+    """A prompt with the id its runs are stored under, and a category for reports."""
+
     id: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
     text: Annotated[str, Field(min_length=1)]
     category: str = "general"
 
 
 class Sampling(Strict):
+    """Sampling sent with every request; ``None`` fields are left out: llama-server's default."""
+
     temperature: float = Field(0.0, ge=0.0)
     seed: int = 42
     top_k: int | None = Field(None, ge=0)
@@ -69,6 +78,8 @@ class Sampling(Strict):
 
 
 class Variant(Strict):
+    """One arm against the baseline: flags on top of the baseline's; a list value sweeps a flag."""
+
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")]
     flags: FlagSpec = Field(default_factory=dict,
                             description="Added to or overriding the baseline; null removes.")
@@ -78,6 +89,8 @@ class Variant(Strict):
 
 
 class Matrix(Strict):
+    """A campaign as the user writes it: models, builds, prompts, the baseline, variants, design."""
+
     campaign: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
     build: str | BuildEntry | list[str | BuildEntry] = Field(
         "cpu", description="llama-server build name or {name, path}; a list sweeps builds.")
@@ -112,6 +125,7 @@ class Matrix(Strict):
         return self
 
     def build_entries(self) -> list[BuildEntry]:
+        """``build`` as a list of entries, a bare name becoming ``{name}``."""
         builds = self.build if isinstance(self.build, list) else [self.build]
         return [entry if isinstance(entry, BuildEntry) else BuildEntry(name=entry)
                 for entry in builds]

@@ -16,10 +16,14 @@ ArmRole = Literal["baseline", "variant"]
 
 
 class Frozen(BaseModel):
+    """Base of the spec models: immutable, and unknown keys are errors."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Prompt(Frozen):
+    """One prompt of a job, from the matrix, a prompt file or the built-in suite."""
+
     id: str
     text: str
     category: str
@@ -34,6 +38,7 @@ class ModelRef(Frozen):
 
     @property
     def local_path(self) -> str:
+        """The resolved file; a ConfigError if the job was not resolved on this machine."""
         if self.path is None:
             raise ConfigError(f"model {self.name!r} is not resolved to a file on this machine")
         return self.path
@@ -47,12 +52,15 @@ class BuildRef(Frozen):
 
     @property
     def local_path(self) -> str:
+        """The resolved binary; a ConfigError if the job was not resolved on this machine."""
         if self.path is None:
             raise ConfigError(f"build {self.name!r} is not resolved to a binary on this machine")
         return self.path
 
 
 class Arm(Frozen):
+    """One side of a job: its role, name, build, and every flag it runs with."""
+
     role: ArmRole
     name: str
     build: BuildRef
@@ -65,6 +73,8 @@ class Arm(Frozen):
 
 
 class JobSpec(Frozen):
+    """All a node needs to run one job; stored whole, as JSON, in the job's row."""
+
     campaign: str
     gpu_class: str
     model: ModelRef
@@ -81,6 +91,7 @@ class JobSpec(Frozen):
     target_ci: float
 
     def arm(self, role: ArmRole) -> Arm:
+        """The baseline or the variant arm."""
         return self.baseline if role == "baseline" else self.variant
 
     @property

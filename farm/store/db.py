@@ -106,12 +106,14 @@ def require_current_schema(engine: Engine) -> None:
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:
+    """Migrate the store down to ``revision`` (default ``base``: no tables left)."""
     from alembic import command
 
     command.downgrade(_alembic_config(engine), revision)
 
 
 def table_names(engine: Engine) -> list[str]:
+    """The names of the tables in the store, sorted."""
     return sorted(inspect(engine).get_table_names())
 
 

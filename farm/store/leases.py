@@ -27,6 +27,8 @@ class LeaseLost(Exception):
 
 @dataclass(frozen=True)
 class Lease:
+    """A worker's hold on one attempt at a job; every guarded write is conditioned on it."""
+
     job_id: int
     owner: str
     attempt: int
@@ -60,6 +62,7 @@ def claim(engine: Engine, job_id: int, owner: str, seconds: int) -> Lease | None
 
 
 def renew(engine: Engine, lease: Lease, seconds: int) -> None:
+    """Move the lease's expiry ``seconds`` past now; LeaseLost if it no longer holds."""
     with Session(engine) as session, session.begin():
         result = session.execute(update(Job).where(lease.holds())
                                  .values(lease_expires_at=_expiry(seconds)))
@@ -113,6 +116,8 @@ def holding(engine: Engine, lease: Lease) -> Iterator[Session]:
 
 @dataclass(frozen=True)
 class Reaped:
+    """A job whose lease expired: lost, to be posted again, or ``failed`` past its attempts."""
+
     job_id: int
     gpu_class: str
     failed: bool

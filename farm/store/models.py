@@ -32,6 +32,8 @@ NAMING_CONVENTION = {
 
 
 class Base(DeclarativeBase):
+    """Base of every table: named constraints, and JSON columns for dicts and lists."""
+
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
 
@@ -49,6 +51,8 @@ class JobState(StrEnum):
 
 
 class Campaign(Base):
+    """A named campaign: the matrix file it came from, and its jobs."""
+
     __tablename__ = "campaign"
 
     id: Mapped[int] = mapped_column(primary_key=True)

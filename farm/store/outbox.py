@@ -25,6 +25,8 @@ _TASK_ID = re.compile(r"job-(\d+)-\d+")
 
 @dataclass(frozen=True)
 class Pending:
+    """A pending job taken for posting, with what its message needs."""
+
     job_id: int
     gpu_class: str
     label: str  # shown by Flower: "campaign model variant [class]"
@@ -33,6 +35,8 @@ class Pending:
 
 @dataclass(frozen=True)
 class Message:
+    """A message to send for a job; its task id ``job-<id>-<post_gen>`` is new at every post."""
+
     job_id: int
     task_id: str
     gpu_class: str

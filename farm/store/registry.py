@@ -25,12 +25,14 @@ def register(engine: Engine, name: str, values: dict[str, Any]) -> None:
 
 
 def heartbeat(engine: Engine, name: str) -> None:
+    """Stamp this worker alive now (database clock); a beat after a stop undoes the stop."""
     with Session(engine) as session, session.begin():
         session.execute(update(Worker).where(Worker.name == name)
                         .values(heartbeat_at=func.now(), stopped_at=None))
 
 
 def mark_stopped(engine: Engine, name: str) -> None:
+    """Record a clean stop, so that status shows the worker stopped rather than dead."""
     with Session(engine) as session, session.begin():
         session.execute(update(Worker).where(Worker.name == name)
                         .values(stopped_at=func.now()))

@@ -18,6 +18,7 @@ from farm.store.models import Campaign, Job, JobState, Model, Run
 
 
 def ensure_campaign(session: Session, name: str, matrix_path: str) -> Campaign:
+    """The campaign named ``name``, created (and flushed, so it has an id) if new."""
     campaign = session.scalar(select(Campaign).where(Campaign.name == name))
     if campaign is None:
         campaign = Campaign(name=name, matrix_path=matrix_path)
@@ -59,11 +60,13 @@ def register(engine: Engine, campaign_name: str, matrix_path: str,
 
 
 def job_state(engine: Engine, job_id: int) -> str:
+    """The job's current state."""
     with Session(engine) as session:
         return session.get_one(Job, job_id).state
 
 
 def mark_running(engine: Engine, job_id: int) -> None:
+    """Start the job's next attempt (``farm run``: one owner, no lease)."""
     with Session(engine) as session, session.begin():
         session.execute(update(Job).where(Job.id == job_id).values(
             state=JobState.RUNNING, attempt=Job.attempt + 1, error=None,
@@ -73,6 +76,7 @@ def mark_running(engine: Engine, job_id: int) -> None:
 def mark_finished(engine: Engine, job_id: int, state: str, error: str | None = None,
                   failure_class: str | None = None,
                   summary: dict[str, Any] | None = None) -> None:
+    """End an attempt of ``farm run`` in ``state``; only done and failed jobs get a finish time."""
     with Session(engine) as session, session.begin():
         session.execute(update(Job).where(Job.id == job_id).values(
             state=state, error=error, failure_class=failure_class,
