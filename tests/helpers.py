@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
 import yaml
+from click.testing import CliRunner, Result
+
+from farm.cli import cli
 
 COPY_PROMPT = (
     "Repeat the following text exactly, word for word, and nothing else:\n\n"
@@ -36,3 +40,18 @@ def write_matrix(directory: Path, matrix: dict[str, Any], name: str = "matrix.ya
     path = directory / name
     path.write_text(yaml.safe_dump(matrix, sort_keys=False))
     return path
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, width: int | None = None) -> Result:
+    """``farm ARGS`` in-process, named as the installed command names itself.
+
+    ``farm run`` installs a SIGTERM handler for its own process; here that process is
+    pytest's, so the handler is put back. ``width`` sets the terminal width of help pages.
+    """
+    handler = signal.getsignal(signal.SIGTERM)
+    extra: dict[str, Any] = {} if width is None else {"terminal_width": width,
+                                                      "max_content_width": width}
+    try:
+        return CliRunner().invoke(cli, list(args), env=env, prog_name="farm", **extra)
+    finally:
+        signal.signal(signal.SIGTERM, handler)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+import pandas as pd
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
@@ -27,6 +28,18 @@ from workers.telemetry import Sample
 log = logging.getLogger("farm.worker")
 
 
+def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:
+    """One job's runs as the tidy frame ``farm.stats`` works on."""
+    columns = [Run.arm, Run.block, Run.pair, Run.position, Run.prompt_id, Run.prompt_category,
+               Run.repetition, Run.decode_tok_s, Run.generated_tokens, Run.ttft_ms, Run.e2e_ms,
+               Run.tpot_ms, Run.spec_drafts, Run.spec_drafted, Run.spec_accepted,
+               Run.spec_accepted_per_pos, Run.text, Run.tokens]
+    with engine.connect() as connection:
+        rows = connection.execute(select(*columns).where(Run.job_id == job_id)).mappings()
+        frame = pd.DataFrame(rows.all(), columns=[column.key for column in columns])
+    return frame.assign(job_key=str(job_id))
+
+
 def job_summary(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]:
     """What the job found, as values for its row (written with its final state): design,
     statistics, and whether speculation happened.
@@ -34,7 +47,7 @@ def job_summary(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]
     A variant that asked for speculation and drafted nothing is marked ``none``; reports
     never show its speedup.
     """
-    runs = repo.job_runs(engine, job_id)
+    runs = job_runs(engine, job_id)
     summary = stats.summarize_job(runs)
     for arm, row in stats.latency(runs).iterrows():
         summary |= {f"{name}_{arm}": float(value) for name, value in row.items()

@@ -99,7 +99,8 @@ def _devices(value: str | None) -> list[int] | None:
     try:
         return [int(item) for item in value.split(",") if item.strip()]
     except ValueError as exc:
-        raise click.BadParameter("a comma list of GPU indices, e.g. 0,1") from exc
+        raise click.BadParameter("a comma list of GPU indices, e.g. 0,1",
+                                 param_hint="'--devices'") from exc
 
 
 @cli.command()

@@ -90,7 +90,7 @@ def send(app: Celery, messages: list[outbox.Message]) -> None:
         return
     try:
         # One Redis pipeline per 1,000 commands instead of two round trips per job (the
-        # task and its task-sent event): a 10,000-job campaign posts in seconds.
+        # task message): a 10,000-job campaign posts in seconds.
         with app.producer_or_acquire() as producer, producer.batch(max_size=1000):
             for message in messages:
                 app.send_task(TASK_NAME, args=[message.job_id], task_id=message.task_id,

@@ -70,12 +70,15 @@ class SubmitResult:
     unrunnable: list[tuple[JobSpec, str]] = field(default_factory=list)
 
 
-def _reopen(job: Job, retry_failed: bool, retry_cancelled: bool) -> None:
+def _reopen(session: Session, campaign_id: int, retry_failed: bool,
+            retry_cancelled: bool) -> None:
     """Failed and cancelled jobs run again only when asked, with their attempts reset."""
-    asked = {JobState.FAILED: retry_failed, JobState.CANCELLED: retry_cancelled}
-    if asked.get(JobState(job.state), False):
-        job.state, job.attempt, job.error = JobState.QUEUED, 0, None
-        job.posted_at = job.due_at = None
+    states = [state for state, asked in ((JobState.FAILED, retry_failed),
+                                         (JobState.CANCELLED, retry_cancelled)) if asked]
+    if states:
+        session.execute(update(Job).where(Job.campaign_id == campaign_id, Job.state.in_(states))
+                        .values(state=JobState.QUEUED, attempt=0, error=None, posted_at=None,
+                                due_at=None))
 
 
 def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings, app: Celery,
@@ -96,9 +99,9 @@ def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
             runnable.append(spec)
     with Session(engine) as session, session.begin():
         campaign = repo.ensure_campaign(session, matrix.campaign, str(path.resolve()))
-        for job in repo.ensure_jobs(session, campaign, runnable, settings.max_attempts):
-            _reopen(job, retry_failed, retry_cancelled)
+        repo.ensure_jobs(session, campaign, runnable, settings.max_attempts)
         campaign_id = campaign.id
+        _reopen(session, campaign_id, retry_failed, retry_cancelled)
     reconciled = reconcile(engine, app, settings.repost_after, campaign_id, recheck=True)
     for message in reconciled.posted:
         result.posted[queue_name(message.gpu_class)] += 1

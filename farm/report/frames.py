@@ -68,8 +68,8 @@ def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
         where, params = "WHERE job.campaign_id = :campaign_id", {
             "campaign_id": _campaign_id(engine, campaign)}
     with engine.connect() as connection:
-        frame = pd.DataFrame(connection.execute(text(job_report_sql(where)), params)
-                             .mappings().all())
+        query = text(job_report_sql(where, engine.dialect.name))
+        frame = pd.DataFrame(connection.execute(query, params).mappings().all())
     if frame.empty:
         return pd.DataFrame(columns=REPORT_COLUMNS)
     frame["varying"] = frame["varying"].map(_load_json)

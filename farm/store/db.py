@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from farm.errors import ConfigError, RuntimeFarmError
+from farm.errors import ConfigError, RuntimeFarmError, ServiceUnavailable
 from farm.settings import Settings, redact_url
 from farm.unreachable import database_unreachable
 
@@ -44,7 +44,14 @@ def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            folder = Path(parsed.database).parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ServiceUnavailable(
+                    f"cannot use the data dir {folder} for the embedded database: "
+                    f"{exc.strerror or exc}; set FARM_DATA_DIR to a writable directory "
+                    "(or FARM_DATABASE_URL)") from exc
         engine = create_engine(url, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine

@@ -1,4 +1,4 @@
-"""Campaigns, jobs (idempotent by job_key) and models in the store; a job's runs as a frame.
+"""Campaigns, jobs (idempotent by job_key) and models in the store.
 
 Runs are written by the sinks in ``workers.sinks``, beside the executor that makes them."""
 
@@ -8,13 +8,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import pandas as pd
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session, load_only
+from sqlalchemy.orm import Session
 
 from farm.matrix.spec import JobSpec
-from farm.store.models import Campaign, Job, JobState, Model, Run
+from farm.store.models import Campaign, Job, JobState, Model
 
 
 def ensure_campaign(session: Session, name: str, matrix_path: str) -> Campaign:
@@ -28,16 +27,14 @@ def ensure_campaign(session: Session, name: str, matrix_path: str) -> Campaign:
 
 
 def ensure_jobs(session: Session, campaign: Campaign, specs: Sequence[JobSpec],
-                max_attempts: int = 3) -> list[Job]:
-    """The campaign's job rows for ``specs``, inserting only those not stored yet.
+                max_attempts: int = 3) -> dict[str, int]:
+    """The ids of the campaign's jobs by ``job_key``, inserting those not stored yet.
 
-    New rows go in with one multi-row INSERT: a 10,000-job matrix must not cost 10,000
-    ORM flushes.
+    New rows go in with one multi-row INSERT and keys are read as plain tuples: a
+    10,000-job matrix must not cost 10,000 ORM flushes or objects.
     """
-    rows = (select(Job).where(Job.campaign_id == campaign.id)
-            .options(load_only(Job.id, Job.job_key, Job.state, Job.attempt, Job.error,
-                               Job.posted_at, Job.gpu_class)))
-    existing = {job.job_key: job for job in session.scalars(rows)}
+    keys = select(Job.job_key, Job.id).where(Job.campaign_id == campaign.id)
+    existing: dict[str, int] = dict(session.execute(keys).tuples().all())
     new = [spec for spec in specs if spec.job_key not in existing]
     if new:
         session.execute(insert(Job), [
@@ -47,8 +44,8 @@ def ensure_jobs(session: Session, campaign: Campaign, specs: Sequence[JobSpec],
              "gpu_class": spec.gpu_class, "state": JobState.QUEUED, "attempt": 0,
              "max_attempts": max_attempts, "comparable_key": spec.comparable_key}
             for spec in new])
-        existing = {job.job_key: job for job in session.scalars(rows)}
-    return [existing[spec.job_key] for spec in specs]
+        existing = dict(session.execute(keys).tuples().all())
+    return existing
 
 
 def register(engine: Engine, campaign_name: str, matrix_path: str,
@@ -56,7 +53,8 @@ def register(engine: Engine, campaign_name: str, matrix_path: str,
     """Store the campaign and its jobs in one transaction; return the job ids in order."""
     with Session(engine) as session, session.begin():
         campaign = ensure_campaign(session, campaign_name, matrix_path)
-        return [job.id for job in ensure_jobs(session, campaign, specs, max_attempts)]
+        ids = ensure_jobs(session, campaign, specs, max_attempts)
+        return [ids[spec.job_key] for spec in specs]
 
 
 def job_state(engine: Engine, job_id: int) -> str:
@@ -82,18 +80,6 @@ def mark_finished(engine: Engine, job_id: int, state: str, error: str | None = N
             state=state, error=error, failure_class=failure_class,
             finished_at=datetime.now(UTC) if state in (JobState.DONE, JobState.FAILED) else None,
             **(summary or {})))
-
-
-def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:
-    """One job's runs as the tidy frame ``farm.stats`` works on."""
-    columns = [Run.arm, Run.block, Run.pair, Run.position, Run.prompt_id, Run.prompt_category,
-               Run.repetition, Run.decode_tok_s, Run.generated_tokens, Run.ttft_ms, Run.e2e_ms,
-               Run.tpot_ms, Run.spec_drafts, Run.spec_drafted, Run.spec_accepted,
-               Run.spec_accepted_per_pos, Run.text, Run.tokens]
-    with engine.connect() as connection:
-        rows = connection.execute(select(*columns).where(Run.job_id == job_id)).mappings()
-        frame = pd.DataFrame(rows.all(), columns=[column.key for column in columns])
-    return frame.assign(job_key=str(job_id))
 
 
 def ensure_model(session: Session, values: dict[str, Any]) -> None:

@@ -1,0 +1,90 @@
+"""`farm run --dry-run` and `farm submit --dry-run` make every check the run makes, against
+the real build and models: they print the argv that would really run (renames applied),
+refuse what the run refuses with the same words, and write nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_mtp import _tutorial
+from tests.helpers import matrix_dict, run_cli, write_matrix
+from workers.provision import Provisioned
+
+pytestmark = pytest.mark.server
+
+
+def test_run_dry_run_prints_the_tutorial_line_as_this_build_runs_it(
+        tmp_path: Path, provisioned: Provisioned, isolated_data_dir: Path) -> None:
+    oracle = provisioned.models["qwen35-mtp-oracle"]
+    matrix = write_matrix(tmp_path, _tutorial([{"name": "oracle", "path": str(oracle)}]))
+    result = run_cli("run", "--dry-run", str(matrix))
+    assert result.exit_code == 0, result.output
+    [variant] = [line for line in result.stdout.splitlines()
+                 if line.lstrip().startswith("variant ")]
+    assert variant.endswith(" --spec-type draft-mtp --spec-draft-n-max 3")
+    assert f"--model {oracle}" in variant
+    assert "--draft-max" not in result.stdout and "--spec-type mtp" not in result.stdout
+    assert not isolated_data_dir.exists()
+
+
+def test_run_dry_run_refuses_what_the_run_refuses_in_the_same_words(
+        tmp_path: Path, smollm2: Path, isolated_data_dir: Path) -> None:
+    matrix = write_matrix(tmp_path, {**_tutorial([{"name": "smollm2", "path": str(smollm2)}]),
+                                     "prompt-mode": "chat"})
+    dry = run_cli("run", "--dry-run", str(matrix))
+    real = run_cli("run", str(matrix))
+    assert dry.exit_code == real.exit_code == 2
+    assert dry.stderr == real.stderr
+    assert "--spec-type draft-mtp needs MTP heads" in dry.stderr
+    assert "nextn_predict_layers is 0" in dry.stderr
+    assert dry.stdout == "" and dry.stderr.startswith(f"error: {matrix}: ")
+    assert not isolated_data_dir.exists()
+
+
+def _fleet_matrix(model_file: str, **flags: Any) -> dict[str, Any]:
+    return {"campaign": "fleet-dry", "build": "cpu", "gpu-classes": ["cpu"],
+            "models": [{"name": "m", "file": model_file}], "prompts": ["hello"],
+            "flags": {"ctx-size": 256, **flags},
+            "variants": [{"name": "ngram", "flags": {"spec-type": "ngram-simple"}}]}
+
+
+def test_submit_dry_run_shows_a_job_whose_model_is_elsewhere_as_not_checked(
+        tmp_path: Path, provisioned: Provisioned, isolated_data_dir: Path) -> None:
+    matrix = write_matrix(tmp_path, _fleet_matrix("only-on-the-gpu-node.gguf"))
+    result = run_cli("submit", "--dry-run", str(matrix))
+    assert result.exit_code == 0, result.output
+    assert "MODELS_DIR/only-on-the-gpu-node.gguf" in result.stdout
+    assert " --spec-type ngram-simple" in result.stdout
+    [note] = [line for line in result.stdout.splitlines() if "not checked" in line]
+    assert note.startswith("job ") and (
+        f" not checked on this machine: {matrix}: models[0].file: model 'm' "
+        "'only-on-the-gpu-node.gguf' not found in the models dir ") in note
+    assert not isolated_data_dir.exists()
+
+
+def test_submit_dry_run_refuses_a_value_the_build_does_not_accept(
+        tmp_path: Path, smollm2: Path, isolated_data_dir: Path) -> None:
+    matrix = write_matrix(tmp_path, _fleet_matrix(smollm2.name, **{"cache-type-k": "q9_0"}))
+    result = run_cli("submit", "--dry-run", str(matrix))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {matrix}: flags (baseline): ")
+    assert "does not accept" in result.stderr and "q9_0" in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("error:") == 1
+    assert not isolated_data_dir.exists()
+
+
+def test_submit_dry_run_matches_run_dry_run_for_a_model_on_this_machine(
+        tmp_path: Path, smollm2: Path, isolated_data_dir: Path) -> None:
+    by_name = write_matrix(tmp_path, _fleet_matrix(smollm2.name), "by-name.yaml")
+    by_path = write_matrix(tmp_path, matrix_dict(smollm2, variants=[
+        {"name": "ngram", "flags": {"spec-type": "ngram-simple"}}]), "by-path.yaml")
+    submitted = run_cli("submit", "--dry-run", str(by_name))
+    ran = run_cli("run", "--dry-run", str(by_path))
+    assert submitted.exit_code == ran.exit_code == 0, submitted.output + ran.output
+    for result in (submitted, ran):
+        assert f"--model {smollm2.resolve()} " in result.stdout
+        assert "not checked" not in result.stdout
+    assert not isolated_data_dir.exists()

@@ -1,0 +1,388 @@
+"""The `farm` command as a user meets it: every help page, the exit codes (0 success, 2 bad
+input, 1 runtime failure, 130 interrupted) and the wording of each error, in-process."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+import click
+import pytest
+from click.testing import Result
+
+import farm.errors
+import farm.local
+import workers.provision
+from farm.cli import cli, main
+from farm.errors import ConfigError, FarmError, JobsFailed
+from tests.helpers import run_cli
+
+# Wide enough that no help line wraps: each option shows on one line with its help.
+HELP_WIDTH = 200
+
+
+@dataclass(frozen=True)
+class Help:
+    """What a help page must say: its usage line, its summary, and each option as shown
+    (``-o, --output PATH``) with its help line; ``--help`` is implied."""
+
+    usage: str
+    summary: str
+    options: dict[str, str] = field(default_factory=dict)
+
+
+HELP: dict[tuple[str, ...], Help] = {
+    (): Help("farm [OPTIONS] COMMAND [ARGS]...",
+             "specfarm: measure llama.cpp speculative decoding (MTP, n-gram, draft) properly.",
+             {"--version": "Show the version and exit."}),
+    ("run",): Help(
+        "farm run [OPTIONS] MATRIX",
+        "Run MATRIX on this machine against real llama-server processes.",
+        {"--dry-run": "Make every check a run makes and print the argv that would run; run "
+                      "nothing, write nothing.",
+         "--gpu-class TEXT": "With several gpu-classes in MATRIX: the one to run here.",
+         "--allow-file-flags": "Let the matrix pass flags that make llama-server write files "
+                               "(--log-file, --slot-save-path, ...)."}),
+    ("report",): Help(
+        "farm report [OPTIONS] [CAMPAIGN]",
+        "Show one row per job of CAMPAIGN (default: the latest).",
+        {"--format [table|csv|json|html]": "[default: table]",
+         "-o, --output PATH": "File to write (--format html: a self-contained page with plots).",
+         "--all": "Every campaign in the store.",
+         "--group-by [gpu_class|worker|model|variant]":
+             "Aggregate jobs: geometric-mean speedup per group.",
+         "--by-category": "Speedup per prompt category.",
+         "--wide": "Every column of the table, however wide (a narrow terminal hides some)."}),
+    ("compare",): Help(
+        "farm compare [OPTIONS] A B",
+        "Campaigns A and B (or two builds) side by side: change per matching job, and whether "
+        "it is outside the noise.",
+        {"--build-a TEXT": "Only A's jobs on this build (two builds of one campaign).",
+         "--build-b TEXT": "Only B's jobs on this build.",
+         "--format [table|csv|json]": "[default: table]"}),
+    ("export",): Help(
+        "farm export [OPTIONS] [CAMPAIGN]",
+        "Write the tidy runs of CAMPAIGN (default: the latest), one row per run.",
+        {"--format [csv|parquet]": "[default: csv]",
+         "-o, --output PATH": "[required]"}),
+    ("db",): Help(
+        "farm db [OPTIONS] COMMAND [ARGS]...",
+        "Manage the result database (FARM_DATABASE_URL, default SQLite in the data dir)."),
+    ("db", "upgrade"): Help(
+        "farm db upgrade [OPTIONS]",
+        "Migrate the database to the newest schema.",
+        {"--url TEXT": "Database URL (default: FARM_DATABASE_URL or the embedded one)."}),
+    ("submit",): Help(
+        "farm submit [OPTIONS] MATRIX",
+        "Store MATRIX as a campaign and post every job not done whose message is not already "
+        "waiting in the broker; running jobs are left alone.",
+        {"--dry-run": "Check every job as a worker would, with this machine's builds and "
+                      "models, and print the argv that would run; post nothing.",
+         "--retry-failed": "Post failed jobs again (attempts reset).",
+         "--retry-cancelled": "Post cancelled jobs again (attempts reset)."}),
+    ("status",): Help(
+        "farm status [OPTIONS] [CAMPAIGN]",
+        "Jobs of CAMPAIGN (default: the latest) by state, who runs what, failures, time "
+        "left."),
+    ("workers",): Help(
+        "farm workers [OPTIONS]",
+        "Registered workers, live and dead, with their builds and models."),
+    ("cancel",): Help(
+        "farm cancel [OPTIONS] CAMPAIGN",
+        "Cancel CAMPAIGN's pending jobs and stop its running ones."),
+    ("worker",): Help(
+        "farm worker [OPTIONS]",
+        "Run a Celery worker for one GPU (or GPU set): concurrency 1, late acks.",
+        {"--gpu-class TEXT": "The class this worker serves (queue gpu.CLASS).",
+         "--devices TEXT": "GPU indices, e.g. 0 or 0,1 for a tensor-split set.",
+         "--config PATH": "Worker config: name, gpu-class, devices, models-dir, builds."}),
+    ("flower",): Help(
+        "farm flower [OPTIONS]",
+        "Start Flower on the farm's broker, with basic auth from FARM_FLOWER_AUTH.",
+        {"--port INTEGER": "[default: 5555]",
+         "--address TEXT": "[default: 127.0.0.1]"}),
+    ("build",): Help(
+        "farm build [OPTIONS] NAME",
+        "Build llama-server as NAME (cached: the same build asked twice builds once).",
+        {"--source TEXT": "Git URL or repository (with --ref), a llama.cpp tree, an sdist "
+                          ".tar.gz, or pypi:PACKAGE==VERSION. [required]",
+         "--ref TEXT": "Branch, tag, commit or pull/N/head of a git source.",
+         "--backend [cpu|cuda|metal|vulkan]": "[default: cpu]",
+         "--cuda-arch TEXT": "CMAKE_CUDA_ARCHITECTURES, e.g. 86;89;90 (default native).",
+         "--cmake-arg TEXT": "Extra -D... for cmake.",
+         "--target TEXT": "cmake targets to build. [default: llama-server]",
+         "--build-number INTEGER": "For sources without git history.",
+         "--dry-run": "Print the cmake commands; build nothing."}),
+    ("builds",): Help(
+        "farm builds [OPTIONS]",
+        "The builds made on this node, with what each binary reports."),
+    ("provision",): Help(
+        "farm provision [OPTIONS]",
+        "Build the CPU llama-server and fetch the tiny models (idempotent, cached)."),
+}
+
+
+def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command and subcommand under ``group``, as the words that name it."""
+    paths = []
+    for name, command in group.commands.items():
+        paths.append((*prefix, name))
+        if isinstance(command, click.Group):
+            paths += _command_paths(command, (*prefix, name))
+    return paths
+
+
+COMMANDS = [(), *sorted(_command_paths(cli))]
+
+
+def _command(path: tuple[str, ...]) -> click.Command:
+    command: click.Command = cli
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    return command
+
+
+def _flat(text: str) -> str:
+    """``text`` with every run of whitespace one space: help columns and wraps ignored."""
+    return " ".join(text.split())
+
+
+def _raise(error: BaseException) -> object:
+    def raising(*_args: object, **_kwargs: object) -> NoReturn:
+        raise error
+    return raising
+
+
+def assert_one_line_error(result: Result, exit_code: int, message: str) -> None:
+    """Handled, not a traceback: exit code, nothing on stdout, one line on stderr."""
+    assert result.exit_code == exit_code, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert result.stdout == "" and result.stderr == f"{message}\n"
+
+
+def assert_usage_error(result: Result, path: str, usage: str, error: str) -> None:
+    """Click's own answer to bad arguments: the usage line, where to look, the error."""
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr == (f"Usage: farm {path}{' ' if path else ''}{usage}\n"
+                             f"Try 'farm {path}{' ' if path else ''}--help' for help.\n\n"
+                             f"Error: {error}\n")
+
+
+# ----------------------------------------------------------------------------- help pages
+
+
+def test_every_command_has_its_help_pinned() -> None:
+    assert set(COMMANDS) == set(HELP), "pin the help of each new command in HELP"
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda path: " ".join(path) or "farm")
+def test_help_shows_usage_summary_and_every_option_with_its_help(path: tuple[str, ...]) -> None:
+    expected = HELP.get(path)
+    if expected is None:
+        pytest.fail(f"`farm {' '.join(path)}` has no pinned help: add it to HELP")
+    result = run_cli(*path, "--help", width=HELP_WIDTH)
+    assert result.exit_code == 0 and result.stderr == ""
+    assert result.stdout.splitlines()[0] == f"Usage: {expected.usage}"
+    page = _flat(result.stdout)
+    assert _flat(expected.summary) in page
+    for option, help_line in {**expected.options, "--help": "Show this message and exit."}.items():
+        assert f" {option} {_flat(help_line)}" in page, option
+
+    shown = {name.strip(",") for option in expected.options for name in option.split()
+             if name.startswith("-")}
+    options = {name for param in _command(path).params if isinstance(param, click.Option)
+               for name in (*param.opts, *param.secondary_opts)}
+    assert options == shown, "pin the help line of each new option in HELP"
+
+
+def test_group_help_lists_each_subcommand() -> None:
+    for path in [(), *(p for p in COMMANDS if isinstance(_command(p), click.Group))]:
+        group = _command(path)
+        assert isinstance(group, click.Group)
+        page = run_cli(*path, "--help", width=HELP_WIDTH).stdout
+        listed = page.split("Commands:\n", 1)[1].splitlines()
+        assert {line.split()[0] for line in listed if line.strip()} == set(group.commands)
+
+
+def test_the_installed_entry_point_calls_itself_farm(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "argv", ["/opt/venv/bin/specfarm-wrapper", "--help"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("Usage: farm [OPTIONS] COMMAND [ARGS]...\n")
+
+
+# -------------------------------------------------------------------------------- exit 0
+
+
+def test_version_exits_0() -> None:
+    result = run_cli("--version")
+    assert result.exit_code == 0 and result.stdout == "farm, version 0.1.0\n"
+
+
+def test_db_upgrade_creates_the_embedded_database_and_exits_0(isolated_data_dir: Path) -> None:
+    result = run_cli("db", "upgrade")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (f"database sqlite:///{isolated_data_dir / 'farm.db'} is at the "
+                             "newest schema\n")
+    assert (isolated_data_dir / "farm.db").is_file()
+
+
+def test_build_dry_run_prints_the_cmake_commands_and_exits_0(isolated_data_dir: Path) -> None:
+    result = run_cli("build", "mine", "--source", "/src/llama.cpp", "--dry-run")
+    assert result.exit_code == 0, result.output
+    configure, build = result.stdout.splitlines()
+    assert configure.startswith("cmake -S <source> -B <source>/build-specfarm-KEY ")
+    assert build.startswith("cmake --build <source>/build-specfarm-KEY ")
+    assert build.endswith(" --target llama-server")
+    assert not isolated_data_dir.exists()
+
+
+# ------------------------------------------------------------------- exit 2: bad arguments
+
+
+BAD_ARGUMENTS = [
+    (["nope"], "", "[OPTIONS] COMMAND [ARGS]...", "No such command 'nope'."),
+    (["db", "nope"], "db", "[OPTIONS] COMMAND [ARGS]...", "No such command 'nope'."),
+    (["run", "--nope", "m.yaml"], "run", "[OPTIONS] MATRIX", "No such option '--nope'."),
+    (["run", "--dryrun", "m.yaml"], "run", "[OPTIONS] MATRIX",
+     "No such option '--dryrun'. Did you mean '--dry-run'?"),
+    (["run"], "run", "[OPTIONS] MATRIX", "Missing argument 'MATRIX'."),
+    (["compare", "a"], "compare", "[OPTIONS] A B", "Missing argument 'B'."),
+    (["cancel"], "cancel", "[OPTIONS] CAMPAIGN", "Missing argument 'CAMPAIGN'."),
+    (["export"], "export", "[OPTIONS] [CAMPAIGN]", "Missing option '-o' / '--output'."),
+    (["build", "x"], "build", "[OPTIONS] NAME", "Missing option '--source'."),
+    (["report", "--format", "xml"], "report", "[OPTIONS] [CAMPAIGN]",
+     "Invalid value for '--format': 'xml' is not one of 'table', 'csv', 'json', 'html'."),
+    (["report", "--group-by", "gpu"], "report", "[OPTIONS] [CAMPAIGN]",
+     "Invalid value for '--group-by': 'gpu' is not one of 'gpu_class', 'worker', 'model', "
+     "'variant'."),
+    (["compare", "a", "b", "--format", "html"], "compare", "[OPTIONS] A B",
+     "Invalid value for '--format': 'html' is not one of 'table', 'csv', 'json'."),
+    (["export", "-o", "x", "--format", "json"], "export", "[OPTIONS] [CAMPAIGN]",
+     "Invalid value for '--format': 'json' is not one of 'csv', 'parquet'."),
+    (["build", "x", "--source", "y", "--backend", "rocm"], "build", "[OPTIONS] NAME",
+     "Invalid value for '--backend': 'rocm' is not one of 'cpu', 'cuda', 'metal', 'vulkan'."),
+    (["build", "x", "--source", "y", "--build-number", "latest"], "build", "[OPTIONS] NAME",
+     "Invalid value for '--build-number': 'latest' is not a valid integer."),
+    (["flower", "--port", "http"], "flower", "[OPTIONS]",
+     "Invalid value for '--port': 'http' is not a valid integer."),
+    (["worker", "--gpu-class", "h200", "--devices", "0,one"], "worker", "[OPTIONS]",
+     "Invalid value for '--devices': a comma list of GPU indices, e.g. 0,1"),
+    (["worker"], "worker", "[OPTIONS]", "give --gpu-class or a --config that names one"),
+    (["worker", "--devices", "0"], "worker", "[OPTIONS]",
+     "give --gpu-class or a --config that names one"),
+]
+
+
+@pytest.mark.parametrize(("args", "path", "usage", "error"), BAD_ARGUMENTS,
+                         ids=[" ".join(case[0]) for case in BAD_ARGUMENTS])
+def test_bad_arguments_exit_2_with_usage_and_the_error(
+        args: list[str], path: str, usage: str, error: str, isolated_data_dir: Path) -> None:
+    assert_usage_error(run_cli(*args), path, usage, error)
+    assert not isolated_data_dir.exists()
+
+
+def test_devices_not_a_list_names_the_option() -> None:
+    result = run_cli("worker", "--gpu-class", "h200", "--devices", "0,one")
+    assert "'--devices'" in result.stderr
+
+
+@pytest.mark.parametrize("auth", [None, "", "admin"], ids=["unset", "empty", "no-password"])
+def test_flower_without_user_and_password_in_farm_flower_auth_is_refused(
+        auth: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FARM_FLOWER_AUTH", raising=False)
+    result = run_cli("flower", env=None if auth is None else {"FARM_FLOWER_AUTH": auth})
+    assert_one_line_error(result, 2, "error: set FARM_FLOWER_AUTH=user:password; Flower is "
+                                     "never started without authentication")
+
+
+def test_a_matrix_that_does_not_exist_exits_2(isolated_data_dir: Path) -> None:
+    assert_one_line_error(run_cli("run", "missing.yaml"), 2,
+                          "error: missing.yaml: no such file")
+    assert not isolated_data_dir.exists()
+
+
+def test_a_bad_farm_variable_exits_2_naming_it() -> None:
+    result = run_cli("report", env={"FARM_LEASE_SECONDS": "soon"})
+    assert_one_line_error(result, 2, "error: FARM_LEASE_SECONDS='soon': input should be a "
+                                     "valid integer, unable to parse string as an integer")
+
+
+@pytest.mark.parametrize("args", [["submit", "m.yaml"], ["workers"], ["cancel", "c"],
+                                  ["worker", "--gpu-class", "h200"]])
+def test_fleet_commands_on_the_embedded_store_exit_2_pointing_at_postgresql(
+        args: list[str]) -> None:
+    assert_one_line_error(run_cli(*args), 2, "error: the fleet needs one shared PostgreSQL: "
+                          "set FARM_DATABASE_URL=postgresql://USER:PASSWORD@HOST/DB (on one "
+                          "machine, use `farm run`)")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["report"], "the store holds no campaign yet; run `farm run MATRIX` first"),
+    (["status"], "the store holds no campaign yet; run `farm run MATRIX` first"),
+    (["export", "-o", "runs.csv"], "the store holds no campaign yet; run `farm run MATRIX` "
+                                   "first"),
+    (["compare", "a", "b"], "no campaign named 'a'; `farm report` without a name shows the "
+                            "latest"),
+])
+def test_results_of_an_empty_store_exit_2_saying_what_to_run(
+        args: list[str], message: str) -> None:
+    assert run_cli("db", "upgrade").exit_code == 0
+    assert_one_line_error(run_cli(*args), 2, f"error: {message}")
+
+
+# ------------------------------------------------- FarmError, interrupt, database down
+
+
+ERRORS = sorted((value for value in vars(farm.errors).values()
+                 if isinstance(value, type) and issubclass(value, FarmError)),
+                key=lambda cls: cls.__name__)
+
+
+@pytest.mark.parametrize("error_class", ERRORS, ids=lambda cls: cls.__name__)
+def test_each_farm_error_is_its_message_and_its_exit_code(
+        error_class: type[FarmError], monkeypatch: pytest.MonkeyPatch) -> None:
+    error = (error_class("it broke; do this", "c") if error_class is JobsFailed
+             else error_class("it broke; do this"))
+    monkeypatch.setattr(workers.provision, "provision", _raise(error))
+    expected = 2 if issubclass(error_class, ConfigError) else 1
+    assert error_class.exit_code == expected
+    assert_one_line_error(run_cli("provision"), expected, "error: it broke; do this")
+
+
+def test_an_unexpected_error_is_not_disguised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers.provision, "provision", _raise(ValueError("a bug")))
+    result = run_cli("provision")
+    assert result.exit_code == 1 and isinstance(result.exception, ValueError)
+
+
+def test_ctrl_c_exits_130_saying_what_was_kept(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    monkeypatch.setattr(farm.local, "run_local", _raise(KeyboardInterrupt()))
+    assert_one_line_error(run_cli("run", str(tmp_path / "m.yaml")), 130,
+                          "interrupted: servers stopped, finished runs kept; run the same "
+                          "command again to resume")
+
+
+@pytest.mark.parametrize("args", [["report"], ["status"], ["db", "upgrade"],
+                                  ["compare", "a", "b"], ["export", "-o", "runs.csv"]])
+def test_a_database_that_does_not_answer_exits_1_in_one_line(
+        args: list[str], isolated_data_dir: Path) -> None:
+    database = isolated_data_dir / "farm.db"
+    database.mkdir(parents=True)  # SQLite cannot open a directory
+    assert_one_line_error(run_cli(*args), 1, f"error: cannot use the database sqlite:///"
+                          f"{database}: unable to open database file; check that the data dir "
+                          "(FARM_DATA_DIR) is writable and its disk not full")
+
+
+def test_a_data_dir_that_is_a_file_exits_1_in_one_line(isolated_data_dir: Path) -> None:
+    isolated_data_dir.write_text("not a directory")
+    result = run_cli("report")
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.stderr.startswith("error: ") and "FARM_DATA_DIR" in result.stderr
