@@ -21,7 +21,6 @@ from farm.report.frames import (
     runs_frame,
     with_design_columns,
 )
-from farm.report.html import render_html
 from farm.report.text import (
     ReportFormat,
     category_table,
@@ -69,6 +68,9 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
 
 def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
                 output: Path | None) -> None:
+    # Here, not at the top: matplotlib takes most of a second to load, and only HTML plots.
+    from farm.report.html import render_html
+
     if output is None:
         raise ConfigError("--format html writes a file: give -o report.html")
     runs = runs if runs is not None else pd.DataFrame()
