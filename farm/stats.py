@@ -225,6 +225,68 @@ def speedup_interval(log_ratios: LogRatios, level: float = 0.95) -> Interval:
     return Interval(math.exp(mean), math.exp(mean - margin), math.exp(mean + margin), pairs)
 
 
+@dataclass(frozen=True)
+class Pooled:
+    """The typical speedup of a group of jobs (ratio scale) with its interval, the number
+    of jobs combined and ``tau``, the between-job standard deviation of log speedups."""
+
+    estimate: float
+    low: float
+    high: float
+    jobs: int
+    tau: float
+
+
+def log_standard_error(low: float, high: float, pairs: int, level: float = 0.95) -> float:
+    """The standard error of a job's log speedup, read back from its paired-t interval."""
+    if pairs < 2 or not (low > 0 and high > 0):
+        return NAN
+    quantile = student_t_quantile(0.5 + level / 2.0, pairs - 1)
+    return (math.log(high) - math.log(low)) / (2.0 * quantile)
+
+
+def pool_jobs(log_speedups: LogRatios, standard_errors: LogRatios, dfs: Sequence[int],
+              level: float = 0.95) -> Pooled:
+    """Random-effects combination of jobs' log speedups: DerSimonian-Laird between-job
+    variance, Hartung-Knapp-Sidik-Jonkman t interval (df = jobs - 1, untruncated).
+
+    It answers "what speedup does a typical configuration of this group get", so its width
+    shrinks with more jobs and grows when jobs truly differ. Jobs without a standard error
+    (fewer than two pairs) are left out; one job gives its own paired-t interval.
+
+    Each job's variance comes from a handful of pairs, so before weighting it is shrunk
+    toward the jobs' pooled variance (its own df against a prior of the mean df): weights
+    that chase noisy variances undercover (0.915 for 16 alike jobs in simulation; 0.946 with
+    the shrinkage, and 0.94-0.972 when jobs' noise differs eightfold).
+    """
+    y = np.asarray(log_speedups, dtype=float)
+    se = np.asarray(standard_errors, dtype=float)
+    df = np.asarray(dfs, dtype=float)
+    usable = np.isfinite(y) & np.isfinite(se) & (df >= 1)
+    y, se, df = y[usable], np.maximum(se[usable], 1e-12), df[usable]
+    jobs = int(y.size)
+    variance = se**2
+    pooled = float(np.sum(df * variance) / np.sum(df)) if jobs else NAN
+    variance = (df * variance + df.mean() * pooled) / (df + df.mean()) if jobs > 1 else variance
+    if jobs == 0:
+        return Pooled(NAN, NAN, NAN, 0, NAN)
+    if jobs == 1:
+        margin = student_t_quantile(0.5 + level / 2.0, float(df[0])) * float(se[0])
+        return Pooled(math.exp(y[0]), math.exp(y[0] - margin), math.exp(y[0] + margin), 1, NAN)
+    weights = 1.0 / variance
+    fixed = float(np.sum(weights * y) / np.sum(weights))
+    q = float(np.sum(weights * (y - fixed) ** 2))
+    scale = float(np.sum(weights) - np.sum(weights**2) / np.sum(weights))
+    tau2 = max(0.0, (q - (jobs - 1)) / scale)
+    random_weights = 1.0 / (variance + tau2)
+    mean = float(np.sum(random_weights * y) / np.sum(random_weights))
+    hksj = float(np.sum(random_weights * (y - mean) ** 2)
+                 / ((jobs - 1) * np.sum(random_weights)))
+    margin = student_t_quantile(0.5 + level / 2.0, jobs - 1) * math.sqrt(hksj)
+    return Pooled(math.exp(mean), math.exp(mean - margin), math.exp(mean + margin), jobs,
+                  math.sqrt(tau2))
+
+
 def job_speedup(runs: pd.DataFrame) -> Interval:
     """The job's speedup (variant over baseline decode tok/s) with its 95% interval."""
     return speedup_interval(pair_log_ratios(runs))
@@ -430,6 +492,9 @@ def summarize_job(runs: pd.DataFrame) -> dict[str, object]:
         "ci_low": speedup.low,
         "ci_high": speedup.high,
         "pairs": speedup.pairs,
+        # What a group interval needs to combine this job with others (see pool_jobs).
+        "log_se": log_standard_error(speedup.low, speedup.high, speedup.pairs),
+        "df": speedup.pairs - 1,
         "agreement": agreed.identical_share,
         "agreement_suspect": agreed.suspect,
         "drift_flag": _drift(runs, speedup.estimate).flag,

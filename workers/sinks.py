@@ -56,8 +56,9 @@ def job_summary(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]
     variant = outcome.checked.spec.variant
     verdict = ("not-requested" if not asks_for_speculation(variant)
                else "ok" if drafted else "none")
+    summary = _json_safe(summary)
     return {"speculation": verdict, "pairs": outcome.pairs, "stop_reason": outcome.stop_reason,
-            "summary": _json_safe(summary)}
+            "log_se": summary["log_se"], "df": summary["df"], "summary": summary}
 
 
 LATENCY_SUMMARY = ("tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")

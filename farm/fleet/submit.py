@@ -106,9 +106,9 @@ def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
     for message in reconciled.posted:
         result.posted[queue_name(message.gpu_class)] += 1
     with Session(engine) as session:
-        counts = dict(session.execute(select(Job.state, func.count())
-                                      .where(Job.campaign_id == campaign_id)
-                                      .group_by(Job.state)).tuples().all())
+        rows = session.execute(select(Job.state, func.count())
+                               .where(Job.campaign_id == campaign_id).group_by(Job.state))
+        counts = {state: count for state, count in rows}
     waiting = counts.pop(JobState.QUEUED, 0) + counts.pop(JobState.LOST, 0) - len(reconciled.posted)
     result.already.update(counts, **({JobState.QUEUED: waiting} if waiting else {}))
     return result

@@ -21,12 +21,12 @@ from farm.store.models import Campaign, Job, Run
 
 REPORT_COLUMNS = [
     "campaign", "job_key", "model", "variant", "varying", "varying_flags", "gpu_class", "worker",
-    "state", "error", "failure_class", "speculation", "baseline_tok_s", "variant_tok_s",
-    "speedup", "ci_low", "ci_high", "pairs", "stop_reason", "sd_log_speedup", "acceptance_rate",
-    "mean_accepted_length", "drafted", "accepted", "agreement", "agreement_suspect",
-    "drift_flag", "tpot_p50_ms_baseline", "tpot_p50_ms_variant", "tpot_p99_ms_variant",
-    "e2e_p50_ms_baseline", "e2e_p50_ms_variant", "e2e_p99_ms_variant", "throttled_runs",
-    "spilled_runs", "gpu_name", "bandwidth_bound", "runs"]
+    "state", "error", "failure_class", "speculation", "baseline_tok_s", "variant_tok_s", "speedup",
+    "ci_low", "ci_high", "pairs", "log_se", "df", "stop_reason", "sd_log_speedup",
+    "acceptance_rate", "mean_accepted_length", "drafted", "accepted", "agreement",
+    "agreement_suspect", "drift_flag", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
+    "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant", "e2e_p99_ms_variant",
+    "throttled_runs", "spilled_runs", "gpu_name", "bandwidth_bound", "runs"]
 
 
 def latest_campaign(engine: Engine) -> str:
@@ -116,18 +116,38 @@ def _load_json(value: Any) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else dict(value)
 
 
+def _pooled(frame: pd.DataFrame, keys: list[str], estimate: str, low: str,
+            high: str) -> pd.DataFrame:
+    """Per group of ``keys``: the typical speedup with its random-effects interval and the
+    between-job spread tau (``farm.stats.pool_jobs``), from each job's estimate and
+    paired-t interval over its ``pairs``."""
+    from farm.stats import log_standard_error, pool_jobs
+
+    rows = []
+    for key, jobs in frame.groupby(keys, dropna=False):
+        pairs = [int(n) if pd.notna(n) else 0 for n in jobs["pairs"]]
+        errors = [log_standard_error(float(lo), float(hi), n)
+                  for lo, hi, n in zip(jobs[low], jobs[high], pairs, strict=True)]
+        pooled = pool_jobs(np.log(jobs[estimate].astype(float)), errors,
+                           [n - 1 for n in pairs])
+        rows.append({**dict(zip(keys, key, strict=True)), "jobs": len(jobs),
+                     "speedup": pooled.estimate, "low": pooled.low, "high": pooled.high,
+                     "tau": pooled.tau})
+    return pd.DataFrame(rows, columns=[*keys, "jobs", "speedup", "low", "high", "tau"])
+
+
 def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
-    """Jobs grouped by a column: geometric-mean speedup, range, counters, runs."""
-    grouped = report.assign(log_speedup=np.log(report["speedup"])).groupby(by, dropna=False)
-    return pd.DataFrame({
-        "jobs": grouped.size(),
-        "speedup": np.exp(grouped["log_speedup"].mean()),
+    """Jobs grouped by a column: the typical speedup with its random-effects interval and
+    between-job spread (tau), the range, counters, runs."""
+    grouped = report.groupby(by, dropna=False)
+    totals = pd.DataFrame({
         "min_speedup": grouped["speedup"].min(),
         "max_speedup": grouped["speedup"].max(),
         "drafted": grouped["drafted"].sum(),
         "accepted": grouped["accepted"].sum(),
         "runs": grouped["runs"].sum(),
     }).reset_index()
+    return _pooled(report, [by], "speedup", "ci_low", "ci_high").merge(totals, on=by)
 
 
 def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
@@ -157,16 +177,6 @@ def category_report(runs: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
 
 
 def category_summary(categories: pd.DataFrame) -> pd.DataFrame:
-    """Per variant and category: geometric mean of the jobs' category speedups."""
-    if categories.empty:
-        return pd.DataFrame(columns=["variant", "category", "jobs", "speedup", "low", "high"])
-    logged = categories.assign(log_estimate=np.log(categories["estimate"]),
-                               log_low=np.log(categories["low"]),
-                               log_high=np.log(categories["high"]))
-    grouped = logged.groupby(["variant", "category"])
-    return pd.DataFrame({
-        "jobs": grouped.size(),
-        "speedup": np.exp(grouped["log_estimate"].mean()),
-        "low": np.exp(grouped["log_low"].mean()),
-        "high": np.exp(grouped["log_high"].mean()),
-    }).reset_index()
+    """Per variant and category: the typical speedup of the jobs with its random-effects
+    interval and between-job spread (tau)."""
+    return _pooled(categories, ["variant", "category"], "estimate", "low", "high")

@@ -73,7 +73,7 @@ stats AS ({speedup_stats("prompt_med")})
 SELECT c.name AS campaign, job.job_key, job.model_name AS model,
        job.variant_name AS variant, job.varying, job.gpu_class, job.lease_owner AS worker,
        job.state, job.error, job.failure_class, job.speculation, job.summary,
-       job.pairs, job.stop_reason,
+       job.pairs, job.stop_reason, job.log_se, job.df,
        bm.median_tok_s AS baseline_tok_s, vm.median_tok_s AS variant_tok_s,
        EXP(s.mean_log) AS speedup, {SD_LOG_SPEEDUP} AS sd_log_speedup,
        COALESCE(vc.drafted, 0) AS drafted, COALESCE(vc.accepted, 0) AS accepted,

@@ -167,11 +167,14 @@ def _rows(frame: pd.DataFrame, columns: Sequence[Column]) -> list[list[str]]:
 
 
 def group_table(groups: pd.DataFrame, by: str) -> Table:
-    """Jobs grouped by ``by``: geometric-mean speedup, its range, counters."""
+    """Jobs grouped by ``by``: typical speedup with its interval and spread, range, counters."""
     columns = (
         Column(by, lambda row: str(row[by])),
         Column("jobs", lambda row: str(row["jobs"]), True),
         Column("speedup", lambda row: cells.ratio(row["speedup"]), True),
+        Column("95% CI (typical job)", lambda row: cells.bracket(row["low"], row["high"]),
+               True),
+        Column("tau", lambda row: cells.number(row["tau"], 3), True),
         Column("min", lambda row: cells.ratio(row["min_speedup"]), True),
         Column("max", lambda row: cells.ratio(row["max_speedup"]), True),
         Column("drafted", lambda row: str(row["drafted"]), True),
@@ -186,12 +189,13 @@ _CATEGORY_COLUMNS = (
     Column("category", lambda row: str(row["category"])),
     Column("jobs", lambda row: str(row["jobs"]), True),
     Column("speedup", lambda row: cells.ratio(row["speedup"]), True),
-    Column("95% CI", lambda row: cells.bracket(row["low"], row["high"]), True),
+    Column("95% CI (typical job)", lambda row: cells.bracket(row["low"], row["high"]), True),
+    Column("tau", lambda row: cells.number(row["tau"], 3), True),
 )
 
 
 def category_table(summary: pd.DataFrame, title: str) -> Table:
-    """Per variant and prompt category: geometric-mean speedup and interval."""
+    """Per variant and prompt category: typical speedup, its interval and spread."""
     return _table(f"{title}: speedup by prompt category", _CATEGORY_COLUMNS,
                   _rows(summary, _CATEGORY_COLUMNS))
 

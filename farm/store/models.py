@@ -118,6 +118,10 @@ class Job(Base):
     # agreement, drift) so reports need not recompute them from every run.
     pairs: Mapped[int | None] = mapped_column(Integer)
     stop_reason: Mapped[str | None] = mapped_column(Text)
+    # The job's log speedup's standard error and degrees of freedom (pairs - 1): what a
+    # random-effects interval over jobs needs (farm.stats.pool_jobs), typed for SQL users.
+    log_se: Mapped[float | None] = mapped_column(Float)
+    df: Mapped[int | None] = mapped_column(Integer)
     summary: Mapped[dict[str, Any] | None] = mapped_column()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

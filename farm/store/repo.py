@@ -34,7 +34,7 @@ def ensure_jobs(session: Session, campaign: Campaign, specs: Sequence[JobSpec],
     10,000-job matrix must not cost 10,000 ORM flushes or objects.
     """
     keys = select(Job.job_key, Job.id).where(Job.campaign_id == campaign.id)
-    existing: dict[str, int] = dict(session.execute(keys).tuples().all())
+    existing = {key: job_id for key, job_id in session.execute(keys)}
     new = [spec for spec in specs if spec.job_key not in existing]
     if new:
         session.execute(insert(Job), [
@@ -44,7 +44,7 @@ def ensure_jobs(session: Session, campaign: Campaign, specs: Sequence[JobSpec],
              "gpu_class": spec.gpu_class, "state": JobState.QUEUED, "attempt": 0,
              "max_attempts": max_attempts, "comparable_key": spec.comparable_key}
             for spec in new])
-        existing = dict(session.execute(keys).tuples().all())
+        existing = {key: job_id for key, job_id in session.execute(keys)}
     return existing
 
 

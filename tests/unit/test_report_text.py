@@ -120,3 +120,25 @@ def test_cells_format_present_values() -> None:
         "81.0%", "81%", "8")
     assert cells.interval(1.4234, None, 1.5) == f"1.42{cells.TIMES}"
     assert cells.bracket(1.351, 1.4999) == "[1.35, 1.50]"
+
+
+def test_group_rows_pool_jobs_with_a_random_effects_interval_and_tau() -> None:
+    from farm.report.frames import category_summary, group_report
+    from farm.stats import speedup_interval
+
+    jobs = [speedup_interval(values) for values in (
+        [0.10, 0.12, 0.08, 0.11], [0.30, 0.33, 0.28, 0.31], [0.20, 0.21, 0.19, 0.22])]
+    report = pd.DataFrame({
+        "gpu_class": ["a", "a", "b"], "speedup": [j.estimate for j in jobs],
+        "ci_low": [j.low for j in jobs], "ci_high": [j.high for j in jobs],
+        "pairs": [4, 4, 4], "drafted": [1, 2, 3], "accepted": [1, 1, 1], "runs": [8, 8, 8]})
+    groups = group_report(report, "gpu_class").set_index("gpu_class")
+    a, b = groups.loc["a"], groups.loc["b"]
+    assert a["jobs"] == 2 and a["low"] < a["speedup"] < a["high"]
+    assert a["tau"] > 0.05  # two jobs 20% apart truly differ
+    assert (b["low"], b["high"]) == pytest.approx((jobs[2].low, jobs[2].high))  # one job
+    categories = report.rename(columns={"speedup": "estimate", "ci_low": "low",
+                                        "ci_high": "high"}).assign(variant="v",
+                                                                   category="code")
+    [row] = category_summary(categories).to_dict(orient="records")
+    assert row["jobs"] == 3 and row["low"] < row["speedup"] < row["high"]

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from farm.stats import (
+    NAN,
     Interval,
     acceptance,
     adaptive_stop,
@@ -18,7 +19,9 @@ from farm.stats import (
     drift,
     job_speedup,
     latency,
+    log_standard_error,
     pair_log_ratios,
+    pool_jobs,
     regularized_incomplete_beta,
     speedup_by,
     speedup_interval,
@@ -336,10 +339,11 @@ def test_latency_percentiles_per_arm() -> None:
 
 def test_summarize_job_is_json_friendly() -> None:
     summary = summarize_job(make_runs(constant(10.0, 15.0), pairs=3))
-    assert set(summary) == {"speedup", "ci_low", "ci_high", "pairs", "agreement",
-                            "agreement_suspect", "drift_flag", "acceptance_rate",
-                            "mean_accepted_length"}
+    assert set(summary) == {"speedup", "ci_low", "ci_high", "pairs", "log_se", "df",
+                            "agreement", "agreement_suspect", "drift_flag",
+                            "acceptance_rate", "mean_accepted_length"}
     assert summary["speedup"] == pytest.approx(1.5) and summary["pairs"] == 3
+    assert summary["df"] == 2 and summary["log_se"] == pytest.approx(0.0)
     assert summary["agreement"] == 1.0 and summary["agreement_suspect"] is False
     assert summary["drift_flag"] is False and summary["acceptance_rate"] == 0.5
     json.dumps(summary)
@@ -440,3 +444,55 @@ def test_drift_flag_fires_on_a_drifting_baseline_and_not_on_a_stable_one() -> No
         # Counterbalancing keeps the speedup honest under drift: six pairs cancel it.
         speedups = [job_speedup(job_runs).estimate for job_runs in per_job]
         assert np.exp(np.mean(np.log(speedups))) == pytest.approx(1.15, rel=0.01)
+
+
+def _simulated_groups(jobs: int, tau: float, rng: np.random.Generator,
+                      groups: int = 4000, pairs: int = 6,
+                      noise: tuple[float, float] = (0.03, 0.03)) -> tuple[np.ndarray, np.ndarray]:
+    """Log speedups and standard errors of ``groups`` groups of ``jobs`` jobs each: every
+    job's true log speedup drawn around 0.3 with SD ``tau``, then ``pairs`` pairs with a
+    per-job noise SD drawn uniformly from ``noise``."""
+    truth = 0.3 + rng.normal(0.0, tau, size=(groups, jobs))
+    sds = rng.uniform(*noise, size=(groups, jobs, 1))
+    pair_values = truth[..., None] + rng.normal(0.0, 1.0, size=(groups, jobs, pairs)) * sds
+    estimates = pair_values.mean(axis=2)
+    errors = pair_values.std(axis=2, ddof=1) / math.sqrt(pairs)
+    return estimates, errors
+
+
+@pytest.mark.parametrize("noise", [(0.03, 0.03), (0.01, 0.08)], ids=["alike", "uneven"])
+@pytest.mark.parametrize("jobs", [2, 4, 8])
+@pytest.mark.parametrize("tau", [0.0, 0.03, 0.10])
+def test_group_interval_covers_the_typical_speedup_95_percent_of_the_time(
+        jobs: int, tau: float, noise: tuple[float, float]) -> None:
+    rng = np.random.default_rng(20261130 + jobs * 100 + int(tau * 1000) + int(noise[0] * 100))
+    estimates, errors = _simulated_groups(jobs, tau, rng, noise=noise)
+    covered = 0
+    for y, se in zip(estimates, errors, strict=True):
+        pooled = pool_jobs(y, se, [5] * jobs)
+        covered += pooled.low <= math.exp(0.3) <= pooled.high
+    coverage = covered / len(estimates)
+    print(f"jobs {jobs} tau {tau} noise {noise}: coverage {coverage:.3f}")
+    # Alike jobs: nominal. Eightfold uneven noise, no true spread: conservative, up to 0.972.
+    assert 0.93 <= coverage <= (0.97 if noise[0] == noise[1] else 0.98)
+
+
+def test_group_interval_shrinks_with_jobs_unlike_a_mean_of_bounds() -> None:
+    rng = np.random.default_rng(7)
+    widths = []
+    for jobs in (2, 8):
+        estimates, errors = _simulated_groups(jobs, 0.0, rng, groups=500)
+        widths.append(np.median([math.log(p.high / p.low) for p in
+                                 (pool_jobs(y, se, [5] * jobs)
+                                  for y, se in zip(estimates, errors, strict=True))]))
+    assert widths[1] < widths[0] / 2
+
+
+def test_one_job_pools_to_its_own_interval_and_unusable_jobs_are_left_out() -> None:
+    interval = speedup_interval([0.10, 0.12, 0.08, 0.11])
+    se = log_standard_error(interval.low, interval.high, interval.pairs)
+    pooled = pool_jobs([math.log(interval.estimate), 0.5], [se, NAN], [3, 0])
+    assert pooled.jobs == 1 and math.isnan(pooled.tau)
+    assert pooled.low == pytest.approx(interval.low) and pooled.high == pytest.approx(
+        interval.high)
+    assert pool_jobs([], [], []).jobs == 0
