@@ -181,17 +181,19 @@ def _check_one_job(runs: pd.DataFrame) -> None:
 
 
 def _valid(runs: pd.DataFrame) -> pd.DataFrame:
-    # Failed runs carry NaN (or zero) throughput: they are missing data, not slow runs.
-    return runs[runs["decode_tok_s"] > 0]
+    # Failed runs carry NaN, zero or infinite throughput: missing data, not slow or fast runs.
+    speed = runs["decode_tok_s"].astype(float)
+    return runs[np.isfinite(speed) & (speed > 0)]
 
 
 def pair_log_ratios(runs: pd.DataFrame) -> pd.Series:
     """Per pair, the mean over prompts of log(variant median / baseline median) of decode tok/s.
 
     Medians are over the pair's repetitions of each prompt, so one outlier repetition does not
-    move its pair. A pair is skipped when any prompt it ran lacks one arm (including a pair
-    with one arm only, e.g. still running): averaging over a different prompt mix would mix
-    prompts' different speedups into the pair-to-pair spread. Indexed by pair, ascending.
+    move its pair. A pair is skipped unless every prompt of the job has both arms in it (a
+    pair with one arm only, e.g. still running, or without a prompt's valid runs): averaging
+    over a different prompt mix would mix prompts' different speedups into the pair-to-pair
+    spread. Indexed by pair, ascending.
     """
     _check_one_job(runs)
     valid = _valid(runs)
@@ -199,6 +201,10 @@ def pair_log_ratios(runs: pd.DataFrame) -> pd.Series:
         return pd.Series(dtype=float, name="log_ratio", index=pd.Index([], name="pair"))
     medians = (valid.groupby(["pair", "prompt_id", "arm"])["decode_tok_s"].median()
                .unstack("arm").reindex(columns=list(ARMS)))
+    every = pd.MultiIndex.from_product([sorted(valid["pair"].unique()),
+                                        sorted(runs["prompt_id"].unique())],
+                                       names=["pair", "prompt_id"])
+    medians = medians.reindex(every)
     ratio = medians["variant"] / medians["baseline"]
     log_ratio = pd.Series(np.log(ratio.to_numpy(dtype=float)), index=ratio.index)
     complete = log_ratio.notna().groupby(level="pair").all()
@@ -327,6 +333,10 @@ def adaptive_stop(log_ratios: LogRatios, *, min_pairs: int = 3,
         return StopDecision(False, f"need {min_pairs} pairs (have {pairs})")
     width = speedup_interval(log_ratios, level).half_width
     shown = f"±{width:.1%}"
+    if width == 0.0 and pairs < max_pairs:
+        # Identical pair values are a measurement fault (a fixed clock, cached results),
+        # not certainty: never a reason to stop.
+        return StopDecision(False, f"zero spread after {pairs} pairs (degenerate); going on")
     if width <= target:
         return StopDecision(True, f"target reached ({shown} after {pairs} pairs)")
     if pairs >= max_pairs:
@@ -388,7 +398,11 @@ def acceptance(runs: pd.DataFrame) -> Acceptance:
     variant = runs[runs["arm"] == "variant"]
     drafts, drafted, accepted = (int(variant[column].fillna(0).sum())
                                  for column in ("spec_drafts", "spec_drafted", "spec_accepted"))
-    per_position = [_ratio(count, drafts)
+    # Per position: over the drafts of runs that have the counters (older builds lack them).
+    counted = variant["spec_accepted_per_pos"].map(
+        lambda counts: isinstance(counts, list | tuple | np.ndarray) and len(counts) > 0)
+    counted_drafts = int(variant.loc[counted, "spec_drafts"].fillna(0).sum())
+    per_position = [_ratio(count, counted_drafts)
                     for count in _summed_positions(variant["spec_accepted_per_pos"])]
     return Acceptance(drafts, drafted, accepted, _ratio(accepted, drafted),
                       _ratio(accepted + drafts, drafts), per_position)
@@ -484,7 +498,8 @@ def latency(runs: pd.DataFrame) -> pd.DataFrame:
 
 def summarize_job(runs: pd.DataFrame) -> dict[str, object]:
     """The job's headline numbers, JSON-friendly (plain floats, ints and bools; NaN allowed)."""
-    speedup = job_speedup(runs)
+    ratios = pair_log_ratios(runs)
+    speedup = speedup_interval(ratios)
     agreed = agreement(runs)
     accepted = acceptance(runs)
     return {
@@ -495,6 +510,11 @@ def summarize_job(runs: pd.DataFrame) -> dict[str, object]:
         # What a group interval needs to combine this job with others (see pool_jobs).
         "log_se": log_standard_error(speedup.low, speedup.high, speedup.pairs),
         "df": speedup.pairs - 1,
+        # Flags: pairs left out for a missing prompt or arm, runs with unusable tok/s, and
+        # a zero spread (identical pairs), which is a fault, not certainty.
+        "incomplete_pairs": int(runs["pair"].nunique()) - speedup.pairs,
+        "invalid_runs": len(runs) - len(_valid(runs)),
+        "degenerate": bool(speedup.pairs >= 2 and float(np.std(ratios)) == 0.0),
         "agreement": agreed.identical_share,
         "agreement_suspect": agreed.suspect,
         "drift_flag": _drift(runs, speedup.estimate).flag,

@@ -26,7 +26,8 @@ REPORT_COLUMNS = [
     "acceptance_rate", "mean_accepted_length", "drafted", "accepted", "agreement",
     "agreement_suspect", "drift_flag", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
     "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant", "e2e_p99_ms_variant",
-    "throttled_runs", "spilled_runs", "gpu_name", "bandwidth_bound", "runs"]
+    "throttled_runs", "spilled_runs", "gpu_name", "bandwidth_bound", "runs", "incomplete_pairs",
+    "invalid_runs", "degenerate"]
 
 
 def latest_campaign(engine: Engine) -> str:
@@ -90,6 +91,7 @@ def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
 
 
 SUMMARY_COLUMNS = ("ci_low", "ci_high", "agreement", "agreement_suspect", "drift_flag",
+                   "incomplete_pairs", "invalid_runs", "degenerate",
                    "mean_accepted_length", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
                    "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant",
                    "e2e_p99_ms_variant")

@@ -250,8 +250,9 @@ def test_acceptance_from_the_variant_counters() -> None:
     assert (found.drafts, found.drafted, found.accepted) == (40, 160, 80)
     assert found.rate == pytest.approx(0.5)
     assert found.mean_accepted_length == pytest.approx((80 + 40) / 40)
-    # Two code runs of [8, 6, 4, 2], one chat run of [1, 1, 1, 1, 4], one without counters.
-    assert found.per_position == pytest.approx([17 / 40, 13 / 40, 9 / 40, 5 / 40, 4 / 40])
+    # Two code runs of [8, 6, 4, 2], one chat run of [1, 1, 1, 1, 4], one without counters:
+    # over the 30 drafts of the runs that have them (issue 10: not all 40).
+    assert found.per_position == pytest.approx([17 / 30, 13 / 30, 9 / 30, 5 / 30, 4 / 30])
 
 
 def test_acceptance_without_drafts_is_nan_not_zero() -> None:
@@ -340,6 +341,7 @@ def test_latency_percentiles_per_arm() -> None:
 def test_summarize_job_is_json_friendly() -> None:
     summary = summarize_job(make_runs(constant(10.0, 15.0), pairs=3))
     assert set(summary) == {"speedup", "ci_low", "ci_high", "pairs", "log_se", "df",
+                            "incomplete_pairs", "invalid_runs", "degenerate",
                             "agreement", "agreement_suspect", "drift_flag",
                             "acceptance_rate", "mean_accepted_length"}
     assert summary["speedup"] == pytest.approx(1.5) and summary["pairs"] == 3
@@ -405,12 +407,10 @@ def test_simulated_adaptive_jobs_cover_the_true_ratio() -> None:
                          drift_per_block=rng.uniform(-0.01, 0.01, jobs),
                          block_sd=rng.uniform(0.01, 0.05, jobs),
                          run_sd=rng.uniform(0.01, 0.06, jobs))
-    # Every job's pairs in one call: pairs are renumbered apart and the frame treated as one
-    # job, which changes nothing since each pair's log ratio uses that pair's runs only. A
-    # pair's value does not depend on later pairs, so looking at prefixes is the same as
+    # A pair's value does not depend on later pairs, so looking at prefixes is the same as
     # running the pairs one by one.
-    compact = runs.assign(job_key="sim", pair=runs["sim_job"] * MAX_PAIRS + runs["pair"])
-    log_ratios = pair_log_ratios(compact).to_numpy().reshape(jobs, MAX_PAIRS)
+    log_ratios = np.stack([pair_log_ratios(job_runs.assign(job_key="sim")).to_numpy()
+                           for _, job_runs in runs.groupby("sim_job")])
     covered, used = 0, []
     for job in range(jobs):
         pairs = 1
@@ -496,3 +496,41 @@ def test_one_job_pools_to_its_own_interval_and_unusable_jobs_are_left_out() -> N
     assert pooled.low == pytest.approx(interval.low) and pooled.high == pytest.approx(
         interval.high)
     assert pool_jobs([], [], []).jobs == 0
+
+
+# --- Issue 10, item 6: bugs, each pinned by a test that failed before --------------------
+
+
+def test_a_pair_missing_a_prompt_is_left_out_not_averaged_over_another_mix() -> None:
+    # code speeds up 2x, chat 1x: a pair without its chat runs would read 2x instead of ~1.41x.
+    speeds = {"code-1": 2.0, "chat-1": 1.0}
+    runs = make_runs(lambda arm, block, prompt, rep: 100 * (speeds[prompt]
+                                                            if arm == "variant" else 1.0))
+    runs = runs[~((runs["pair"] == 1) & (runs["prompt_id"] == "chat-1"))]
+    ratios = pair_log_ratios(runs)
+    assert list(ratios.index) == [0, 2]
+    assert ratios.to_numpy() == pytest.approx([math.log(2) / 2] * 2)
+    assert summarize_job(runs)["incomplete_pairs"] == 1
+
+
+def test_zero_spread_is_flagged_and_never_stops_the_design() -> None:
+    decision = adaptive_stop([0.2, 0.2, 0.2, 0.2], min_pairs=3, max_pairs=8)
+    assert not decision.stop and "zero spread" in decision.reason
+    assert adaptive_stop([0.2] * 8, min_pairs=3, max_pairs=8).stop  # max pairs still ends it
+    summary = summarize_job(make_runs(constant(10.0, 15.0), pairs=3))
+    assert summary["degenerate"] is True
+
+
+def test_an_infinite_tok_s_is_an_invalid_run_not_a_zero_or_infinite_speedup() -> None:
+    runs = make_runs(constant(100.0, 150.0))
+    runs.loc[runs.index[0], "decode_tok_s"] = float("inf")
+    summary = summarize_job(runs)
+    assert summary["speedup"] == pytest.approx(1.5) and summary["invalid_runs"] == 1
+
+
+def test_per_position_acceptance_counts_only_drafts_of_runs_with_the_counters() -> None:
+    runs = make_runs(constant(100.0, 150.0), pairs=1, reps=2)
+    variant = runs.index[runs["arm"] == "variant"]
+    runs.loc[variant[0], "spec_accepted_per_pos"] = None  # an older build: no per position
+    per_position = acceptance(runs).per_position
+    assert per_position == pytest.approx([0.8, 0.6, 0.4, 0.2])  # 8/10, not 8*3/(10*4)
