@@ -7,6 +7,7 @@ identity and every measurement and provenance column.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ REPORT_COLUMNS = [
     "agreement_suspect", "drift_flag", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
     "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant", "e2e_p99_ms_variant",
     "throttled_runs", "spilled_runs", "gpu_name", "bandwidth_bound", "runs", "incomplete_pairs",
-    "invalid_runs", "degenerate"]
+    "invalid_runs", "degenerate", "best_of", "best_low", "best_high"]
 
 
 def latest_campaign(engine: Engine) -> str:
@@ -84,6 +85,7 @@ def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
     frame["acceptance_rate"] = (frame["accepted"] / frame["drafted"].where(frame["drafted"] > 0))
     # A variant that asked for speculation and drafted nothing is not a speedup to quote.
     frame.loc[frame["speculation"] == "none", "speedup"] = float("nan")
+    frame = _with_best_of(frame)
     for column in ("baseline_tok_s", "variant_tok_s", "speedup", "acceptance_rate"):
         frame[column] = frame[column].astype(float)
     frame[["drafted", "accepted", "runs"]] = frame[["drafted", "accepted", "runs"]].astype(int)
@@ -110,6 +112,28 @@ def _with_summaries(frame: pd.DataFrame) -> pd.DataFrame:
     for column in ("ci_low", "ci_high", "agreement", "mean_accepted_length"):
         frame[column] = frame[column].astype(float)
     frame["pairs"] = frame["pairs"].astype("Int64")
+    return frame
+
+
+def _with_best_of(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mark the fastest of the m >= 2 variants of each campaign x model x GPU class: the row a
+    reader picks, so it gets a simultaneous interval (``farm.stats.best_of_interval``)."""
+    from farm.stats import best_of_interval
+
+    frame = frame.assign(best_of=pd.Series(pd.NA, index=frame.index, dtype="Int64"),
+                         best_low=float("nan"), best_high=float("nan"))
+    for _, jobs in frame.groupby(["campaign", "model", "gpu_class"], dropna=False):
+        measured = jobs[jobs["speedup"].notna() & jobs["log_se"].notna()]
+        if len(measured) < 2:
+            continue
+        speedups = measured["speedup"].to_numpy(dtype=float)
+        best = int(np.argmax(speedups))
+        low, high = best_of_interval(math.log(speedups[best]),
+                                     float(measured["log_se"].to_numpy(dtype=float)[best]),
+                                     int(measured["df"].to_numpy(dtype=float)[best]),
+                                     len(measured))
+        frame.loc[measured.index[best], ["best_of", "best_low", "best_high"]] = [
+            len(measured), low, high]
     return frame
 
 

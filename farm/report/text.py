@@ -95,6 +95,9 @@ def _flags(row: Row) -> str:
         flags.append(f"GPU throttled in {row['throttled_runs']} runs")
     if row["spilled_runs"]:
         flags.append("weights not all on GPU")
+    if pd.notna(row.get("best_of")):
+        flags.append(f"best of {int(row['best_of'])}: "
+                     f"{cells.bracket(row['best_low'], row['best_high'])} together")
     return ", ".join(flags)
 
 

@@ -142,3 +142,23 @@ def test_group_rows_pool_jobs_with_a_random_effects_interval_and_tau() -> None:
                                                                    category="code")
     [row] = category_summary(categories).to_dict(orient="records")
     assert row["jobs"] == 3 and row["low"] < row["speedup"] < row["high"]
+
+
+def test_the_best_of_several_variants_is_marked_with_its_simultaneous_interval() -> None:
+    from farm.report.frames import _with_best_of
+    from farm.report.text import _flags
+
+    report = pd.DataFrame({
+        "campaign": ["c"] * 3 + ["d"], "model": ["m"] * 4, "gpu_class": ["a"] * 4,
+        "speedup": [1.10, 1.30, 1.20, 1.50], "log_se": [0.02, 0.02, 0.02, 0.02],
+        "df": [5, 5, 5, 5]})
+    marked = _with_best_of(report)
+    assert marked.loc[1, "best_of"] == 3
+    assert pd.isna(marked.loc[0, "best_of"]) and pd.isna(marked.loc[2, "best_of"])
+    assert pd.isna(marked.loc[3, "best_of"])  # alone in its campaign: nothing picked
+    low, high = marked.loc[1, "best_low"], marked.loc[1, "best_high"]
+    assert low < 1.30 < high and (high - low) > 2 * 1.3 * 0.02 * 2.571  # wider than plain
+    row = {**dict.fromkeys(("speculation", "agreement_suspect", "drift_flag",
+                            "failure_class", "throttled_runs", "spilled_runs")),
+           **marked.loc[1].to_dict()}
+    assert "best of 3: [" in _flags(row)

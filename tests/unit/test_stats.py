@@ -16,6 +16,7 @@ from farm.stats import (
     acceptance,
     adaptive_stop,
     agreement,
+    best_of_interval,
     drift,
     job_speedup,
     latency,
@@ -534,3 +535,21 @@ def test_per_position_acceptance_counts_only_drafts_of_runs_with_the_counters() 
     runs.loc[variant[0], "spec_accepted_per_pos"] = None  # an older build: no per position
     per_position = acceptance(runs).per_position
     assert per_position == pytest.approx([0.8, 0.6, 0.4, 0.2])  # 8/10, not 8*3/(10*4)
+
+
+@pytest.mark.parametrize("variants", [5, 20])
+def test_the_best_of_m_variants_gets_a_simultaneous_interval_that_covers(variants: int) -> None:
+    # m equal variants (true speedup e^0.2), each job 6 pairs: the best-looking one's plain
+    # interval is optimistic; its simultaneous (Bonferroni) interval is not.
+    rng = np.random.default_rng(4000 + variants)
+    estimates, errors = _simulated_groups(variants, 0.0, rng, groups=4000)
+    estimates = estimates - 0.1  # centre on 0.2 instead of 0.3
+    plain = simultaneous = 0
+    for y, se in zip(estimates, errors, strict=True):
+        best = int(np.argmax(y))
+        one = best_of_interval(float(y[best]), float(se[best]), 5, 1)
+        many = best_of_interval(float(y[best]), float(se[best]), 5, variants)
+        plain += one[0] <= math.exp(0.2) <= one[1]
+        simultaneous += many[0] <= math.exp(0.2) <= many[1]
+    print(f"best of {variants}: plain {plain / 4000:.3f}, simultaneous {simultaneous / 4000:.3f}")
+    assert simultaneous / 4000 >= 0.95 and plain / 4000 < 0.9
