@@ -19,10 +19,10 @@ from farm.settings import Settings
 from farm.store import repo
 from farm.store.db import connected, upgrade
 from farm.store.models import JobState
-from workers.checks import Preflight, preflight
+from workers.checks import Preflight, check_arms, preflight
 from workers.executor import RunResult, execute_job
 from workers.failures import classify
-from workers.node import NodeFiles, NotOnThisNode, local_files, resolve
+from workers.node import NodeFiles, NotOnThisNode, local_files, resolve, resolve_arms
 from workers.paths import NodePaths
 from workers.runtime.server import HOST
 from workers.sinks import DbRunSink, job_summary
@@ -85,6 +85,16 @@ def checked_jobs(path: Path, matrix: Matrix, specs: list[JobSpec], node: NodeFil
         except ConfigError as exc:
             raise type(exc)(f"{_where(path, matrix, spec, exc)}: {exc}", role=exc.role) from exc
     return checked
+
+
+def _flags_checked(path: Path, matrix: Matrix, spec: JobSpec, node: NodeFiles) -> JobSpec:
+    """The job's arms resolved and checked against their builds, its model left as written."""
+    try:
+        return check_arms(resolve_arms(spec, node))[0]
+    except NotOnThisNode:
+        raise
+    except ConfigError as exc:
+        raise type(exc)(f"{_where(path, matrix, spec, exc)}: {exc}", role=exc.role) from exc
 
 
 class _Progress:
@@ -154,16 +164,24 @@ def _one_class(path: Path, matrix: Matrix, gpu_class: str | None) -> str:
 def dry_run_as_worker(path: Path, matrix: Matrix, specs: list[JobSpec], paths: NodePaths,
                       console: Console) -> None:
     """`farm submit --dry-run`: each job checked as a worker would check it (names inside
-    the models dir, builds by name) with this machine's builds and models; a job whose
-    build or model is not here is shown as written, and says so."""
+    the models dir, builds by name) with this machine's builds and models. Without the
+    model here, its flags are still checked against the build; without the build, the job
+    is shown as written. Either way it says what was not checked."""
     node = local_files(paths, None, allow_file_flags=False)
     shown, unchecked = [], []
     for spec in specs:
         try:
             shown.append(checked_jobs(path, matrix, [spec], node, paths)[0][1].spec)
+            continue
         except NotOnThisNode as exc:
+            missing = exc
+        try:
+            shown.append(_flags_checked(path, matrix, spec, node))
+            unchecked.append(f"job {spec.job_key[:12]}: flags checked against the build; "
+                             f"not checked on this machine: {missing}")
+        except NotOnThisNode:
             shown.append(spec)
-            unchecked.append(f"job {spec.job_key[:12]} not checked on this machine: {exc}")
+            unchecked.append(f"job {spec.job_key[:12]} not checked on this machine: {missing}")
     print_dry_run(shown, console)
     for line in unchecked:
         console.print(line, markup=False, soft_wrap=True)

@@ -149,8 +149,9 @@ def _check_draft(arm: Arm, target: ModelInfo, draft: ModelInfo) -> None:
             "same tokens: pick a draft model of the same family", role=arm.role)
 
 
-def preflight(spec: JobSpec, paths: NodePaths) -> Preflight:
-    """Probe the builds, check and translate both arms, check the model; ConfigError if unfit."""
+def check_arms(spec: JobSpec) -> tuple[JobSpec, dict[str, BinaryProbe], list[str]]:
+    """Probe both arms' builds, check and translate their flags: the job as it will run, the
+    probes and the renames applied; ConfigError if a flag or value is unfit."""
     probes: dict[str, BinaryProbe] = {}
     arms: dict[str, Arm] = {}
     translations: list[str] = []
@@ -162,6 +163,12 @@ def preflight(spec: JobSpec, paths: NodePaths) -> Preflight:
             raise type(exc)(f"{arm.role} arm {arm.name!r}: {exc}", role=arm.role) from exc
         translations += [f"{arm.role}: {note}" for note in notes]
     checked = spec.model_copy(update={"baseline": arms["baseline"], "variant": arms["variant"]})
+    return checked, probes, translations
+
+
+def preflight(spec: JobSpec, paths: NodePaths) -> Preflight:
+    """Probe the builds, check and translate both arms, check the model; ConfigError if unfit."""
+    checked, probes, translations = check_arms(spec)
     model = inspect_model(spec.model.local_path, paths)
     _check_model(checked, model, paths)
     return Preflight(spec=checked, probes=probes, model=model, translations=translations)

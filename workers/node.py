@@ -151,6 +151,12 @@ def _resolve_arm(arm: Arm, node: NodeFiles) -> Arm:
                                   "build": _resolve_build(arm.build, node)})
 
 
+def resolve_arms(spec: JobSpec, node: NodeFiles) -> JobSpec:
+    """The job with its builds and file flags resolved on ``node`` (the model as written)."""
+    return spec.model_copy(update={"baseline": _resolve_arm(spec.baseline, node),
+                                   "variant": _resolve_arm(spec.variant, node)})
+
+
 def resolve(spec: JobSpec, node: NodeFiles) -> JobSpec:
     """The job with its builds, model and file flags resolved on ``node``, or ConfigError
     (NotOnThisNode when a build or file is missing here)."""
@@ -158,8 +164,5 @@ def resolve(spec: JobSpec, node: NodeFiles) -> JobSpec:
     what = f"model {model.name!r}"
     path = (_model_path(node, model.path, what) if model.path is not None
             else _inside(node, model.file or f"{model.name}.gguf", what))
-    return spec.model_copy(update={
-        "model": ModelRef(name=model.name, file=model.file, path=path),
-        "baseline": _resolve_arm(spec.baseline, node),
-        "variant": _resolve_arm(spec.variant, node),
-    })
+    return resolve_arms(spec, node).model_copy(update={
+        "model": ModelRef(name=model.name, file=model.file, path=path)})

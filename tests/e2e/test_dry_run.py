@@ -59,9 +59,20 @@ def test_submit_dry_run_shows_a_job_whose_model_is_elsewhere_as_not_checked(
     assert "MODELS_DIR/only-on-the-gpu-node.gguf" in result.stdout
     assert " --spec-type ngram-simple" in result.stdout
     [note] = [line for line in result.stdout.splitlines() if "not checked" in line]
-    assert note.startswith("job ") and (
-        f" not checked on this machine: {matrix}: models[0].file: model 'm' "
+    assert note.startswith("job ") and "flags checked against the build" in note and (
+        f"not checked on this machine: {matrix}: models[0].file: model 'm' "
         "'only-on-the-gpu-node.gguf' not found in the models dir ") in note
+    assert not isolated_data_dir.exists()
+
+
+def test_submit_dry_run_checks_the_flags_even_when_the_model_is_elsewhere(
+        tmp_path: Path, provisioned: Provisioned, isolated_data_dir: Path) -> None:
+    matrix = write_matrix(tmp_path, _fleet_matrix("only-on-the-gpu-node.gguf",
+                                                  **{"cache-type-k": "q9_0"}))
+    result = run_cli("submit", "--dry-run", str(matrix))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {matrix}: flags (baseline): ")
+    assert "does not accept" in result.stderr and "q9_0" in result.stderr
     assert not isolated_data_dir.exists()
 
 
