@@ -133,3 +133,9 @@ class JobsFailed(RuntimeFarmError):
 def first_line(error: BaseException | None) -> str:
     """The gist of an error: drivers explain over several lines ("Is the server running")."""
     return next(iter(str(error).strip().splitlines()), type(error).__name__)
+
+
+# Failure classes that can succeed when tried again (a slow start, a crash, a dropped
+# request); the others fail at once.
+RETRYABLE = frozenset({ServerStartTimeout.failure_class, ServerStartError.failure_class,
+                       BenchmarkError.failure_class})

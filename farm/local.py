@@ -21,7 +21,6 @@ from farm.store.db import connected, upgrade
 from farm.store.models import JobState
 from workers.checks import Preflight, check_arms, preflight
 from workers.executor import RunResult, execute_job
-from workers.failures import classify
 from workers.node import NodeFiles, NotOnThisNode, local_files, resolve, resolve_arms
 from workers.paths import NodePaths
 from workers.runtime.server import HOST
@@ -143,7 +142,7 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings:
                                    "interrupted; `farm run` resumes")
                 raise
             except FarmError as exc:
-                repo.mark_finished(engine, job_id, JobState.FAILED, str(exc), classify(exc))
+                repo.mark_finished(engine, job_id, JobState.FAILED, str(exc), exc.failure_class)
                 console.print(f"[red]job {spec.job_key[:10]} failed:[/red] {exc}", markup=False)
                 failed += 1
                 continue

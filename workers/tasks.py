@@ -23,7 +23,7 @@ from celery.exceptions import Reject, SoftTimeLimitExceeded
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from farm.errors import FarmError, first_line
+from farm.errors import RETRYABLE, FarmError, first_line
 from farm.fleet.app import TASK_NAME
 from farm.fleet.reconcile import reconcile
 from farm.matrix.spec import JobSpec
@@ -34,7 +34,6 @@ from farm.store.db import make_engine
 from farm.store.models import Job, JobState
 from workers.config import WorkerConfig
 from workers.executor import execute_job
-from workers.failures import RETRYABLE, classify
 from workers.node import resolve, worker_files
 from workers.paths import NodePaths
 from workers.sinks import LeasedRunSink, job_summary
@@ -230,7 +229,7 @@ def _retry_or_fail(engine: Engine, lease: leases.Lease, max_attempts: int, exc: 
     """Failures that can pass (timeouts, crashes, dropped requests) run again after a
     backoff, kept in the database, until the attempts run out; the others fail at once
     with their class."""
-    failure = classify(exc)
+    failure = exc.failure_class
     if failure not in RETRYABLE or lease.attempt >= max_attempts:
         patient(lambda: leases.finish(engine, lease, JobState.FAILED,
                                       f"attempt {lease.attempt}: {exc}", failure), "finishing")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,23 +109,33 @@ def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
     raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
 
 
-@pytest.fixture
-def fleet(tmp_path: Path, postgres_url: str, smollm2: Path) -> Iterator[Fleet]:
-    redis_db = random.randint(8, 15)
-    broker = f"{REDIS_URL}/{redis_db}"
-    redis.Redis.from_url(broker).flushdb()
-    models = tmp_path / "models"
+@contextmanager
+def open_fleet(root: Path, smollm2: Path, database_url: str, broker_url: str,
+               **settings: str) -> Iterator[Fleet]:
+    """A migrated database, a models dir with SmolLM2, the FARM_* environment (lease 15 s
+    unless ``settings`` say otherwise); every worker stopped on the way out."""
+    models = root / "models"
     models.mkdir()
     (models / "smollm2.gguf").hardlink_to(smollm2)
-    env = {**os.environ, "FARM_DATABASE_URL": postgres_url, "FARM_BROKER_URL": broker,
-           "FARM_DATA_DIR": str(tmp_path / "data"), "FARM_LEASE_SECONDS": "15"}
-    fleet = Fleet(env=env, root=tmp_path, models=models, engine=make_engine(postgres_url))
+    env = {**os.environ, "FARM_DATABASE_URL": database_url, "FARM_BROKER_URL": broker_url,
+           "FARM_DATA_DIR": str(root / "data"), "FARM_LEASE_SECONDS": "15", **settings}
+    fleet = Fleet(env=env, root=root, models=models, engine=make_engine(database_url))
     assert fleet.farm("db", "upgrade").returncode == 0
     try:
         yield fleet
     finally:
         fleet.stop_workers()
         fleet.engine.dispose()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, postgres_url: str, smollm2: Path) -> Iterator[Fleet]:
+    broker = f"{REDIS_URL}/{random.randint(8, 15)}"
+    redis.Redis.from_url(broker).flushdb()
+    try:
+        with open_fleet(tmp_path, smollm2, postgres_url, broker) as fleet:
+            yield fleet
+    finally:
         redis.Redis.from_url(broker).flushdb()
 
 

@@ -22,8 +22,7 @@ import psycopg
 import pytest
 import yaml
 
-from farm.store.db import make_engine
-from tests.e2e.test_fleet import Fleet, servers_of, wait_for
+from tests.e2e.test_fleet import Fleet, open_fleet, servers_of, wait_for
 from tests.helpers import COPY_PROMPT
 from workers.provision import Provisioned
 
@@ -139,19 +138,9 @@ def services() -> Iterator[tuple[PrivatePostgres, PrivateRedis]]:
 def fleet(tmp_path: Path, services: tuple[PrivatePostgres, PrivateRedis],
           smollm2: Path) -> Iterator[Fleet]:
     postgres, redis = services
-    models = tmp_path / "models"
-    models.mkdir()
-    (models / "smollm2.gguf").hardlink_to(smollm2)
-    env = {**os.environ, "FARM_DATABASE_URL": postgres.url, "FARM_BROKER_URL": redis.url,
-           "FARM_DATA_DIR": str(tmp_path / "data"), "FARM_LEASE_SECONDS": str(LEASE),
-           "FARM_REPOST_AFTER": str(REPOST_AFTER)}
-    fleet = Fleet(env=env, root=tmp_path, models=models, engine=make_engine(postgres.url))
-    assert fleet.farm("db", "upgrade").returncode == 0
-    try:
+    with open_fleet(tmp_path, smollm2, postgres.url, redis.url,
+                    FARM_LEASE_SECONDS=str(LEASE), FARM_REPOST_AFTER=str(REPOST_AFTER)) as fleet:
         yield fleet
-    finally:
-        fleet.stop_workers()
-        fleet.engine.dispose()
 
 
 def _campaign(fleet: Fleet, name: str, repetitions: int = REPETITIONS) -> Path:

@@ -11,7 +11,6 @@ from farm.errors import ConfigError, NoMtpHeads, UnsupportedByBuild
 from farm.matrix.flags import FlagValue
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
 from workers.checks import check_arm, preflight
-from workers.failures import classify
 from workers.paths import NodePaths
 from workers.provision import Provisioned
 from workers.runtime.probe import BinaryProbe, Option, probe_binary
@@ -79,7 +78,7 @@ def test_a_word_for_a_numeric_flag_names_what_it_takes(probe: BinaryProbe) -> No
 def test_a_type_the_build_lacks_is_unsupported_by_build(probe: BinaryProbe) -> None:
     with pytest.raises(UnsupportedByBuild, match="does not accept 'eagle9'") as caught:
         check(probe, "spec-type", "eagle9")
-    assert classify(caught.value) == "unsupported_by_build"
+    assert caught.value.failure_class == "unsupported_by_build"
 
 
 def test_draft_mtp_on_a_model_without_mtp_heads_is_refused_before_any_server_starts(
@@ -94,4 +93,4 @@ def test_draft_mtp_on_a_model_without_mtp_heads_is_refused_before_any_server_sta
         n_predict=8, sampling={}, repetitions=1, pairs=1, max_pairs=1, target_ci=0.03)
     with pytest.raises(NoMtpHeads, match="needs MTP heads") as caught:
         preflight(spec, node_paths)
-    assert caught.value.role == "variant" and classify(caught.value) == "no_mtp_heads"
+    assert caught.value.role == "variant" and caught.value.failure_class == "no_mtp_heads"

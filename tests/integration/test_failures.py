@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.errors import ServerStartError
-from workers.failures import RETRYABLE, classify
+from farm.errors import RETRYABLE, ServerStartError
 from workers.provision import Provisioned
 from workers.runtime.server import LlamaServer
 
@@ -28,7 +27,7 @@ def test_failed_start_is_classified_from_the_server_log(
                          tmp_path / "server.log")
     with pytest.raises(ServerStartError) as caught:
         server.start()
-    assert classify(caught.value) == expected
+    assert caught.value.failure_class == expected
     assert expected not in RETRYABLE
 
 
@@ -38,5 +37,5 @@ def test_a_server_that_is_not_ready_in_time_is_a_retryable_timeout(
                          tmp_path / "slow.log", startup_timeout=0.05)
     with pytest.raises(ServerStartError) as caught:
         server.start()
-    assert classify(caught.value) == "timeout" and "timeout" in RETRYABLE
+    assert caught.value.failure_class == "timeout" and "timeout" in RETRYABLE
     assert server.pid is None  # stopped, not left behind

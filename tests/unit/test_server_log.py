@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from farm.errors import (
+    RETRYABLE,
     BenchmarkError,
     ConfigError,
     FarmError,
@@ -19,7 +20,6 @@ from farm.errors import (
     ServiceUnavailable,
     UnsupportedByBuild,
 )
-from workers.failures import RETRYABLE, classify
 from workers.runtime import server_log
 
 
@@ -45,15 +45,15 @@ from workers.runtime import server_log
 def test_a_server_that_exited_is_classified_from_its_own_words(log: str, expected: str) -> None:
     error = server_log.start_error("llama-server exited with code 1 while starting", log)
     assert isinstance(error, ServerStartError)
-    assert classify(error) == expected
+    assert error.failure_class == expected
     assert error.log_tail == log and log in str(error)
 
 
 def test_a_server_not_ready_in_time_is_a_timeout_unless_its_log_says_why() -> None:
     waiting = "load_tensors: loading model tensors, this can take a while...\n"
-    assert classify(server_log.start_error("slow", waiting, timed_out=True)) == "timeout"
+    assert server_log.start_error("slow", waiting, timed_out=True).failure_class == "timeout"
     stuck = waiting + "cudaMalloc failed: out of memory\n"
-    assert classify(server_log.start_error("slow", stuck, timed_out=True)) == "out_of_memory"
+    assert server_log.start_error("slow", stuck, timed_out=True).failure_class == "out_of_memory"
 
 
 @pytest.mark.parametrize(("log", "lost"), [
@@ -100,7 +100,7 @@ def test_weights_spilled(log: str, spilled: bool) -> None:
 ])
 def test_errors_raised_before_or_after_the_start_carry_their_class(
         error: FarmError, expected: str) -> None:
-    assert classify(error) == expected
+    assert error.failure_class == expected
 
 
 def test_only_passing_failures_are_retried() -> None:
