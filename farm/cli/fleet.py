@@ -8,7 +8,18 @@ import click
 from rich.console import Console
 
 from farm.cli.base import cli
-from farm.settings import load_settings
+from farm.settings import Settings, load_settings
+
+
+def _dry_run(matrix: Path, settings: Settings) -> None:
+    # Imported only here: the node's runner brings pandas, a second of start-up that a
+    # 10,000-job submit cannot spare.
+    from farm.local import dry_run_as_worker
+    from farm.matrix.load import load_matrix
+    from farm.report.text import wide_console
+    from workers.paths import NodePaths
+
+    dry_run_as_worker(matrix, *load_matrix(matrix), NodePaths.of(settings), wide_console())
 
 
 @cli.command()
@@ -25,15 +36,12 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: boo
     from farm.fleet.app import make_app
     from farm.fleet.submit import require_fleet
     from farm.fleet.submit import submit as do_submit
-    from farm.local import dry_run_as_worker
     from farm.matrix.load import load_matrix
-    from farm.report.text import wide_console
     from farm.store.db import connected
-    from workers.paths import NodePaths
 
     settings = load_settings()
     if dry_run:
-        dry_run_as_worker(matrix, *load_matrix(matrix), NodePaths.of(settings), wide_console())
+        _dry_run(matrix, settings)
         return
     require_fleet(settings)
     loaded = load_matrix(matrix)  # bad input fails before services are touched
