@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import redis.exceptions
 from celery import Celery
-from kombu.exceptions import OperationalError
+from celery.utils.nodenames import anon_nodename
+from kombu.exceptions import BatchPublishError, OperationalError
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -85,16 +86,29 @@ def _task_id(message: dict[str, object]) -> str:
 
 
 def send(app: Celery, messages: list[outbox.Message]) -> None:
-    """Send the messages to their classes' queues over one broker connection."""
+    """Send the messages to their classes' queues over one broker connection.
+
+    Each is the task message ``send_task`` would send (Celery's own ``create_task_message``
+    and ``send_task_message``), without the routing and queue declaration that
+    ``send_task`` repeats for every message: each queue is declared once, and the messages
+    go out in one Redis pipeline per 1,000 commands, not a round trip each.
+    """
     if not messages:
         return
+    amqp = app.amqp
+    queues = {name: amqp.queues[name] for name in {queue_name(m.gpu_class) for m in messages}}
+    # Celery would work these out anew for every message (the repr of no keyword arguments,
+    # this host's node name): a quarter of the time sending takes.
+    same = {"kwargs": {}, "kwargsrepr": "{}", "origin": anon_nodename()}
     try:
-        # One Redis pipeline per 1,000 commands instead of two round trips per job (the
-        # task message): a 10,000-job campaign posts in seconds.
-        with app.producer_or_acquire() as producer, producer.batch(max_size=1000):
-            for message in messages:
-                app.send_task(TASK_NAME, args=[message.job_id], task_id=message.task_id,
-                              queue=queue_name(message.gpu_class), argsrepr=message.label,
-                              producer=producer)
-    except OperationalError as exc:
+        with app.producer_or_acquire() as producer:
+            for queue in queues.values():
+                producer.maybe_declare(queue)
+            with producer.batch(max_size=1000):
+                for message in messages:
+                    task = amqp.create_task_message(message.task_id, TASK_NAME, [message.job_id],
+                                                    argsrepr=message.label, **same)
+                    amqp.send_task_message(producer, TASK_NAME, task, declare=[],
+                                           queue=queues[queue_name(message.gpu_class)])
+    except (OperationalError, BatchPublishError, redis.exceptions.RedisError) as exc:
         raise broker_unreachable(app.conf.broker_url, exc) from exc

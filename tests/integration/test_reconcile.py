@@ -8,6 +8,7 @@ import random
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -15,7 +16,8 @@ from celery import Celery
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
-from farm.fleet.app import make_app
+from farm.errors import ServiceUnavailable
+from farm.fleet.app import TASK_NAME, make_app
 from farm.fleet.reconcile import held_jobs, reconcile
 from farm.settings import load_settings
 from farm.store import leases, outbox
@@ -41,11 +43,12 @@ def broker() -> Iterator[tuple[Celery, redis.Redis]]:
     client.close()
 
 
-def _jobs(engine: Engine, count: int) -> list[int]:
+def _jobs(engine: Engine, count: int, gpu_classes: tuple[str, ...] = ("cpu",)) -> list[int]:
     with Session(engine) as session, session.begin():
         campaign = Campaign(name="c", matrix_path="m")
         jobs = [Job(campaign=campaign, job_key=f"{i:064d}", model_name="m", build_name="b",
-                    variant_name="v", varying={}, spec={}, state="queued", gpu_class="cpu")
+                    variant_name=f"v{i}", varying={}, spec={}, state="queued",
+                    gpu_class=gpu_classes[i % len(gpu_classes)])
                 for i in range(count)]
         session.add_all(jobs)
         session.flush()
@@ -155,3 +158,49 @@ def test_cancelled_done_and_exhausted_jobs_are_not_posted(
         for job_id, values in zip(ids[:3], changes, strict=True):
             session.execute(update(Job).where(Job.id == job_id).values(**values))
     assert [m.job_id for m in reconcile(engine, app, 30, recheck=True).posted] == [ids[3]]
+
+
+def test_each_job_is_a_celery_task_message_on_its_class_queue(
+        engine: Engine, broker: tuple[Celery, redis.Redis]) -> None:
+    app, _ = broker
+    ids = _jobs(engine, 6, ("cpu", "h100"))
+    reconcile(engine, app, 30)
+    found: dict[int, tuple[str, str]] = {}
+    with app.connection_for_read() as connection:
+        channel = connection.default_channel
+        for queue in ("gpu.cpu", "gpu.h100"):
+            while (message := channel.basic_get(queue, no_ack=True)) is not None:
+                args, kwargs, _embed = message.decode()  # Celery's protocol 2 body
+                headers = message.headers
+                assert (headers["task"], headers["root_id"], kwargs) == (
+                    TASK_NAME, headers["id"], {})
+                assert message.delivery_info["routing_key"] == queue
+                found[args[0]] = (queue, headers["id"])
+                assert headers["argsrepr"] == f"c m v{ids.index(args[0])} [{queue[4:]}]"
+    assert found == {job_id: (f"gpu.{('cpu', 'h100')[n % 2]}", f"job-{job_id}-1")
+                     for n, job_id in enumerate(ids)}
+
+
+def test_a_send_that_fails_marks_nothing_and_the_next_reconciliation_posts_all(
+        engine: Engine, broker: tuple[Celery, redis.Redis],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    app, client = broker
+    ids = _jobs(engine, 20)
+
+    execute = redis.client.Pipeline.execute
+
+    def gone_at_the_push(pipeline: redis.client.Pipeline, raise_on_error: bool = True) -> Any:
+        # Redis goes away as the batch of messages is sent (the queue was declared).
+        if any(args[0] == "LPUSH" for args, _options in pipeline.command_stack):
+            raise redis.exceptions.ConnectionError("Connection closed by server.")
+        return execute(pipeline, raise_on_error)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(redis.client.Pipeline, "execute", gone_at_the_push)
+        with pytest.raises(ServiceUnavailable, match="cannot reach the broker"):
+            reconcile(engine, app, 30)
+    with Session(engine) as session:
+        assert set(session.execute(select(Job.post_gen, Job.posted_at))) == {(0, None)}
+    assert client.llen(QUEUE) == 0
+    assert {m.task_id for m in reconcile(engine, app, 30).posted} == {f"job-{i}-1" for i in ids}
+    assert _queued_jobs(client) == ids
