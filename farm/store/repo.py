@@ -4,16 +4,20 @@ Runs are written by the sinks in ``workers.sinks``, beside the executor that mak
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from farm.matrix.spec import JobSpec
 from farm.store.models import Campaign, Job, JobState, Model
+
+if TYPE_CHECKING:
+    import psycopg
 
 
 def ensure_campaign(session: Session, name: str, matrix_path: str) -> Campaign:
@@ -28,24 +32,43 @@ def ensure_campaign(session: Session, name: str, matrix_path: str) -> Campaign:
 
 def ensure_jobs(session: Session, campaign: Campaign, specs: Sequence[JobSpec],
                 max_attempts: int = 3) -> dict[str, int]:
-    """The ids of the campaign's jobs by ``job_key``, inserting those not stored yet.
-
-    New rows go in with one multi-row INSERT and keys are read as plain tuples: a
-    10,000-job matrix must not cost 10,000 ORM flushes or objects.
-    """
+    """The ids of the campaign's jobs by ``job_key``, inserting those not stored yet."""
     keys = select(Job.job_key, Job.id).where(Job.campaign_id == campaign.id)
     existing = {key: job_id for key, job_id in session.execute(keys)}
     new = [spec for spec in specs if spec.job_key not in existing]
     if new:
-        session.execute(insert(Job), [
-            {"campaign_id": campaign.id, "job_key": spec.job_key, "model_name": spec.model.name,
-             "build_name": spec.build.name, "variant_name": spec.variant.name,
-             "varying": spec.varying, "spec": spec.model_dump(mode="json"),
-             "gpu_class": spec.gpu_class, "state": JobState.QUEUED, "attempt": 0,
-             "max_attempts": max_attempts, "comparable_key": spec.comparable_key}
-            for spec in new])
+        _insert_jobs(session, [_job_row(campaign.id, spec, max_attempts) for spec in new])
         existing = {key: job_id for key, job_id in session.execute(keys)}
     return existing
+
+
+_JOB_COLUMNS = ("campaign_id", "job_key", "comparable_key", "model_name", "build_name",
+                "variant_name", "gpu_class", "state", "attempt", "max_attempts", "varying", "spec")
+
+
+def _job_row(campaign_id: int, spec: JobSpec, max_attempts: int) -> tuple[Any, ...]:
+    """A new job's values in ``_JOB_COLUMNS`` order, its JSON columns already as text:
+    pydantic writes a spec's JSON several times faster than ``json.dumps`` of its dump."""
+    return (campaign_id, spec.job_key, spec.comparable_key, spec.model.name, spec.build.name,
+            spec.variant.name, spec.gpu_class, JobState.QUEUED.value, 0, max_attempts,
+            json.dumps(spec.varying), spec.model_dump_json())
+
+
+def _insert_jobs(session: Session, rows: list[tuple[Any, ...]]) -> None:
+    """Insert job rows: by COPY on PostgreSQL (a 10,000-job matrix in a fraction of the
+    time of an INSERT per row), in one executemany on SQLite."""
+    connection = session.connection()
+    columns = ", ".join(_JOB_COLUMNS)
+    if connection.dialect.name == "postgresql":
+        driver = cast("psycopg.Connection[Any]", connection.connection.driver_connection)
+        with (driver.cursor() as cursor,
+              cursor.copy(f"COPY {Job.__tablename__} ({columns}) FROM STDIN") as copy):
+            for row in rows:
+                copy.write_row(row)
+    else:
+        marks = ", ".join("?" * len(_JOB_COLUMNS))
+        connection.exec_driver_sql(
+            f"INSERT INTO {Job.__tablename__} ({columns}) VALUES ({marks})", rows)
 
 
 def register(engine: Engine, campaign_name: str, matrix_path: str,
