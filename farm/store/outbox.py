@@ -14,7 +14,21 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import ColumnElement, String, and_, cast, func, literal, or_, select, update
+from sqlalchemy import (
+    ARRAY,
+    ColumnElement,
+    Integer,
+    String,
+    and_,
+    any_,
+    bindparam,
+    cast,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from farm.store.models import Campaign, Job, JobState
@@ -72,10 +86,16 @@ def take(session: Session, repost_after: int, campaign_id: int | None = None) ->
             for job_id, gpu_class, model, variant, posted_at, campaign in session.execute(query)]
 
 
+def _among(job_ids: list[int]) -> ColumnElement[bool]:
+    # One PostgreSQL array parameter (the fleet's store): an IN list of 10,000 parameters
+    # costs a quarter of a second to build and parse.
+    return Job.id == any_(bindparam("job_ids", job_ids, type_=ARRAY(Integer)))
+
+
 def confirm(session: Session, job_ids: list[int]) -> None:
     """Their messages were seen waiting in the broker: check again after another bound."""
     if job_ids:
-        session.execute(update(Job).where(Job.id.in_(job_ids)).values(posted_at=func.now()))
+        session.execute(update(Job).where(_among(job_ids)).values(posted_at=func.now()))
 
 
 def mark_posted(session: Session, pending: list[Pending]) -> list[Message]:
@@ -86,7 +106,7 @@ def mark_posted(session: Session, pending: list[Pending]) -> list[Message]:
     task_id = (literal("job-", String) + cast(Job.id, String) + literal("-", String)
                + cast(Job.post_gen + 1, String))
     rows = session.execute(
-        update(Job).where(Job.id.in_(list(by_id)))
+        update(Job).where(_among(list(by_id)))
         .values(post_gen=Job.post_gen + 1, task_id=task_id, posted_at=func.now())
         .returning(Job.id, Job.task_id)).all()
     return [Message(job_id, str(task), by_id[job_id].gpu_class, by_id[job_id].label)
