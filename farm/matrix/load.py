@@ -258,6 +258,7 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
     builds = [BuildRef(name=entry.name, path=entry.path) for entry in matrix.build_entries()]
     baselines = _flag_choices(matrix.flags, matrix.args, f"{path}: ")
     swept = set(_swept(matrix.flags))
+    sampling = matrix.sampling.request_fields()  # once: each JobSpec validates its own copy
     jobs: dict[str, JobSpec] = {}
     for gpu_class, build, model, baseline in itertools.product(matrix.gpu_classes, builds, models,
                                                                baselines):
@@ -280,7 +281,7 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
                     variant=Arm(role="variant", name=name, build=variant_build,
                                 flags=_arm_flags(flags)),
                     varying=varying, prompt_mode=matrix.prompt_mode, prompts=prompts,
-                    n_predict=matrix.n_predict, sampling=matrix.sampling.request_fields(),
+                    n_predict=matrix.n_predict, sampling=sampling,
                     repetitions=matrix.repetitions, pairs=matrix.pairs,
                     max_pairs=matrix.max_pairs, target_ci=matrix.target_ci)
                 if job.job_key in jobs:
