@@ -3,10 +3,12 @@ output agreement and latency percentiles. Pure functions on the tidy runs frame 
 run, as ``farm.report.frames.runs_frame`` returns), no I/O.
 
 A job runs its two arms in blocks, one server start each, counterbalanced in pairs (AB, BA,
-AB, ...). Repetitions inside one server session share that session's state (placement,
-clocks, caches), so they are not independent evidence: the unit of evidence is the block
-PAIR. Each pair gives one log speedup (the mean over prompts of the log ratio of the arms'
-medians), and the interval is a paired t over those pair values, exponentiated.
+AB, ... or BA, AB, ...: the job key picks which arm opens). Repetitions inside one server
+session share that session's state (placement, clocks, caches), so they are not independent
+evidence: the unit of evidence is the block PAIR. Each pair gives one log speedup (the mean
+over prompts of the log ratio of the arms' medians); the interval comes from a crossover
+model on those pair values (``estimate``), and a two-stage rule fixes how many pairs a job
+runs (``planned_pairs``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from farm.matrix.schema import MIN_SECOND_STAGE
+
 NAN = float("nan")
 ARMS = ("baseline", "variant")
 # A divergence this early is unlikely to be benign floating-point drift between two greedy
@@ -30,6 +34,8 @@ CHARS_PER_TOKEN = 4
 LATENCY_PERCENTILES = (50, 90, 99)
 # Pair log ratios as pair_log_ratios returns them, or any sequence of floats.
 LogRatios = Sequence[float] | pd.Series | npt.NDArray[np.float64]
+# Which arm opened each pair: +1 the baseline (AB), -1 the variant (BA); as pair_orders.
+Orders = Sequence[int] | npt.NDArray[np.int64] | pd.Series
 
 
 @dataclass(frozen=True)
@@ -60,38 +66,52 @@ class StopDecision:
 
 @dataclass(frozen=True)
 class Drift:
-    """Trend of the baseline over the job's blocks.
+    """The machine's trend over the job's blocks, with its interval and a test.
 
     ``slope_per_block`` is in log units per block (about the relative change per block),
-    ``change`` the fitted relative change from the job's first block to its last, ``effect``
-    the absolute log speedup the job reports; ``flag`` says the baseline moved more than that.
+    ``low``/``high`` its 95% interval, ``change`` the fitted relative change from the first
+    block to the last; ``flag`` says the slope differs from zero at the 5% level.
     """
 
     slope_per_block: float
+    low: float
+    high: float
     change: float
-    effect: float
     flag: bool
 
 
 @dataclass(frozen=True)
 class Acceptance:
-    """The variant's draft counters and the rates derived from them."""
+    """The variant's draft counters and the rates derived from them; ``rate_low`` and
+    ``rate_high`` bound the acceptance rate (95%, runs as clusters)."""
 
     drafts: int
     drafted: int
     accepted: int
     rate: float
+    rate_low: float
+    rate_high: float
     mean_accepted_length: float
     per_position: list[float]
 
 
 @dataclass(frozen=True)
 class Agreement:
-    """How far the variant's outputs match the baseline's for the same prompt and seed."""
+    """How far the variant's outputs match the baseline's for the same prompt and seed,
+    against how far the baseline's own repeated blocks match each other (the control).
+
+    ``early_prompts`` / ``control_early_prompts``: prompts where most comparisons part
+    within the early limit, variant-vs-baseline and baseline-vs-baseline. ``applicable`` is
+    False when sampling at temperature > 0: outputs are not expected to match.
+    """
 
     identical_share: float
+    control_share: float
     first_divergence: dict[str, int | None]
+    early_prompts: int
+    control_early_prompts: int
     suspect: bool
+    applicable: bool
     reason: str
 
 
@@ -212,6 +232,13 @@ def pair_log_ratios(runs: pd.DataFrame) -> pd.Series:
     return by_pair[complete].astype(float).rename("log_ratio")
 
 
+def pair_orders(runs: pd.DataFrame) -> pd.Series:
+    """Per pair, +1 when the baseline ran its first block (AB) and -1 when the variant did."""
+    _check_one_job(runs)
+    first = runs[runs["position"] == 0].groupby("pair")["arm"].first()
+    return pd.Series(np.where(first == "baseline", 1, -1), index=first.index, name="order")
+
+
 def speedup_interval(log_ratios: LogRatios, level: float = 0.95) -> Interval:
     """exp(mean log ratio) with a paired-t interval over pairs (df = pairs - 1), exponentiated.
 
@@ -307,8 +334,9 @@ def best_of_interval(log_speedup: float, log_se: float, df: int, variants: int,
 
 
 def job_speedup(runs: pd.DataFrame) -> Interval:
-    """The job's speedup (variant over baseline decode tok/s) with its 95% interval."""
-    return speedup_interval(pair_log_ratios(runs))
+    """The job's speedup (variant over baseline decode tok/s) with its 95% interval, as a
+    fixed design (``estimate`` without one): crossover from 4 pairs on, else paired t."""
+    return estimate(pair_log_ratios(runs), pair_orders(runs)).speedup
 
 
 def speedup_by(runs: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -327,61 +355,217 @@ def speedup_by(runs: pd.DataFrame, column: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[column, "estimate", "low", "high", "pairs"])
 
 
-def adaptive_stop(log_ratios: LogRatios, *, min_pairs: int = 3,
-                  max_pairs: int, target: float = 0.03, level: float = 0.95) -> StopDecision:
-    """Stop once the speedup's interval half-width (relative) is within ``target``, or at
-    ``max_pairs``; never before ``min_pairs``.
+# --- Design: crossover model and the two-stage rule -----------------------------------------
 
-    Stopping on a narrow interval favours jobs whose spread happened to look small, which
-    costs coverage, badly so with few pairs: in the simulation in tests/unit/test_stats.py
-    (max 12 pairs, ±3%) a 95% interval covered the true ratio 91-93% of the time with
-    ``min_pairs=3`` (59-71% for the jobs that stopped at 3 pairs) and 94.6-95.3% with
-    ``min_pairs=8``. The default of 3 is only the floor; a caller that stops adaptively and
-    quotes the interval should ask for about 8.
+@dataclass(frozen=True)
+class Design:
+    """How many block pairs a job runs: ``first_stage`` pairs always; then, when
+    ``max_pairs`` leaves room for a second stage, as many as the first stage's spread says
+    the ``target`` half-width needs (at most ``max_pairs``). ``max_pairs == first_stage``
+    is a fixed design."""
+
+    first_stage: int
+    max_pairs: int
+    target: float = 0.03
+
+    def __post_init__(self) -> None:
+        if self.two_stage and self.max_pairs < self.first_stage + MIN_SECOND_STAGE:
+            raise ValueError(f"max_pairs ({self.max_pairs}) must equal first_stage "
+                             f"({self.first_stage}) or exceed it by {MIN_SECOND_STAGE} or more")
+        if self.two_stage and self.first_stage < 3:
+            raise ValueError(f"a two-stage design needs a first stage of 3 or more pairs, "
+                             f"got {self.first_stage}")
+
+    @property
+    def two_stage(self) -> bool:
+        """Whether the first stage plans a second one (else the pair count is fixed)."""
+        return self.max_pairs > self.first_stage
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """The crossover model on pair values: value = speedup + order effect x order + noise,
+    order +1 when the baseline opened the pair (AB) and -1 when the variant did (BA).
+
+    ``log_speedup`` and ``order_effect`` are in log units; ``variance`` is the residual
+    variance with ``df`` degrees of freedom; ``factor`` times the noise variance is the
+    variance of the speedup's (and of the order effect's) estimate.
     """
-    if min_pairs < 2 or max_pairs < min_pairs:
-        raise ValueError(f"need 2 <= min_pairs <= max_pairs, got {min_pairs}, {max_pairs}")
-    pairs = len(log_ratios)
-    if pairs < min_pairs:
-        return StopDecision(False, f"need {min_pairs} pairs (have {pairs})")
-    width = speedup_interval(log_ratios, level).half_width
-    shown = f"±{width:.1%}"
-    if width == 0.0 and pairs < max_pairs:
-        # Identical pair values are a measurement fault (a fixed clock, cached results),
-        # not certainty: never a reason to stop.
-        return StopDecision(False, f"zero spread after {pairs} pairs (degenerate); going on")
-    if width <= target:
-        return StopDecision(True, f"target reached ({shown} after {pairs} pairs)")
-    if pairs >= max_pairs:
-        return StopDecision(True, f"max pairs ({max_pairs}) reached ({shown})")
-    return StopDecision(False, f"{shown} after {pairs} pairs, target ±{target:.1%}")
+
+    log_speedup: float
+    order_effect: float
+    variance: float
+    factor: float
+    df: int
+
+
+def crossover(values: LogRatios, orders: Orders) -> Crossover:
+    """Fit the crossover model: the speedup is the mean of the AB and BA pairs' means, so a
+    carry-over or first-block effect, and a linear drift (which looks the same: the second
+    block of an AB pair is the variant), cancel instead of widening the interval."""
+    y = np.asarray(values, dtype=float)
+    o = np.asarray(orders)
+    ab, ba = y[o > 0], y[o < 0]
+    if ab.size == 0 or ba.size == 0 or y.size < 3:
+        return Crossover(NAN, NAN, NAN, NAN, 0)
+    residual = np.concatenate([ab - ab.mean(), ba - ba.mean()])
+    df = int(y.size - 2)
+    return Crossover((ab.mean() + ba.mean()) / 2, (ab.mean() - ba.mean()) / 2,
+                     float(residual @ residual) / df, 0.25 * (1 / ab.size + 1 / ba.size), df)
+
+
+def _aligned(values: LogRatios, orders: Orders) -> tuple[npt.NDArray[np.float64],
+                                                         npt.NDArray[np.int64],
+                                                         npt.NDArray[np.int64]]:
+    """Values, orders and pair numbers of the complete pairs. A Series (as pair_log_ratios
+    and pair_orders return) is matched by its pair index; arrays by position, from pair 0."""
+    if isinstance(values, pd.Series):
+        index = values.index.to_numpy(dtype=np.int64)
+        o = (orders.reindex(values.index) if isinstance(orders, pd.Series)
+             else pd.Series(np.asarray(orders)[index]))
+        order_values = o.fillna(0).to_numpy(dtype=np.int64)
+    else:
+        index = np.arange(len(values), dtype=np.int64)
+        order_values = np.asarray(orders, dtype=np.int64)[:len(values)]
+    y = np.asarray(values, dtype=float)
+    keep = np.isfinite(y) & (order_values != 0)
+    return y[keep], order_values[keep], index[keep]
+
+
+def _margin(variance: float, factor: float, df: int, level: float) -> float:
+    return student_t_quantile(0.5 + level / 2.0, df) * math.sqrt(variance * factor)
+
+
+def _factor(orders: npt.NDArray[np.int64]) -> float:
+    opened = int((orders > 0).sum())
+    return 0.25 * (1 / opened + 1 / (orders.size - opened)) if 0 < opened < orders.size else NAN
+
+
+def planned_pairs(values: LogRatios, orders: Orders,
+                  design: Design, level: float = 0.95) -> int:
+    """How many pairs the job runs in all, fixed by its first stage alone.
+
+    The first stage's crossover spread (df first_stage - 2) predicts the half-width at each
+    total; the plan is the smallest total whose predicted half-width, with the second
+    stage's own t quantile, is within the target. A first stage that is incomplete, or
+    whose pairs are identical (a fault, not certainty), plans the maximum.
+    """
+    if not design.two_stage:
+        return design.max_pairs
+    y, o, index = _aligned(values, orders)
+    first_stage = index < design.first_stage
+    first = crossover(y[first_stage], o[first_stage])
+    if int(first_stage.sum()) < design.first_stage or not first.variance > 0:
+        return design.max_pairs
+    # The orders of later pairs keep alternating as the first stage's did.
+    pattern = np.resize(o[:2], design.max_pairs)
+    limit = math.asinh(design.target)
+    for total in range(design.first_stage + MIN_SECOND_STAGE, design.max_pairs + 1):
+        second = total - design.first_stage - 2
+        if _margin(first.variance, _factor(pattern[:total]), second, level) <= limit:
+            return total
+    return design.max_pairs
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A job's speedup with its interval, the order effect (ratio scale: how much faster the
+    variant looks when it runs second) with its own interval, and how both were computed."""
+
+    speedup: Interval
+    log_se: float
+    df: int
+    order_effect: float
+    order_low: float
+    order_high: float
+    method: str
+
+
+def estimate(values: LogRatios, orders: Orders,
+             design: Design | None = None, level: float = 0.95) -> Estimate:
+    """The job's speedup interval, as its design allows.
+
+    * Two-stage job past its first stage: the crossover estimate over every pair, with the
+      noise variance of the second stage's pairs only (df = their number - 2). The number of
+      pairs depends on the first stage alone, and the second stage's spread is independent
+      of it, so the interval covers at its level whatever the number of pairs, including for
+      the jobs that stop earliest (for normal pair values exactly).
+    * Fixed design, or a two-stage job cut short: the crossover interval over all pairs when
+      there are 4 or more with both orders, else the paired t (``speedup_interval``).
+    """
+    y, o, index = _aligned(values, orders)
+    fit = crossover(y, o)
+    second = index >= design.first_stage if design is not None else index < 0
+    if design is not None and design.two_stage and int(second.sum()) >= MIN_SECOND_STAGE:
+        noise = crossover(y[second], o[second])
+        variance, df, method = noise.variance, noise.df, "two-stage crossover"
+    elif fit.df >= 2:
+        variance, df, method = fit.variance, fit.df, "crossover"
+    else:
+        paired = speedup_interval(y, level)
+        se = log_standard_error(paired.low, paired.high, paired.pairs, level)
+        return Estimate(paired, se, paired.pairs - 1, NAN, NAN, NAN, "paired t")
+    if not (df >= 1 and math.isfinite(variance)):
+        paired = speedup_interval(y, level)
+        return Estimate(paired, NAN, 0, NAN, NAN, NAN, "paired t")
+    margin = _margin(variance, fit.factor, df, level)
+    interval = Interval(math.exp(fit.log_speedup), math.exp(fit.log_speedup - margin),
+                        math.exp(fit.log_speedup + margin), int(y.size))
+    # The variant runs second in AB pairs: the order effect is how much better the second
+    # block of a pair does than the first (1.0: none).
+    order = fit.order_effect
+    return Estimate(interval, math.sqrt(variance * fit.factor), df, math.exp(order),
+                    math.exp(order - margin), math.exp(order + margin), method)
+
+
+def stop_decision(values: LogRatios, orders: Orders,
+                  design: Design, pairs_done: int) -> StopDecision:
+    """After each complete pair: go on until the first stage is done, then until the number
+    of pairs it planned (``planned_pairs``)."""
+    if pairs_done >= design.max_pairs:
+        return StopDecision(True, f"max pairs ({design.max_pairs}) reached")
+    if pairs_done < design.first_stage:
+        return StopDecision(False, f"first stage: {pairs_done} of {design.first_stage} pairs")
+    plan = planned_pairs(values, orders, design)
+    if pairs_done >= plan:
+        return StopDecision(True, f"planned pairs ({plan}) reached")
+    return StopDecision(False, f"planned {plan} pairs from the first stage")
 
 
 # --- Drift, acceptance, agreement, latency ------------------------------------------------
 
 
-def _drift(runs: pd.DataFrame, speedup: float) -> Drift:
-    effect = abs(math.log(speedup)) if speedup > 0 else NAN
-    baseline = _valid(runs[runs["arm"] == "baseline"])
-    per_block = baseline.groupby("block")["decode_tok_s"].median()
-    if len(per_block) < 2:
-        return Drift(0.0, 0.0, effect, False)
-    # Fit on the log so the slope is a relative change per block, like the effect it is
-    # compared with.
-    slope = float(np.polyfit(per_block.index.to_numpy(dtype=float),
-                             np.log(per_block.to_numpy(dtype=float)), 1)[0])
-    moved = slope * float(runs["block"].max() - runs["block"].min())
-    # NaN effect (no complete pair) compares False: nothing reported, nothing to outweigh.
-    return Drift(slope, math.expm1(moved), effect, bool(abs(moved) > effect))
+def drift(runs: pd.DataFrame, level: float = 0.95) -> Drift:
+    """A least-squares trend over every block of the job, both arms, tested against zero.
 
-
-def drift(runs: pd.DataFrame) -> Drift:
-    """Least-squares trend of the log baseline per-block median decode tok/s on block index.
-
-    Counterbalancing cancels a linear drift in the speedup, but a baseline that moved more
-    than the reported effect means the machine was not steady enough to trust it blindly.
+    Each block gives one value, the mean over the job's prompts of the log median decode
+    tok/s; the fit has an arm term and a term for a pair's first block (so a speedup or a
+    carry-over is not read as drift) and a slope on the block index, whose t interval has
+    blocks - 4 df. Counterbalancing and the crossover model keep a linear drift out of the
+    speedup; the flag says the machine was not steady, with an error rate of 1 - level.
     """
-    return _drift(runs, job_speedup(runs).estimate)
+    valid = _valid(runs)
+    medians = valid.groupby(["block", "prompt_id"])["decode_tok_s"].median().unstack()
+    medians = medians.dropna(axis="columns")
+    if medians.shape[1] == 0 or len(medians) < 5:
+        return Drift(0.0, NAN, NAN, 0.0, False)
+    block = medians.index.to_numpy(dtype=float)
+    value = np.log(medians.to_numpy(dtype=float)).mean(axis=1)
+    facts = runs.drop_duplicates("block").set_index("block").reindex(medians.index)
+    design = np.column_stack([np.ones_like(block),
+                              (facts["arm"] == "variant").to_numpy(dtype=float),
+                              (facts["position"] == 0).to_numpy(dtype=float), block])
+    coefficients, _, rank, _ = np.linalg.lstsq(design, value, rcond=None)
+    df = len(value) - int(rank)
+    if rank < design.shape[1] or df < 1:
+        return Drift(0.0, NAN, NAN, 0.0, False)
+    residual = value - design @ coefficients
+    covariance = float(residual @ residual) / df * np.linalg.inv(design.T @ design)
+    slope = float(coefficients[3])
+    margin = student_t_quantile(0.5 + level / 2.0, df) * math.sqrt(float(covariance[3, 3]))
+    change = math.expm1(slope * float(block.max() - block.min()))
+    return Drift(slope, slope - margin, slope + margin, change,
+                 bool(slope - margin > 0 or slope + margin < 0))
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -400,24 +584,49 @@ def _summed_positions(values: pd.Series) -> list[int]:
     return totals
 
 
+def rate_interval(accepted: LogRatios, drafted: LogRatios,
+                  level: float = 0.95) -> tuple[float, float]:
+    """An interval for sum(accepted) / sum(drafted) that treats each run as a cluster.
+
+    Drafts within one run share its text, so they are not independent trials: a binomial
+    interval over drafts is far too narrow. This is the ratio estimator's cluster-robust
+    (linearisation) standard error over runs, with a t quantile on runs - 1 df, clipped to
+    [0, 1]. Fewer than two runs with drafts: NaN.
+    """
+    a = np.asarray(accepted, dtype=float)
+    d = np.asarray(drafted, dtype=float)
+    used = np.isfinite(a) & np.isfinite(d) & (d > 0)
+    a, d = a[used], d[used]
+    runs = int(a.size)
+    if runs < 2:
+        return NAN, NAN
+    rate = float(a.sum() / d.sum())
+    se = math.sqrt(runs / (runs - 1) * float(np.sum((a - rate * d) ** 2))) / float(d.sum())
+    margin = student_t_quantile(0.5 + level / 2.0, runs - 1) * se
+    return max(0.0, rate - margin), min(1.0, rate + margin)
+
+
 def acceptance(runs: pd.DataFrame) -> Acceptance:
     """The variant's acceptance from its raw counters.
 
-    ``rate`` is accepted / drafted (llama.cpp's); ``mean_accepted_length`` is
-    (accepted + drafts) / drafts, vLLM's acceptance length, which counts the bonus token each
-    verify step yields; ``per_position[i]`` is accepted at draft position i per draft. No
-    drafts gives NaN, not zero: nothing was measured.
+    ``rate`` is accepted / drafted (llama.cpp's), with ``rate_interval`` over the variant's
+    runs; ``mean_accepted_length`` is (accepted + drafts) / drafts, vLLM's acceptance
+    length, which counts the bonus token each verify step yields; ``per_position[i]`` is
+    accepted at draft position i per draft. No drafts gives NaN, not zero: nothing was
+    measured.
     """
     variant = runs[runs["arm"] == "variant"]
     drafts, drafted, accepted = (int(variant[column].fillna(0).sum())
                                  for column in ("spec_drafts", "spec_drafted", "spec_accepted"))
+    low, high = rate_interval(variant["spec_accepted"].astype(float),
+                              variant["spec_drafted"].astype(float))
     # Per position: over the drafts of runs that have the counters (older builds lack them).
     counted = variant["spec_accepted_per_pos"].map(
         lambda counts: isinstance(counts, list | tuple | np.ndarray) and len(counts) > 0)
     counted_drafts = int(variant.loc[counted, "spec_drafts"].fillna(0).sum())
     per_position = [_ratio(count, counted_drafts)
                     for count in _summed_positions(variant["spec_accepted_per_pos"])]
-    return Acceptance(drafts, drafted, accepted, _ratio(accepted, drafted),
+    return Acceptance(drafts, drafted, accepted, _ratio(accepted, drafted), low, high,
                       _ratio(accepted + drafts, drafts), per_position)
 
 
@@ -432,6 +641,8 @@ def _as_sequence(value: object, use_tokens: bool) -> Sequence[object]:
 
 
 def _first_difference(a: Sequence[object], b: Sequence[object]) -> int | None:
+    if a == b:  # the common case, compared in C
+        return None
     for position, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return position
@@ -439,60 +650,91 @@ def _first_difference(a: Sequence[object], b: Sequence[object]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _compared(runs: pd.DataFrame) -> pd.DataFrame:
-    """Variant runs joined to the first baseline run of the same prompt and repetition."""
+def _compared(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Variant runs, and the baseline's runs of its later blocks, each joined to the run of
+    the baseline's first block with the same prompt and repetition."""
     keys = ["prompt_id", "repetition"]
-    baseline = (runs[runs["arm"] == "baseline"].sort_values("block", kind="stable")
-                .drop_duplicates(keys)[[*keys, "text", "tokens"]])
-    variant = runs[runs["arm"] == "variant"][[*keys, "text", "tokens"]]
-    return variant.merge(baseline, on=keys, suffixes=("", "_base"))
+    baseline = runs[runs["arm"] == "baseline"].sort_values("block", kind="stable")
+    reference = baseline.drop_duplicates(keys)
+    columns = [*keys, "text", "tokens"]
+    control = baseline.drop(reference.index)[columns]
+    variant = runs[runs["arm"] == "variant"][columns]
+    return (variant.merge(reference[columns], on=keys, suffixes=("", "_base")),
+            control.merge(reference[columns], on=keys, suffixes=("", "_base")))
 
 
-def _agreement_reason(divergence: dict[str, int | None], share: float, use_tokens: bool,
-                      early: int) -> str:
+def _divergences(compared: pd.DataFrame, use_tokens: bool) -> list[int | None]:
+    column = "tokens" if use_tokens else "text"
+    return [_first_difference(_as_sequence(v, use_tokens), _as_sequence(b, use_tokens))
+            for v, b in zip(compared[column], compared[f"{column}_base"], strict=True)]
+
+
+def _early_prompts(compared: pd.DataFrame, positions: list[int | None], early: int) -> int:
+    # A prompt counts when most of its comparisons part early: one benign flip in one run
+    # (floating-point order) does not make it, a change in the decoding path does.
+    parted = pd.Series([p is not None and p < early for p in positions], dtype=bool)
+    share = parted.groupby(compared["prompt_id"].to_numpy()).mean()
+    return int((share > 0.5).sum())
+
+
+def _agreement_reason(divergence: dict[str, int | None], share: float, control_share: float,
+                      use_tokens: bool, early: int, early_prompts: tuple[int, int]) -> str:
     unit = "token" if use_tokens else "character"
     parts = [] if use_tokens else [f"no token ids on every run: compared characters "
                                    f"(early = first {early} characters)"]
+    control = ("no repeated baseline block to compare" if math.isnan(control_share) else
+               f"baseline vs itself: {1 - control_share:.0%} differ")
     differing = {p: d for p, d in divergence.items() if d is not None}
     if not differing:
-        return "; ".join([*parts, "every variant output matches the baseline"])
+        return "; ".join([*parts, "every variant output matches the baseline", control])
     first = min(differing, key=lambda p: (differing[p], p))
     parts.append(f"{1 - share:.0%} of outputs differ, {len(differing)} of {len(divergence)} "
                  f"prompts; earliest at {unit} {differing[first]} ({first})")
-    if differing[first] < early:
-        parts.append(f"divergence within the first {early} {unit}s")
-    if len(differing) > len(divergence) / 2:
-        parts.append("more than half of the prompts differ")
+    parts.append(control)
+    variant_early, control_early = early_prompts
+    parts.append(f"prompts parting within the first {early} {unit}s: {variant_early} "
+                 f"(variant) vs {control_early} (baseline control)")
     return "; ".join(parts)
 
 
-def agreement(runs: pd.DataFrame) -> Agreement:
-    """Compare each variant output with the baseline's for the same prompt and repetition.
+def agreement(runs: pd.DataFrame, *, not_applicable: str | None = None) -> Agreement:
+    """Compare each variant output with the baseline's for the same prompt and repetition,
+    and the baseline's later blocks with its first (the control).
 
     Seeds are fixed, so speculative decoding should reproduce the baseline's output; it may
-    drift late through floating-point order, but an early divergence, or most prompts
-    differing, makes the job suspect. Token ids are compared when every compared run has them;
-    otherwise characters (the reason says so), with the early limit scaled to characters.
+    part late through floating-point order, as the baseline may from itself. The job is
+    suspect only when more prompts part early (most of their comparisons within the first
+    16 tokens) variant-vs-baseline than baseline-vs-baseline. Token ids are compared when
+    every compared run has them; otherwise characters (the reason says so), the early limit
+    scaled to characters. ``not_applicable`` says why outputs need not match (sampling
+    at temperature > 0, synthetic acceptance): nothing compared, never suspect.
     """
-    compared = _compared(runs)
+    if not_applicable:
+        return Agreement(NAN, NAN, {}, 0, 0, False, False, f"not applicable: {not_applicable}")
+    compared, control = _compared(runs)
     if compared.empty:
-        return Agreement(NAN, {}, False, "no variant run has a baseline run to compare with")
-    use_tokens = bool(compared["tokens"].map(_has_tokens).all()
-                      and compared["tokens_base"].map(_has_tokens).all())
-    column = "tokens" if use_tokens else "text"
-    positions = [_first_difference(_as_sequence(v, use_tokens), _as_sequence(b, use_tokens))
-                 for v, b in zip(compared[column], compared[f"{column}_base"], strict=True)]
+        return Agreement(NAN, NAN, {}, 0, 0, False, True,
+                         "no variant run has a baseline run to compare with")
+    both = pd.concat([compared, control])
+    use_tokens = bool(both["tokens"].map(_has_tokens).all()
+                      and both["tokens_base"].map(_has_tokens).all())
+    early = EARLY_DIVERGENCE_TOKENS * (1 if use_tokens else CHARS_PER_TOKEN)
+    positions = _divergences(compared, use_tokens)
+    control_positions = _divergences(control, use_tokens)
     divergence: dict[str, int | None] = {}
     for prompt, position in zip(compared["prompt_id"].astype(str), positions, strict=True):
         # A prompt's divergence is its earliest over repetitions; None only if all match.
         found = [d for d in (divergence.get(prompt), position) if d is not None]
         divergence[prompt] = min(found) if found else None
     share = sum(p is None for p in positions) / len(positions)
-    early = EARLY_DIVERGENCE_TOKENS * (1 if use_tokens else CHARS_PER_TOKEN)
-    differing = [d for d in divergence.values() if d is not None]
-    suspect = (any(d < early for d in differing)) or len(differing) > len(divergence) / 2
-    return Agreement(share, divergence, suspect,
-                     _agreement_reason(divergence, share, use_tokens, early))
+    control_share = (sum(p is None for p in control_positions) / len(control_positions)
+                     if control_positions else NAN)
+    early_prompts = _early_prompts(compared, positions, early)
+    control_early = _early_prompts(control, control_positions, early) if len(control) else 0
+    return Agreement(share, control_share, divergence, early_prompts, control_early,
+                     early_prompts > control_early, True,
+                     _agreement_reason(divergence, share, control_share, use_tokens, early,
+                                       (early_prompts, control_early)))
 
 
 def latency(runs: pd.DataFrame) -> pd.DataFrame:
@@ -509,28 +751,47 @@ def latency(runs: pd.DataFrame) -> pd.DataFrame:
     return frame.rename_axis("arm")
 
 
-def summarize_job(runs: pd.DataFrame) -> dict[str, object]:
-    """The job's headline numbers, JSON-friendly (plain floats, ints and bools; NaN allowed)."""
+def summarize_job(runs: pd.DataFrame, design: Design | None = None,
+                  no_agreement: str | None = None) -> dict[str, object]:
+    """The job's headline numbers, JSON-friendly (plain floats, ints and bools; NaN allowed).
+
+    ``design`` is the job's (its interval is the two-stage one when it has a second stage);
+    ``no_agreement`` says why output agreement does not apply to it (see ``agreement``).
+    """
     ratios = pair_log_ratios(runs)
-    speedup = speedup_interval(ratios)
-    agreed = agreement(runs)
+    found = estimate(ratios, pair_orders(runs), design)
+    speedup = found.speedup
+    agreed = agreement(runs, not_applicable=no_agreement)
     accepted = acceptance(runs)
+    moved = drift(runs)
     return {
         "speedup": speedup.estimate,
         "ci_low": speedup.low,
         "ci_high": speedup.high,
         "pairs": speedup.pairs,
         # What a group interval needs to combine this job with others (see pool_jobs).
-        "log_se": log_standard_error(speedup.low, speedup.high, speedup.pairs),
-        "df": speedup.pairs - 1,
+        "log_se": found.log_se,
+        "df": found.df,
+        "interval_method": found.method,
+        # How much faster a pair's second block runs than its first, with its interval.
+        "order_effect": found.order_effect,
+        "order_low": found.order_low,
+        "order_high": found.order_high,
         # Flags: pairs left out for a missing prompt or arm, runs with unusable tok/s, and
         # a zero spread (identical pairs), which is a fault, not certainty.
         "incomplete_pairs": int(runs["pair"].nunique()) - speedup.pairs,
         "invalid_runs": len(runs) - len(_valid(runs)),
         "degenerate": bool(speedup.pairs >= 2 and float(np.std(ratios)) == 0.0),
         "agreement": agreed.identical_share,
+        "agreement_control": agreed.control_share,
+        "agreement_applicable": agreed.applicable,
         "agreement_suspect": agreed.suspect,
-        "drift_flag": _drift(runs, speedup.estimate).flag,
+        "drift_flag": moved.flag,
+        "drift_per_block": moved.slope_per_block,
+        "drift_low": moved.low,
+        "drift_high": moved.high,
         "acceptance_rate": accepted.rate,
+        "acceptance_low": accepted.rate_low,
+        "acceptance_high": accepted.rate_high,
         "mean_accepted_length": accepted.mean_accepted_length,
     }

@@ -7,6 +7,7 @@ through a ``RunSink``, so the caller decides how writes are guarded.
 
 from __future__ import annotations
 
+import random
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Protocol
 import pandas as pd
 
 from farm.matrix.spec import ArmRole, JobSpec, Prompt
-from farm.stats import StopDecision, adaptive_stop, pair_log_ratios
+from farm.stats import Design, StopDecision, pair_log_ratios, pair_orders, stop_decision
 from workers.checks import Preflight, preflight
 from workers.paths import NodePaths
 from workers.runtime.client import Generation, ServerClient, SpecCounters
@@ -101,28 +102,38 @@ class RunSink(Protocol):
 ProgressFn = Callable[[RunResult], None]
 
 
-def pair_slots(pair: int) -> list[Slot]:
-    """The two blocks of a pair, counterbalanced: AB, BA, AB, ... so that a linear drift
-    favours neither arm."""
-    order: tuple[ArmRole, ArmRole] = (("baseline", "variant") if pair % 2 == 0
+def variant_opens(job_key: str) -> bool:
+    """Whether the variant opens the job's first pair: a coin seeded by the job key, so a
+    first-block effect is not paid by the same arm in every job, and a resumed job keeps
+    its order."""
+    return random.Random(job_key).random() < 0.5
+
+
+def pair_slots(pair: int, variant_first: bool = False) -> list[Slot]:
+    """The two blocks of a pair, counterbalanced: AB, BA, AB, ... (BA, AB, ... when the
+    variant opens) so that a linear drift favours neither arm."""
+    order: tuple[ArmRole, ArmRole] = (("baseline", "variant") if (pair % 2 == 0) != variant_first
                                       else ("variant", "baseline"))
     return [Slot(block=2 * pair + position, pair=pair, position=position, role=role)
             for position, role in enumerate(order)]
 
 
+def job_design(spec: JobSpec) -> Design:
+    """How many block pairs the job runs: its first stage, maximum and target."""
+    return Design(spec.pairs, spec.max_pairs, spec.target_ci)
+
+
 def stop_rule(spec: JobSpec, measured: dict[RunKey, float], pairs_done: int) -> StopDecision:
-    """After each pair: stop at the maximum, else when the speedup's interval is narrow."""
-    if pairs_done >= spec.max_pairs:
-        return StopDecision(True, f"max pairs ({spec.max_pairs}) reached")
-    if pairs_done < spec.pairs:
-        return StopDecision(False, f"need {spec.pairs} pairs")
+    """After each complete pair, the job's two-stage rule (``farm.stats.stop_decision``)."""
     frame = pd.DataFrame(
-        [{"arm": key.arm, "block": key.block, "pair": key.block // 2, "prompt_id": key.prompt_id,
+        [{"arm": key.arm, "block": key.block, "pair": key.block // 2,
+          "position": key.block % 2, "prompt_id": key.prompt_id,
           "repetition": key.repetition, "decode_tok_s": tok_s}
-         for key, tok_s in measured.items() if key.block // 2 < pairs_done])
-    # An interval needs two pairs at least, whatever the matrix's minimum.
-    return adaptive_stop(pair_log_ratios(frame), min_pairs=max(2, spec.pairs),
-                         max_pairs=spec.max_pairs, target=spec.target_ci)
+         for key, tok_s in measured.items() if key.block // 2 < pairs_done],
+        columns=["arm", "block", "pair", "position", "prompt_id", "repetition",
+                 "decode_tok_s"])
+    return stop_decision(pair_log_ratios(frame), pair_orders(frame), job_design(spec),
+                         pairs_done)
 
 
 @dataclass(frozen=True)
@@ -153,7 +164,7 @@ def execute_job(spec: JobSpec, sink: RunSink, *, paths: NodePaths,
             on_run(result)
 
     for pair in range(spec.max_pairs):
-        for slot in pair_slots(pair):
+        for slot in pair_slots(pair, variant_opens(spec.job_key)):
             todo = [(prompt, rep) for prompt in spec.prompts for rep in range(spec.repetitions)
                     if RunKey(slot.role, slot.block, prompt.id, rep) not in measured]
             if todo:

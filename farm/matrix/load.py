@@ -271,9 +271,15 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
                     varying["build"] = variant_build.name
                 elif len(builds) > 1:
                     varying.setdefault("build", build.name)
-                if not set(varying) - swept - {"build"} and variant_build.name == build.name:
+                same = not set(varying) - swept - {"build"} and variant_build.name == build.name
+                if variant.control and not same:
+                    raise ConfigError(f"{path}: {where} ({variant.name}): a control arm runs "
+                                      "the baseline again; remove its `flags`, `args` and "
+                                      "`build`, or drop `control: true`")
+                if same and not variant.control:
                     raise ConfigError(f"{path}: {where} ({variant.name}): changes no flag of "
-                                      "the baseline; give `flags` or `args` that differ")
+                                      "the baseline; give `flags` or `args` that differ, or "
+                                      "set `control: true` for an A/A arm (the noise floor)")
                 job = JobSpec(
                     campaign=matrix.campaign, gpu_class=gpu_class, model=model,
                     baseline=Arm(role="baseline", name="baseline", build=build,
@@ -283,7 +289,8 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
                     varying=varying, prompt_mode=matrix.prompt_mode, prompts=prompts,
                     n_predict=matrix.n_predict, sampling=sampling,
                     repetitions=matrix.repetitions, pairs=matrix.pairs,
-                    max_pairs=matrix.max_pairs, target_ci=matrix.target_ci)
+                    max_pairs=matrix.max_pairs, target_ci=matrix.target_ci,
+                    control=variant.control)
                 if job.job_key in jobs:
                     raise ConfigError(f"{path}: {where} ({name}): same job as variant "
                                       f"{jobs[job.job_key].variant.name!r}; remove one")

@@ -7,6 +7,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_snake
 
+# Pairs a second stage adds at least: its crossover fit needs two pairs of each order for a
+# residual df of 2 (t 4.30 at 95%); farm.stats plans with it.
+MIN_SECOND_STAGE = 4
+
 
 def _kebab(name: str) -> str:
     return name.replace("_", "-")
@@ -86,6 +90,8 @@ class Variant(Strict):
     args: str | None = Field(None, description="Extra flags as one string, split like a shell.")
     build: str | BuildEntry | None = Field(
         None, description="Run this arm on another build (e.g. a fork); default the baseline's.")
+    control: bool = Field(False, description="An A/A arm: the baseline's own flags again, to "
+                          "measure this machine's noise floor; changes no flag.")
 
 
 class Matrix(Strict):
@@ -105,14 +111,14 @@ class Matrix(Strict):
         None, description="Categories of the built-in suite (farm/prompts/suite.yaml), or all.")
     n_predict: int = Field(128, ge=2, le=32768, description="Tokens generated per run.")
     repetitions: int = Field(3, ge=1, le=1000, description="Runs per prompt per block.")
-    # 6, not 3: stopping as soon as the interval looks narrow favours jobs whose spread was
-    # small by chance; with 3 pairs the 95% intervals covered the truth ~92% of the time in
-    # simulation, with 6 ~94-95% (tests/unit/test_stats.py).
-    pairs: int = Field(6, ge=1, le=100, description="Block pairs (AB, BA, ...) run before "
-                                                    "the adaptive rule may stop.")
-    max_pairs: int = Field(12, ge=1, le=100, description="Most block pairs per job.")
-    target_ci: float = Field(0.03, gt=0.0, lt=1.0, description="Stop adding pairs once the "
-                             "speedup's 95% interval is within ±target (0.03 = ±3%).")
+    # The two-stage rule (farm.stats.planned_pairs, README "How many pairs"): the first
+    # stage's spread fixes the number of pairs, the second stage's measures the interval.
+    pairs: int = Field(4, ge=1, le=100, description="First stage: block pairs (AB, BA, ...) "
+                                                    "every job runs; they plan the rest.")
+    max_pairs: int = Field(12, ge=1, le=100, description="Most block pairs per job; equal to "
+                           "`pairs` for a fixed number, else at least `pairs` + 4.")
+    target_ci: float = Field(0.03, gt=0.0, lt=1.0, description="The speedup's 95% interval "
+                             "half-width the first stage plans for (0.03 = ±3%).")
     sampling: Sampling = Field(default_factory=Sampling)
     flags: FlagSpec = Field(default_factory=dict, description="The baseline's flags.")
     args: str | None = None
@@ -122,6 +128,13 @@ class Matrix(Strict):
     def _pairs_in_order(self) -> Matrix:
         if self.max_pairs < self.pairs:
             raise ValueError(f"max-pairs ({self.max_pairs}) must be >= pairs ({self.pairs})")
+        if self.pairs < self.max_pairs < self.pairs + MIN_SECOND_STAGE:
+            raise ValueError(f"max-pairs ({self.max_pairs}) leaves a second stage of fewer than "
+                             f"{MIN_SECOND_STAGE} pairs: set it to {self.pairs} (a fixed number "
+                             f"of pairs) or to {self.pairs + MIN_SECOND_STAGE} or more")
+        if self.pairs < 3 < self.max_pairs:
+            raise ValueError(f"pairs ({self.pairs}) is too small a first stage to plan a "
+                             "second: set pairs to 3 or more, or max-pairs equal to pairs")
         return self
 
     def build_entries(self) -> list[BuildEntry]:

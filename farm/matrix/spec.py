@@ -58,6 +58,10 @@ class BuildRef(Frozen):
         return self.path
 
 
+# llama.cpp's benchmarking-only flags that force an acceptance pattern.
+SYNTHETIC_PREFIX = "spec-synth-"
+
+
 class Arm(Frozen):
     """One side of a job: its role, name, build, and every flag it runs with."""
 
@@ -86,9 +90,26 @@ class JobSpec(Frozen):
     n_predict: int
     sampling: dict[str, Any]
     repetitions: int
-    pairs: int  # at least this many block pairs
+    pairs: int  # the first stage: block pairs every job runs
     max_pairs: int
     target_ci: float
+    control: bool = False  # an A/A job: the variant is the baseline again
+
+    @property
+    def synthetic(self) -> bool:
+        """Whether the variant forces its acceptance (``--spec-synth-*``): it measures the
+        engine's cost at that acceptance, not a drafter, and its output is not valid."""
+        return any(name.startswith(SYNTHETIC_PREFIX) for name, _ in self.variant.flags)
+
+    @property
+    def outputs_differ(self) -> str | None:
+        """Why the arms' outputs need not match, if they need not: then agreement does
+        not apply."""
+        if self.synthetic:
+            return "synthetic acceptance (engine cost): the variant's output is not valid"
+        if float(self.sampling.get("temperature") or 0.0) > 0.0:
+            return "temperature > 0: outputs are not expected to match"
+        return None
 
     def arm(self, role: ArmRole) -> Arm:
         """The baseline or the variant arm."""
@@ -122,6 +143,8 @@ class JobSpec(Frozen):
             "variant_build": self.variant.build.name,
             "design": {"repetitions": self.repetitions, "pairs": self.pairs,
                        "max_pairs": self.max_pairs, "target_ci": self.target_ci},
+            # Only when set, so that the keys of every other job stay as they were.
+            **({"control": True} if self.control else {}),
         })
 
     @cached_property

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.executor import pair_slots
+from workers.executor import pair_slots, variant_opens
 
 
 def test_blocks_are_counterbalanced_ab_ba() -> None:
@@ -11,3 +11,12 @@ def test_blocks_are_counterbalanced_ab_ba() -> None:
     assert [s.block for s in slots] == [0, 1, 2, 3, 4, 5]
     assert [s.pair for s in slots] == [0, 0, 1, 1, 2, 2]
     assert [s.position for s in slots] == [0, 1, 0, 1, 0, 1]
+
+
+def test_the_job_key_picks_the_arm_that_opens_and_keeps_it() -> None:
+    slots = [slot for pair in range(2) for slot in pair_slots(pair, variant_first=True)]
+    assert [s.role[0] for s in slots] == list("vbbv")
+    keys = [f"{n:064x}" for n in range(2000)]
+    opened = [variant_opens(key) for key in keys]
+    assert opened == [variant_opens(key) for key in keys]  # a resumed job keeps its order
+    assert 0.45 < sum(opened) / len(opened) < 0.55

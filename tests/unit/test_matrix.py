@@ -97,7 +97,7 @@ def test_args_string_is_split_without_a_shell(files: dict[str, Any]) -> None:
 def test_unknown_key_names_the_key_and_what_is_allowed(files: dict[str, Any]) -> None:
     message = error_of(files, variants=[{"name": "v", "flag": {"spec-type": "ngram-simple"}}])
     assert "variants[0].flag: unknown key" in message
-    assert "allowed here: args, build, flags, name" in message
+    assert "allowed here: args, build, control, flags, name" in message
 
 
 def test_wrong_type_and_missing_field_are_named(files: dict[str, Any]) -> None:
@@ -197,3 +197,34 @@ def test_prompt_suite_categories_join_the_prompts(files: dict[str, Any]) -> None
     assert categories == {"math", "code"} and len(jobs[0].prompts) >= 10
     suite: dict[str, Any] = {"prompt-suite": ["poetry"]}
     assert "unknown prompt category: poetry" in error_of(files, None, **suite)
+
+
+def test_a_design_without_room_for_its_second_stage_is_refused(files: dict[str, Any]) -> None:
+    short = error_of(files, None, pairs=4, **{"max-pairs": 6})
+    assert "max-pairs (6)" in short and "set it to 4" in short and "8 or more" in short
+    assert "3 or more" in error_of(files, None, pairs=2, **{"max-pairs": 8})
+    assert load(files, pairs=4, **{"max-pairs": 8})[0].max_pairs == 8  # two-stage
+    assert load(files, pairs=2, **{"max-pairs": 2})[0].pairs == 2  # fixed
+
+
+def test_a_control_arm_runs_the_baseline_again_and_nothing_else(files: dict[str, Any]) -> None:
+    [job] = load(files, variants=[{"name": "aa", "control": True}])
+    assert job.control and job.variant.argv == job.baseline.argv
+    [plain] = load(files)
+    assert not plain.control and plain.job_key != job.job_key
+    assert "set `control: true`" in error_of(files, variants=[{"name": "same"}])
+    message = error_of(files, variants=[{"name": "aa", "control": True,
+                                         "flags": {"spec-type": "ngram-simple"}}])
+    assert "variants[0] (aa): a control arm runs the baseline again" in message
+
+
+def test_synthetic_acceptance_arms_are_recognised_and_skip_agreement(
+        files: dict[str, Any]) -> None:
+    synthetic, drafter = load(files, variants=[
+        {"name": "synth", "flags": {"spec-type": "ngram-simple",
+                                    "spec-synth-rates": "0.9,0.6,0.3"}},
+        {"name": "ngram", "flags": {"spec-type": "ngram-simple"}}])
+    assert synthetic.synthetic and "synthetic acceptance" in str(synthetic.outputs_differ)
+    assert not drafter.synthetic and drafter.outputs_differ is None
+    [sampled] = load(files, sampling={"temperature": 0.7, "seed": 1})
+    assert "temperature > 0" in str(sampled.outputs_differ)
