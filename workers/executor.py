@@ -7,13 +7,14 @@ through a ``RunSink``, so the caller decides how writes are guarded.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pandas as pd
 
@@ -118,6 +119,17 @@ def pair_slots(pair: int, variant_first: bool = False) -> list[Slot]:
             for position, role in enumerate(order)]
 
 
+def run_sampling(sampling: dict[str, Any], prompt_id: str, repetition: int) -> dict[str, Any]:
+    """The request's sampling for one run: the matrix's seed mixed with the prompt and the
+    repetition, the same in both arms. Repetitions then draw afresh where a seed matters (at
+    temperature > 0, and the synthetic-acceptance draws llama-server seeds with it), while
+    greedy outputs do not depend on it."""
+    key = f"{sampling.get('seed', 0)}:{prompt_id}:{repetition}".encode()
+    # 0xFFFFFFFF is llama.cpp's "pick a random seed".
+    seed = int.from_bytes(hashlib.sha256(key).digest()[:4], "big") % 0xFFFFFFFF
+    return {**sampling, "seed": seed}
+
+
 def job_design(spec: JobSpec) -> Design:
     """How many block pairs the job runs: its first stage, maximum and target."""
     return Design(spec.pairs, spec.max_pairs, spec.target_ci)
@@ -191,7 +203,9 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
             started, began = datetime.now(UTC), sampler.mark()
             before = client.spec_counters()
             generation = client.generate(prompt.text, mode=spec.prompt_mode,
-                                         n_predict=spec.n_predict, sampling=spec.sampling)
+                                         n_predict=spec.n_predict,
+                                         sampling=run_sampling(spec.sampling, prompt.id,
+                                                               repetition))
             counters = client.spec_counters() - before
             result = RunResult(
                 key=RunKey(block.slot.role, block.slot.block, prompt.id, repetition),
