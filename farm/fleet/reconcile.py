@@ -108,7 +108,9 @@ def send(app: Celery, messages: list[outbox.Message]) -> None:
                 for message in messages:
                     task = amqp.create_task_message(message.task_id, TASK_NAME, [message.job_id],
                                                     argsrepr=message.label, **same)
-                    amqp.send_task_message(producer, TASK_NAME, task, declare=[],
+                    # No retry: kombu cannot move a batch to a new connection, and a failed
+                    # send rolls the marks back for the next reconciliation to post.
+                    amqp.send_task_message(producer, TASK_NAME, task, declare=[], retry=False,
                                            queue=queues[queue_name(message.gpu_class)])
     except (OperationalError, BatchPublishError, redis.exceptions.RedisError) as exc:
         raise broker_unreachable(app.conf.broker_url, exc) from exc
