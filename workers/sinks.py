@@ -18,11 +18,12 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
 from farm import stats
+from farm.report.frames import run_facts
 from farm.retry import retrying
 from farm.store import leases, repo
 from farm.store.models import GpuSample, Job, Run
 from workers.checks import Preflight, asks_for_speculation
-from workers.executor import Outcome, RunKey, RunResult, Slot, host_name
+from workers.executor import Outcome, RunKey, RunResult, Slot, host_name, job_design
 from workers.telemetry import Sample
 
 log = logging.getLogger("farm.worker")
@@ -41,23 +42,34 @@ def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:
 
 
 def job_summary(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]:
-    """What the job found, as values for its row (written with its final state): design,
-    statistics, and whether speculation happened.
+    """What the job found, as values for its row (written with its final state).
 
-    A variant that asked for speculation and drafted nothing is marked ``none``; reports
-    never show its speedup.
+    Computed afresh from every run the job has at each finish, so the summary of a job
+    resumed or retried covers the runs of all its attempts.
     """
-    runs = job_runs(engine, job_id)
-    summary = stats.summarize_job(runs)
+    spec = outcome.checked.spec
+    return summary_values(job_runs(engine, job_id), run_facts(engine, job_id),
+                          asked=asks_for_speculation(spec.variant), pairs=outcome.pairs,
+                          stop_reason=outcome.stop_reason, design=job_design(spec),
+                          no_agreement=spec.outputs_differ)
+
+
+def summary_values(runs: pd.DataFrame, facts: dict[str, Any], *, asked: bool, pairs: int,
+                   stop_reason: str, design: stats.Design,
+                   no_agreement: str | None) -> dict[str, Any]:
+    """A job's row values from its runs and their ``run_facts``: design, statistics, the
+    facts reports would otherwise read from its runs, and whether speculation happened.
+
+    A variant that asked for speculation (``asked``) and drafted nothing is marked
+    ``none``; reports never show its speedup.
+    """
+    summary = stats.summarize_job(runs, design, no_agreement)
     for arm, row in stats.latency(runs).iterrows():
         summary |= {f"{name}_{arm}": float(value) for name, value in row.items()
                     if name in LATENCY_SUMMARY}
-    drafted = int(runs.loc[runs["arm"] == "variant", "spec_drafted"].sum())
-    variant = outcome.checked.spec.variant
-    verdict = ("not-requested" if not asks_for_speculation(variant)
-               else "ok" if drafted else "none")
-    summary = _json_safe(summary)
-    return {"speculation": verdict, "pairs": outcome.pairs, "stop_reason": outcome.stop_reason,
+    verdict = "not-requested" if not asked else "ok" if facts["drafted"] else "none"
+    summary = _json_safe(summary | facts)
+    return {"speculation": verdict, "pairs": pairs, "stop_reason": stop_reason,
             "log_se": summary["log_se"], "df": summary["df"], "summary": summary}
 
 

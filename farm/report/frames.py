@@ -12,13 +12,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Connection, CursorResult, Engine, bindparam, select, text
 
 from farm.errors import ConfigError
 from farm.gpus import bandwidth_bound_share
 from farm.matrix.spec import varying_text
-from farm.report.sql import job_report_sql
-from farm.store.models import Campaign, Job, Run
+from farm.report.sql import RUN_FACTS, job_report_sql, run_facts_sql
 
 REPORT_COLUMNS = [
     "campaign", "job_key", "model", "variant", "varying", "varying_flags", "gpu_class", "worker",
@@ -33,9 +32,9 @@ REPORT_COLUMNS = [
 
 def latest_campaign(engine: Engine) -> str:
     """The name of the campaign created last."""
-    query = select(Campaign.name).order_by(Campaign.created_at.desc(), Campaign.id.desc())
+    query = text("SELECT name FROM campaign ORDER BY created_at DESC, id DESC LIMIT 1")
     with engine.connect() as connection:
-        name = connection.scalar(query.limit(1))
+        name = connection.scalar(query)
     if name is None:
         raise ConfigError("the store holds no campaign yet; run `farm run MATRIX` first")
     return str(name)
@@ -43,7 +42,8 @@ def latest_campaign(engine: Engine) -> str:
 
 def _campaign_id(engine: Engine, name: str) -> int:
     with engine.connect() as connection:
-        campaign_id = connection.scalar(select(Campaign.id).where(Campaign.name == name))
+        campaign_id = connection.scalar(text("SELECT id FROM campaign WHERE name = :name"),
+                                        {"name": name})
     if campaign_id is None:
         raise ConfigError(f"no campaign named {name!r}; `farm report` without a name shows "
                           "the latest")
@@ -52,6 +52,10 @@ def _campaign_id(engine: Engine, name: str) -> int:
 
 def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
     """Every run of ``campaign`` (default: all), one row each, with its job's identity."""
+    # Here, not at the top: the ORM takes a tenth of a second to load, and reports of jobs
+    # query without it.
+    from farm.store.models import Campaign, Job, Run
+
     query = (select(Campaign.name.label("campaign"), Job.job_key,
                     Job.model_name.label("model"), Job.variant_name.label("variant"),
                     *[column for column in Run.__table__.columns])
@@ -64,19 +68,23 @@ def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
 
 
 def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
-    """One row per job (of ``campaign``, or of all campaigns), aggregated in SQL."""
-    where, params = "", {}
+    """One row per job (of ``campaign``, or of all campaigns): what each finished job kept
+    in its summary; for the others, what SQL finds in their runs."""
+    jobs, params = "1 = 1", {}
     if campaign is not None:
-        where, params = "WHERE job.campaign_id = :campaign_id", {
+        jobs, params = "job.campaign_id = :campaign_id", {
             "campaign_id": _campaign_id(engine, campaign)}
     with engine.connect() as connection:
-        query = text(job_report_sql(where, engine.dialect.name))
-        frame = pd.DataFrame(connection.execute(query, params).mappings().all())
-    if frame.empty:
-        return pd.DataFrame(columns=REPORT_COLUMNS)
+        frame = _frame(connection.execute(text(job_report_sql(jobs)), params))
+        if frame.empty:
+            return pd.DataFrame(columns=REPORT_COLUMNS)
+        summaries = _summaries(frame)
+        lacking = summaries["runs"].isna() & frame["has_runs"].astype(bool)
+        facts = _run_facts(connection, engine.dialect.name,
+                           frame.loc[lacking, "job_id"].tolist())
     frame["varying"] = frame["varying"].map(_load_json)
     frame["varying_flags"] = frame["varying"].map(varying_text)
-    frame = _with_summaries(frame)
+    frame = _with_summaries(frame, summaries, facts)
     frame["bandwidth_bound"] = [
         bandwidth_bound_share(float(tok_s), gpu, int(size))
         if pd.notna(tok_s) and pd.notna(size) else None
@@ -86,10 +94,37 @@ def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
     # A variant that asked for speculation and drafted nothing is not a speedup to quote.
     frame.loc[frame["speculation"] == "none", "speedup"] = float("nan")
     frame = _with_best_of(frame)
-    for column in ("baseline_tok_s", "variant_tok_s", "speedup", "acceptance_rate"):
-        frame[column] = frame[column].astype(float)
-    frame[["drafted", "accepted", "runs"]] = frame[["drafted", "accepted", "runs"]].astype(int)
     return frame[REPORT_COLUMNS]
+
+
+def run_facts(engine: Engine, job_id: int) -> dict[str, Any]:
+    """The ``RUN_FACTS`` of one job from its runs, JSON-friendly (what its summary keeps)."""
+    query = text(run_facts_sql("job.id = :job_id", engine.dialect.name))
+    with engine.connect() as connection:
+        row = connection.execute(query, {"job_id": job_id}).mappings().one()
+    return {name: row[name] for name in RUN_FACTS}
+
+
+# Job ids bound per run-facts query: twice this stays under either database's limit on
+# bound parameters (32,766 on SQLite, 65,535 on PostgreSQL).
+_IDS_PER_QUERY = 10_000
+
+
+def _run_facts(connection: Connection, dialect: str, job_ids: list[int]) -> pd.DataFrame:
+    """The ``RUN_FACTS`` of ``job_ids`` from their runs, indexed by job id."""
+    query = text(run_facts_sql("job.id IN :ids", dialect)).bindparams(
+        bindparam("ids", expanding=True))
+    # The ids are listed, not selected by a condition, so the planner knows how many jobs
+    # it aggregates: an estimate of one job for thousands turns its joins quadratic.
+    parts = [_frame(connection.execute(query, {"ids": job_ids[start:start + _IDS_PER_QUERY]}))
+             for start in range(0, len(job_ids), _IDS_PER_QUERY)]
+    if not parts:
+        return pd.DataFrame(columns=RUN_FACTS, index=pd.Index([], name="job_id"))
+    return pd.concat(parts).set_index("job_id")
+
+
+def _frame(result: CursorResult[Any]) -> pd.DataFrame:
+    return pd.DataFrame(result.all(), columns=list(result.keys()))
 
 
 SUMMARY_COLUMNS = ("ci_low", "ci_high", "agreement", "agreement_suspect", "drift_flag",
@@ -99,19 +134,35 @@ SUMMARY_COLUMNS = ("ci_low", "ci_high", "agreement", "agreement_suspect", "drift
                    "e2e_p99_ms_variant")
 
 
-def _with_summaries(frame: pd.DataFrame) -> pd.DataFrame:
-    """Prefer the statistics written when a job finished (speedup over block pairs, its
-    interval, agreement, drift); unfinished jobs keep the SQL estimate and no interval."""
+def _summaries(frame: pd.DataFrame) -> pd.DataFrame:
+    """The jobs' summaries as columns (missing values where a job has none)."""
     parsed = [_load_json(value) if value else {} for value in frame["summary"]]
-    summaries = pd.DataFrame.from_records(parsed, index=frame.index,
-                                          columns=["speedup", *SUMMARY_COLUMNS])
+    return pd.DataFrame.from_records(parsed, index=frame.index,
+                                     columns=["speedup", *SUMMARY_COLUMNS, *RUN_FACTS])
+
+
+def _with_summaries(frame: pd.DataFrame, summaries: pd.DataFrame,
+                    facts: pd.DataFrame) -> pd.DataFrame:
+    """Prefer the statistics written when a job finished (speedup over block pairs, its
+    interval, agreement, drift, and the run facts); the other jobs get the ``facts`` of
+    their runs (their speedup the geometric mean of per-prompt medians, nothing counted
+    for a job without runs) and no interval."""
+    stored = summaries["runs"].notna()
+    found = facts.reindex(frame["job_id"]).set_axis(frame.index)
+    for column in RUN_FACTS:
+        frame[column] = summaries[column].where(stored, found[column])
     pair_speedup = summaries["speedup"].astype(float)
-    frame["speedup"] = pair_speedup.where(pair_speedup.notna(), frame["speedup"])
+    frame["speedup"] = pair_speedup.where(pair_speedup.notna(), frame["median_speedup"])
     for column in SUMMARY_COLUMNS:
         frame[column] = summaries[column]
-    for column in ("ci_low", "ci_high", "agreement", "mean_accepted_length"):
+    for column in ("speedup", "ci_low", "ci_high", "agreement", "mean_accepted_length",
+                   "baseline_tok_s", "variant_tok_s", "sd_log_speedup"):
         frame[column] = frame[column].astype(float)
+    for column in ("drafted", "accepted", "runs", "throttled_runs", "spilled_runs"):
+        frame[column] = frame[column].astype(float).fillna(0).astype(int)
     frame["pairs"] = frame["pairs"].astype("Int64")
+    # A summary without a GPU name reads back as NaN; the name is text or nothing.
+    frame["gpu_name"] = frame["gpu_name"].astype(object).where(frame["gpu_name"].notna(), None)
     return frame
 
 
@@ -120,21 +171,19 @@ def _with_best_of(frame: pd.DataFrame) -> pd.DataFrame:
     reader picks, so it gets a simultaneous interval (``farm.stats.best_of_interval``)."""
     from farm.stats import best_of_interval
 
-    frame = frame.assign(best_of=pd.Series(pd.NA, index=frame.index, dtype="Int64"),
-                         best_low=float("nan"), best_high=float("nan"))
-    for _, jobs in frame.groupby(["campaign", "model", "gpu_class"], dropna=False):
-        measured = jobs[jobs["speedup"].notna() & jobs["log_se"].notna()]
-        if len(measured) < 2:
-            continue
-        speedups = measured["speedup"].to_numpy(dtype=float)
-        best = int(np.argmax(speedups))
-        low, high = best_of_interval(math.log(speedups[best]),
-                                     float(measured["log_se"].to_numpy(dtype=float)[best]),
-                                     int(measured["df"].to_numpy(dtype=float)[best]),
-                                     len(measured))
-        frame.loc[measured.index[best], ["best_of", "best_low", "best_high"]] = [
-            len(measured), low, high]
-    return frame
+    keys = ["campaign", "model", "gpu_class"]
+    best = pd.DataFrame({"best_of": pd.Series(pd.NA, index=frame.index, dtype="Int64"),
+                         "best_low": float("nan"), "best_high": float("nan")})
+    measured = frame.loc[frame["speedup"].notna() & frame["log_se"].notna(),
+                         [*keys, "speedup", "log_se", "df"]]
+    variants = measured.groupby(keys, dropna=False)["speedup"].transform("size")
+    measured = measured[variants >= 2]
+    for index in measured.groupby(keys, dropna=False)["speedup"].idxmax():
+        job = measured.loc[index]
+        low, high = best_of_interval(math.log(float(job["speedup"])), float(job["log_se"]),
+                                     int(job["df"]), int(variants[index]))
+        best.loc[index] = [variants[index], low, high]
+    return frame.assign(**best)
 
 
 def _load_json(value: Any) -> dict[str, Any]:
@@ -142,20 +191,17 @@ def _load_json(value: Any) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else dict(value)
 
 
-def _pooled(frame: pd.DataFrame, keys: list[str], estimate: str, low: str,
-            high: str) -> pd.DataFrame:
+def _pooled(frame: pd.DataFrame, keys: list[str], estimate: str) -> pd.DataFrame:
     """Per group of ``keys``: the typical speedup with its random-effects interval and the
-    between-job spread tau (``farm.stats.pool_jobs``), from each job's estimate and
-    paired-t interval over its ``pairs``."""
-    from farm.stats import log_standard_error, pool_jobs
+    between-job spread tau (``farm.stats.pool_jobs``), from each job's ``estimate``, the
+    standard error of its log (``log_se``) and its degrees of freedom (``df``)."""
+    from farm.stats import pool_jobs
 
     rows = []
     for key, jobs in frame.groupby(keys, dropna=False):
-        pairs = [int(n) if pd.notna(n) else 0 for n in jobs["pairs"]]
-        errors = [log_standard_error(float(lo), float(hi), n)
-                  for lo, hi, n in zip(jobs[low], jobs[high], pairs, strict=True)]
-        pooled = pool_jobs(np.log(jobs[estimate].astype(float)), errors,
-                           [n - 1 for n in pairs])
+        dfs = [int(n) if pd.notna(n) else 0 for n in jobs["df"]]
+        pooled = pool_jobs(np.log(jobs[estimate].astype(float)),
+                           jobs["log_se"].astype(float), dfs)
         rows.append({**dict(zip(keys, key, strict=True)), "jobs": len(jobs),
                      "speedup": pooled.estimate, "low": pooled.low, "high": pooled.high,
                      "tau": pooled.tau})
@@ -173,7 +219,7 @@ def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
         "accepted": grouped["accepted"].sum(),
         "runs": grouped["runs"].sum(),
     }).reset_index()
-    return _pooled(report, [by], "speedup", "ci_low", "ci_high").merge(totals, on=by)
+    return _pooled(report, [by], "speedup").merge(totals, on=by)
 
 
 def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
@@ -205,4 +251,11 @@ def category_report(runs: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
 def category_summary(categories: pd.DataFrame) -> pd.DataFrame:
     """Per variant and category: the typical speedup of the jobs with its random-effects
     interval and between-job spread (tau)."""
-    return _pooled(categories, ["variant", "category"], "estimate", "low", "high")
+    from farm.stats import log_standard_error
+
+    pairs = [int(n) if pd.notna(n) else 0 for n in categories["pairs"]]
+    errors = categories.assign(
+        log_se=[log_standard_error(float(low), float(high), n) for low, high, n
+                in zip(categories["low"], categories["high"], pairs, strict=True)],
+        df=[n - 1 for n in pairs])
+    return _pooled(errors, ["variant", "category"], "estimate")

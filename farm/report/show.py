@@ -11,7 +11,6 @@ import pandas as pd
 from rich.console import Console
 
 from farm.errors import ConfigError
-from farm.report.compare import compare
 from farm.report.frames import (
     category_report,
     category_summary,
@@ -83,6 +82,8 @@ def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
 def show_comparison(settings: Settings, a: str, b: str, fmt: str, *,
                     build_a: str | None = None, build_b: str | None = None) -> None:
     """Campaigns (or builds) A and B side by side, as a table, CSV or JSON."""
+    from farm.report.compare import compare
+
     with open_store(settings) as engine:
         frame = compare(engine, a, b, build_a=build_a, build_b=build_b)
     if fmt == "table":

@@ -1,10 +1,12 @@
-"""The per-job report query, and the SQL facts it shares with the analysts' views.
+"""The per-job report queries, and the SQL facts they share with the analysts' views.
 
 Each fact is written once: the median decode tok/s (``median_select``) and the
 geometric-mean speedup with its spread (``speedup_stats``, ``SD_LOG_SPEEDUP``) serve both
-``frames.job_report`` and ``migrations/views.py``. Portable SQL for SQLite >= 3.35 (window
-and math functions) and PostgreSQL. Views are created from this text by migrations, so a
-change here reaches existing databases only through a migration that recreates the views.
+a job's run facts (``run_facts_sql``: kept in its summary when it finishes, computed by
+reports for the jobs without) and ``migrations/views.py``. Portable SQL for SQLite >= 3.35
+(window and math functions) and PostgreSQL. Views are created from this text by
+migrations, so a change here reaches existing databases only through a migration that
+recreates the views.
 """
 
 from __future__ import annotations
@@ -51,15 +53,25 @@ SD_LOG_SPEEDUP = """CASE WHEN s.prompts > 1 AND s.sum_sq - s.prompts * s.mean_lo
        END"""
 
 
-def job_report_sql(where: str, dialect: str) -> str:
-    """One row per job, filtered by ``where`` (``""`` or a clause on ``job``)."""
-    # Runs are narrowed first, so one campaign's report costs its own runs, not the store's.
+# What a report takes from a job's runs (``run_facts_sql``). A finished job keeps them in
+# its summary, so that reports read the runs of unfinished jobs only; ``runs`` marks a
+# summary that has them (jobs finished before they were kept have not).
+RUN_FACTS = ("baseline_tok_s", "variant_tok_s", "median_speedup", "sd_log_speedup",
+             "drafted", "accepted", "runs", "gpu_name", "model_size", "throttled_runs",
+             "spilled_runs")
+
+
+def run_facts_sql(jobs: str, dialect: str) -> str:
+    """``job_id`` and the ``RUN_FACTS`` of each job meeting ``jobs`` (a condition on
+    ``job``): medians, the geometric-mean speedup of per-prompt medians with its spread,
+    counters and counts."""
+    # Runs are narrowed first, so a few jobs cost their own runs, not the store's.
     return f"""
 WITH r AS (
     SELECT run.job_id, run.arm, run.prompt_id, run.decode_tok_s, run.spec_drafted,
            run.spec_accepted, run.gpu_name, run.model_size, run.throttled,
            run.weights_spilled
-    FROM run JOIN job ON job.id = run.job_id {where}),
+    FROM run JOIN job ON job.id = run.job_id WHERE {jobs}),
 prompt_med AS ({median_select("r", "job_id, arm, prompt_id", dialect)}),
 arm_med AS ({median_select("r", "job_id, arm", dialect)}),
 arm_counts AS (
@@ -70,23 +82,32 @@ arm_counts AS (
            SUM(CASE WHEN weights_spilled THEN 1 ELSE 0 END) AS spilled_runs
     FROM r GROUP BY job_id, arm),
 stats AS ({speedup_stats("prompt_med")})
-SELECT c.name AS campaign, job.job_key, job.model_name AS model,
-       job.variant_name AS variant, job.varying, job.gpu_class, job.lease_owner AS worker,
-       job.state, job.error, job.failure_class, job.speculation, job.summary,
-       job.pairs, job.stop_reason, job.log_se, job.df,
-       bm.median_tok_s AS baseline_tok_s, vm.median_tok_s AS variant_tok_s,
-       EXP(s.mean_log) AS speedup, {SD_LOG_SPEEDUP} AS sd_log_speedup,
+SELECT job.id AS job_id, bm.median_tok_s AS baseline_tok_s, vm.median_tok_s AS variant_tok_s,
+       EXP(s.mean_log) AS median_speedup, {SD_LOG_SPEEDUP} AS sd_log_speedup,
        COALESCE(vc.drafted, 0) AS drafted, COALESCE(vc.accepted, 0) AS accepted,
        COALESCE(bc.runs, 0) + COALESCE(vc.runs, 0) AS runs, bc.gpu_name, bc.model_size,
        COALESCE(bc.throttled_runs, 0) + COALESCE(vc.throttled_runs, 0) AS throttled_runs,
        COALESCE(bc.spilled_runs, 0) + COALESCE(vc.spilled_runs, 0) AS spilled_runs
 FROM job
-JOIN campaign c ON c.id = job.campaign_id
 LEFT JOIN stats s ON s.job_id = job.id
 LEFT JOIN arm_med bm ON bm.job_id = job.id AND bm.arm = 'baseline'
 LEFT JOIN arm_med vm ON vm.job_id = job.id AND vm.arm = 'variant'
 LEFT JOIN arm_counts bc ON bc.job_id = job.id AND bc.arm = 'baseline'
 LEFT JOIN arm_counts vc ON vc.job_id = job.id AND vc.arm = 'variant'
-{where}
+WHERE {jobs}"""
+
+
+def job_report_sql(jobs: str) -> str:
+    """One row per job meeting ``jobs`` (a condition on ``job``): its columns, its campaign,
+    its summary and whether it has runs (an index lookup; no run is read)."""
+    return f"""
+SELECT job.id AS job_id, c.name AS campaign, job.job_key, job.model_name AS model,
+       job.variant_name AS variant, job.varying, job.gpu_class, job.lease_owner AS worker,
+       job.state, job.error, job.failure_class, job.speculation, job.summary,
+       job.pairs, job.stop_reason, job.log_se, job.df,
+       EXISTS (SELECT 1 FROM run WHERE run.job_id = job.id) AS has_runs
+FROM job
+JOIN campaign c ON c.id = job.campaign_id
+WHERE {jobs}
 ORDER BY c.id, job.id
 """

@@ -57,8 +57,9 @@ def print_wide(console: Console, table: Table) -> None:
 
 def to_json(report: pd.DataFrame) -> str:
     """A JSON list, one object per line; NaN and missing values are null."""
-    lines = report.to_json(orient="records", lines=True, double_precision=15).splitlines()
-    return "[\n" + ",\n".join(lines) + "\n]"
+    lines = report.to_json(orient="records", lines=True, double_precision=15)
+    # The encoder escapes newlines inside strings: each one left ends a record.
+    return "[\n" + lines.rstrip("\n").replace("\n", ",\n") + "\n]"
 
 
 def render(report: pd.DataFrame, title: str, fmt: ReportFormat, console: Console, *,

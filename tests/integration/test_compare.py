@@ -66,7 +66,7 @@ def test_compare_matches_the_same_experiment_across_campaigns(
         engine: Engine, tmp_path: Path) -> None:
     upgrade(engine)
     _store(engine, _specs(tmp_path, "before"), 150.0)
-    _store(engine, _specs(tmp_path, "after", pairs=2, **{"max-pairs": 4}), 180.0)
+    _store(engine, _specs(tmp_path, "after", pairs=3, **{"max-pairs": 7}), 180.0)
     [row] = compare(engine, "before", "after").to_dict(orient="records")
     assert row["variant"] == "ngram" and row["change"] == pytest.approx(1.2)
     assert row["build_a"] == row["build_b"] == "cpu"

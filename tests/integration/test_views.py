@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from farm.report.frames import group_report, job_report, runs_frame
+from farm.report.frames import group_report, job_report, run_facts, runs_frame
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Campaign, Job, Run
 
@@ -67,6 +67,33 @@ def test_report_speedup_is_the_geometric_mean_of_per_prompt_median_ratios(
     empty = report[report["variant"] == "w"].iloc[0]
     assert math.isnan(empty["speedup"]) and empty["runs"] == 0
     assert math.isnan(empty["acceptance_rate"])
+
+
+FACTS = ["baseline_tok_s", "variant_tok_s", "speedup", "sd_log_speedup", "drafted",
+         "accepted", "runs", "acceptance_rate", "throttled_runs", "spilled_runs"]
+
+
+def _reported(engine: Engine) -> dict[str, object]:
+    return dict(job_report(engine, "views").set_index("variant").loc["v", FACTS])
+
+
+def test_a_finished_job_is_reported_from_its_summary_without_reading_its_runs(
+        engine: Engine) -> None:
+    _fill(engine)
+    from_runs = _reported(engine)
+    with Session(engine) as session:
+        job_id = session.scalars(select(Job.id).where(Job.variant_name == "v")).one()
+    # A summary written before it kept the run facts: they still come from the runs.
+    with engine.begin() as connection:
+        connection.execute(update(Job).where(Job.id == job_id).values(
+            summary={"agreement": 1.0}))
+    assert _reported(engine) == pytest.approx(from_runs)
+
+    facts = run_facts(engine, job_id)
+    with engine.begin() as connection:
+        connection.execute(update(Job).where(Job.id == job_id).values(summary=facts))
+        connection.execute(delete(Run).where(Run.job_id == job_id))
+    assert _reported(engine) == pytest.approx(from_runs)
 
 
 def test_group_report_and_runs_frame(engine: Engine) -> None:

@@ -126,13 +126,14 @@ def test_cells_format_present_values() -> None:
 
 def test_group_rows_pool_jobs_with_a_random_effects_interval_and_tau() -> None:
     from farm.report.frames import category_summary, group_report
-    from farm.stats import speedup_interval
+    from farm.stats import log_standard_error, speedup_interval
 
     jobs = [speedup_interval(values) for values in (
         [0.10, 0.12, 0.08, 0.11], [0.30, 0.33, 0.28, 0.31], [0.20, 0.21, 0.19, 0.22])]
     report = pd.DataFrame({
         "gpu_class": ["a", "a", "b"], "speedup": [j.estimate for j in jobs],
         "ci_low": [j.low for j in jobs], "ci_high": [j.high for j in jobs],
+        "log_se": [log_standard_error(j.low, j.high, 4) for j in jobs], "df": [3, 3, 3],
         "pairs": [4, 4, 4], "drafted": [1, 2, 3], "accepted": [1, 1, 1], "runs": [8, 8, 8]})
     groups = group_report(report, "gpu_class").set_index("gpu_class")
     a, b = groups.loc["a"], groups.loc["b"]
