@@ -48,7 +48,9 @@ def job_summary(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]
     resumed or retried covers the runs of all its attempts.
     """
     spec = outcome.checked.spec
-    return summary_values(job_runs(engine, job_id), run_facts(engine, job_id),
+    # What kind of job it is travels with its facts: reports label it from the summary.
+    return summary_values(job_runs(engine, job_id),
+                          run_facts(engine, job_id) | {"kind": spec.kind},
                           asked=asks_for_speculation(spec.variant), pairs=outcome.pairs,
                           stop_reason=outcome.stop_reason, design=job_design(spec),
                           no_agreement=spec.outputs_differ)

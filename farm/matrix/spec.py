@@ -102,6 +102,12 @@ class JobSpec(Frozen):
         return any(name.startswith(SYNTHETIC_PREFIX) for name, _ in self.variant.flags)
 
     @property
+    def kind(self) -> str:
+        """What the job measures: "control" (A/A: the machine's noise floor), "synthetic"
+        (the engine's cost at a forced acceptance, not a drafter's speedup) or "variant"."""
+        return "control" if self.control else "synthetic" if self.synthetic else "variant"
+
+    @property
     def outputs_differ(self) -> str | None:
         """Why the arms' outputs need not match, if they need not: then agreement does
         not apply."""

@@ -8,6 +8,7 @@ writes ``MISSING`` for them.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -79,3 +80,13 @@ def interval(estimate: Any, low: Any, high: Any) -> str:
     if missing(estimate) or known == MISSING:
         return ratio(estimate)
     return f"{ratio(estimate)} {known}"
+
+
+# How a job that is not a setting to pick is named beside its variant.
+KIND_LABELS = {"control": "control (A/A)", "synthetic": "synthetic (engine cost)"}
+
+
+def variant(row: Mapping[Any, Any]) -> str:
+    """The variant's name, and what the job is when it is not a setting to pick."""
+    label = KIND_LABELS.get(str(row.get("kind")))
+    return f"{row['variant']} · {label}" if label else str(row["variant"])

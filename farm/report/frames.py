@@ -21,7 +21,8 @@ from farm.report.sql import RUN_FACTS, job_report_sql, run_facts_sql
 
 REPORT_COLUMNS = [
     "campaign", "job_key", "model", "variant", "varying", "varying_flags", "gpu_class", "worker",
-    "state", "error", "failure_class", "speculation", "baseline_tok_s", "variant_tok_s", "speedup",
+    "kind", "state", "error", "failure_class", "speculation", "baseline_tok_s", "variant_tok_s",
+    "speedup",
     "ci_low", "ci_high", "pairs", "log_se", "df", "stop_reason", "sd_log_speedup",
     "acceptance_rate", "mean_accepted_length", "drafted", "accepted", "agreement",
     "agreement_suspect", "drift_flag", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
@@ -127,7 +128,7 @@ def _frame(result: CursorResult[Any]) -> pd.DataFrame:
     return pd.DataFrame(result.all(), columns=list(result.keys()))
 
 
-SUMMARY_COLUMNS = ("ci_low", "ci_high", "agreement", "agreement_suspect", "drift_flag",
+SUMMARY_COLUMNS = ("kind", "ci_low", "ci_high", "agreement", "agreement_suspect", "drift_flag",
                    "incomplete_pairs", "invalid_runs", "degenerate",
                    "mean_accepted_length", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
                    "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant",
@@ -155,6 +156,8 @@ def _with_summaries(frame: pd.DataFrame, summaries: pd.DataFrame,
     frame["speedup"] = pair_speedup.where(pair_speedup.notna(), frame["median_speedup"])
     for column in SUMMARY_COLUMNS:
         frame[column] = summaries[column]
+    # Jobs that have not finished (or finished before kinds were kept) read as variants.
+    frame["kind"] = frame["kind"].fillna("variant")
     for column in ("speedup", "ci_low", "ci_high", "agreement", "mean_accepted_length",
                    "baseline_tok_s", "variant_tok_s", "sd_log_speedup"):
         frame[column] = frame[column].astype(float)
@@ -168,14 +171,16 @@ def _with_summaries(frame: pd.DataFrame, summaries: pd.DataFrame,
 
 def _with_best_of(frame: pd.DataFrame) -> pd.DataFrame:
     """Mark the fastest of the m >= 2 variants of each campaign x model x GPU class: the row a
-    reader picks, so it gets a simultaneous interval (``farm.stats.best_of_interval``)."""
+    reader picks, so it gets a simultaneous interval (``farm.stats.best_of_interval``).
+    Control (A/A) and synthetic-acceptance jobs are not candidates: neither is a setting
+    to pick."""
     from farm.stats import best_of_interval
 
     keys = ["campaign", "model", "gpu_class"]
     best = pd.DataFrame({"best_of": pd.Series(pd.NA, index=frame.index, dtype="Int64"),
                          "best_low": float("nan"), "best_high": float("nan")})
-    measured = frame.loc[frame["speedup"].notna() & frame["log_se"].notna(),
-                         [*keys, "speedup", "log_se", "df"]]
+    measured = frame.loc[frame["speedup"].notna() & frame["log_se"].notna()
+                         & (frame["kind"] == "variant"), [*keys, "speedup", "log_se", "df"]]
     variants = measured.groupby(keys, dropna=False)["speedup"].transform("size")
     measured = measured[variants >= 2]
     for index in measured.groupby(keys, dropna=False)["speedup"].idxmax():

@@ -96,7 +96,7 @@ def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
     columns: list[tuple[str, _Cell, bool]] = [
         ("job", lambda row: escape(cells.text(row.get("job_key"))[:10]), False),
         ("model", _plain("model"), False),
-        ("variant", _plain("variant"), False),
+        ("variant", lambda row: escape(cells.variant(row)), False),
         ("varying flags", lambda row: f"<code>{_plain('varying_flags')(row)}</code>", False),
         ("speedup", lambda row: escape(cells.interval(row.get("speedup"), row.get("ci_low"),
                                                       row.get("ci_high"))), True),

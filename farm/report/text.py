@@ -106,7 +106,7 @@ def _flags(row: Row) -> str:
 JOB_COLUMNS = (
     Column("job", lambda row: str(row["job_key"])[:10], rank=10),
     Column("model", lambda row: str(row["model"]), rank=3),
-    Column("variant", lambda row: str(row["variant"]), no_wrap=True),
+    Column("variant", cells.variant, no_wrap=True),
     Column("varying flags", lambda row: str(row["varying_flags"]), rank=4),
     Column("class", lambda row: str(row["gpu_class"]), rank=7),
     Column("state", lambda row: str(row["state"]), rank=5),

@@ -178,3 +178,21 @@ def test_run_on_postgresql(tmp_path: Path, smollm2: Path, postgres_url: str) -> 
     assert result.returncode == 0, result.stderr
     [row] = report_rows(env=env)
     assert row["runs"] == 2 and row["drafted"] > 0
+
+
+def test_a_control_arm_runs_the_baseline_twice_and_is_reported_as_such(
+        tmp_path: Path, smollm2: Path, isolated_data_dir: Path) -> None:
+    matrix = matrix_dict(smollm2, repetitions=1, variants=[{"name": "aa", "control": True}],
+                         **{"n-predict": 16})
+    assert farm("run", str(write_matrix(tmp_path, matrix))).returncode == 0
+    [row] = report_rows()
+    assert row["kind"] == "control" and row["speculation"] == "not-requested"
+    assert row["agreement"] == 1.0 and row["best_of"] is None
+    text = farm("report", env={"COLUMNS": "200"})
+    assert "aa · control (A/A)" in text.stdout
+    with sqlite3.connect(isolated_data_dir / "farm.db") as db:
+        argv = {arm: json.loads(text) for arm, text in db.execute("select arm, argv from run")}
+    # The same command line, but for the port each server got.
+    port = argv["baseline"].index("--port") + 1
+    assert argv["baseline"][:port] + argv["baseline"][port + 1:] == (
+        argv["variant"][:port] + argv["variant"][port + 1:])

@@ -152,13 +152,14 @@ def test_the_best_of_several_variants_is_marked_with_its_simultaneous_interval()
     from farm.report.text import _flags
 
     report = pd.DataFrame({
-        "campaign": ["c"] * 3 + ["d"], "model": ["m"] * 4, "gpu_class": ["a"] * 4,
-        "speedup": [1.10, 1.30, 1.20, 1.50], "log_se": [0.02, 0.02, 0.02, 0.02],
-        "df": [5, 5, 5, 5]})
+        "campaign": ["c"] * 5 + ["d"], "model": ["m"] * 6, "gpu_class": ["a"] * 6,
+        "kind": ["variant"] * 3 + ["control", "synthetic", "variant"],
+        "speedup": [1.10, 1.30, 1.20, 1.40, 2.00, 1.50], "log_se": [0.02] * 6, "df": [5] * 6})
     marked = _with_best_of(report)
     best_of = marked["best_of"].tolist()
-    # The fastest of campaign c's three; d's one job is alone: nothing picked there.
-    assert best_of[1] == 3 and all(pd.isna(best_of[i]) for i in (0, 2, 3))
+    # The fastest of campaign c's three variants (an A/A control and a synthetic arm are no
+    # settings to pick); d's one job is alone: nothing picked there.
+    assert best_of[1] == 3 and all(pd.isna(best_of[i]) for i in (0, 2, 3, 4, 5))
     low, high = float(marked["best_low"].iloc[1]), float(marked["best_high"].iloc[1])
     assert low < 1.30 < high and (high - low) > 2 * 1.3 * 0.02 * 2.571  # wider than plain
     row: dict[Hashable, Any] = dict.fromkeys(("speculation", "agreement_suspect", "drift_flag",
@@ -166,3 +167,11 @@ def test_the_best_of_several_variants_is_marked_with_its_simultaneous_interval()
                                             "spilled_runs"))
     row.update(marked.iloc[1].to_dict())
     assert "best of 3: [" in _flags(row)
+
+
+def test_control_and_synthetic_jobs_are_named_for_what_they_are() -> None:
+    from farm.report.cells import variant
+
+    assert variant({"variant": "aa", "kind": "control"}) == "aa · control (A/A)"
+    assert variant({"variant": "s", "kind": "synthetic"}) == "s · synthetic (engine cost)"
+    assert variant({"variant": "ngram", "kind": "variant"}) == "ngram"
