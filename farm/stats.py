@@ -343,16 +343,19 @@ def speedup_by(runs: pd.DataFrame, column: str) -> pd.DataFrame:
     """The job's speedup per prompt or prompt category, each from its own prompts' pairs.
 
     ``column`` is "prompt_id" or "prompt_category"; one row per group value with columns
-    ``column``, estimate, low, high, pairs.
+    ``column``, estimate, low, high, pairs, and the log standard error and df that
+    ``pool_jobs`` combines.
     """
     if column not in ("prompt_id", "prompt_category"):
         raise ValueError(f"speedup_by groups by prompt_id or prompt_category, not {column!r}")
     rows = []
     for value, group in runs.groupby(column, sort=True):
-        interval = job_speedup(group)
-        rows.append({column: value, "estimate": interval.estimate, "low": interval.low,
-                     "high": interval.high, "pairs": interval.pairs})
-    return pd.DataFrame(rows, columns=[column, "estimate", "low", "high", "pairs"])
+        found = estimate(pair_log_ratios(group), pair_orders(group))
+        rows.append({column: value, "estimate": found.speedup.estimate,
+                     "low": found.speedup.low, "high": found.speedup.high,
+                     "pairs": found.speedup.pairs, "log_se": found.log_se, "df": found.df})
+    return pd.DataFrame(rows, columns=[column, "estimate", "low", "high", "pairs", "log_se",
+                                       "df"])
 
 
 # --- Design: crossover model and the two-stage rule -----------------------------------------

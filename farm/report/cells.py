@@ -86,7 +86,12 @@ def interval(estimate: Any, low: Any, high: Any) -> str:
 KIND_LABELS = {"control": "control (A/A)", "synthetic": "synthetic (engine cost)"}
 
 
+def labelled(value: object, kind: object) -> str:
+    """``value`` (a variant, a group), and what its jobs are when not settings to pick."""
+    label = KIND_LABELS.get(str(kind))
+    return f"{value} · {label}" if label else str(value)
+
+
 def variant(row: Mapping[Any, Any]) -> str:
     """The variant's name, and what the job is when it is not a setting to pick."""
-    label = KIND_LABELS.get(str(row.get("kind")))
-    return f"{row['variant']} · {label}" if label else str(row["variant"])
+    return labelled(row["variant"], row.get("kind"))

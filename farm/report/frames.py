@@ -215,8 +215,10 @@ def _pooled(frame: pd.DataFrame, keys: list[str], estimate: str) -> pd.DataFrame
 
 def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
     """Jobs grouped by a column: the typical speedup with its random-effects interval and
-    between-job spread (tau), the range, counters, runs."""
-    grouped = report.groupby(by, dropna=False)
+    between-job spread (tau), the range, counters, runs. Kinds of job never pool together:
+    an A/A control or a synthetic arm is a group of its own beside the variants."""
+    keys = [by] if by == "kind" else [by, "kind"]
+    grouped = report.groupby(keys, dropna=False)
     totals = pd.DataFrame({
         "min_speedup": grouped["speedup"].min(),
         "max_speedup": grouped["speedup"].max(),
@@ -224,7 +226,7 @@ def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
         "accepted": grouped["accepted"].sum(),
         "runs": grouped["runs"].sum(),
     }).reset_index()
-    return _pooled(report, [by], "speedup").merge(totals, on=by)
+    return _pooled(report, keys, "speedup").merge(totals, on=keys)
 
 
 def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
@@ -239,7 +241,8 @@ def category_report(runs: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
     """Per job and prompt category: speedup with its interval over block pairs."""
     from farm.stats import speedup_by
 
-    columns = ["job_key", "model", "variant", "category", "estimate", "low", "high", "pairs"]
+    columns = ["job_key", "model", "variant", "category", "estimate", "low", "high", "pairs",
+               "log_se", "df"]
     if runs.empty:
         return pd.DataFrame(columns=columns)
     names = {str(row["job_key"]): (row["model"], row["variant"])
@@ -255,12 +258,5 @@ def category_report(runs: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
 
 def category_summary(categories: pd.DataFrame) -> pd.DataFrame:
     """Per variant and category: the typical speedup of the jobs with its random-effects
-    interval and between-job spread (tau)."""
-    from farm.stats import log_standard_error
-
-    pairs = [int(n) if pd.notna(n) else 0 for n in categories["pairs"]]
-    errors = categories.assign(
-        log_se=[log_standard_error(float(low), float(high), n) for low, high, n
-                in zip(categories["low"], categories["high"], pairs, strict=True)],
-        df=[n - 1 for n in pairs])
-    return _pooled(errors, ["variant", "category"], "estimate")
+    interval and between-job spread (tau), from each job's log standard error and df."""
+    return _pooled(categories, ["variant", "category"], "estimate")

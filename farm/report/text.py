@@ -173,7 +173,7 @@ def _rows(frame: pd.DataFrame, columns: Sequence[Column]) -> list[list[str]]:
 def group_table(groups: pd.DataFrame, by: str) -> Table:
     """Jobs grouped by ``by``: typical speedup with its interval and spread, range, counters."""
     columns = (
-        Column(by, lambda row: str(row[by])),
+        Column(by, lambda row: cells.labelled(row[by], row.get("kind"))),
         Column("jobs", lambda row: str(row["jobs"]), True),
         Column("speedup", lambda row: cells.ratio(row["speedup"]), True),
         Column("95% CI (typical job)", lambda row: cells.bracket(row["low"], row["high"]),

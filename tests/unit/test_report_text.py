@@ -134,9 +134,15 @@ def test_group_rows_pool_jobs_with_a_random_effects_interval_and_tau() -> None:
         "gpu_class": ["a", "a", "b"], "speedup": [j.estimate for j in jobs],
         "ci_low": [j.low for j in jobs], "ci_high": [j.high for j in jobs],
         "log_se": [log_standard_error(j.low, j.high, 4) for j in jobs], "df": [3, 3, 3],
-        "pairs": [4, 4, 4], "drafted": [1, 2, 3], "accepted": [1, 1, 1], "runs": [8, 8, 8]})
+        "pairs": [4, 4, 4], "drafted": [1, 2, 3], "accepted": [1, 1, 1], "runs": [8, 8, 8],
+        "kind": "variant"})
     groups = group_report(report, "gpu_class").set_index("gpu_class")
     a, b = groups.loc["a"], groups.loc["b"]
+    # An A/A control in class a is a group of its own, never pooled with the variants.
+    control = pd.concat([report, report.iloc[[0]].assign(kind="control")])
+    by_kind = group_report(control, "gpu_class").set_index(["gpu_class", "kind"])
+    assert by_kind.loc[("a", "variant"), "jobs"] == 2
+    assert by_kind.loc[("a", "control"), "jobs"] == 1
     assert a["jobs"] == 2 and a["low"] < a["speedup"] < a["high"]
     assert a["tau"] > 0.05  # two jobs 20% apart truly differ
     assert (b["low"], b["high"]) == pytest.approx((jobs[2].low, jobs[2].high))  # one job

@@ -187,7 +187,7 @@ def test_job_speedup_and_speedup_by_prompt_and_category() -> None:
     assert job.estimate == pytest.approx(3.0 ** (1 / 3), rel=0.02)
     assert job.low < job.estimate < job.high and job.pairs == 4
     by_prompt = speedup_by(runs, "prompt_id").set_index("prompt_id")
-    assert list(by_prompt.columns) == ["estimate", "low", "high", "pairs"]
+    assert list(by_prompt.columns) == ["estimate", "low", "high", "pairs", "log_se", "df"]
     assert by_prompt.loc["code-1", "estimate"] == pytest.approx(2.0, rel=0.02)
     assert by_prompt.loc["chat-1", "estimate"] == pytest.approx(1.0, rel=0.02)
     by_category = speedup_by(runs, "prompt_category").set_index("prompt_category")
