@@ -20,7 +20,7 @@ from farm.store import repo
 from farm.store.db import connected, upgrade
 from farm.store.models import JobState
 from workers.checks import Preflight, check_arms, preflight
-from workers.executor import RunResult, execute_job
+from workers.executor import RunResult, execute_job, job_design
 from workers.node import NodeFiles, NotOnThisNode, local_files, resolve, resolve_arms
 from workers.paths import NodePaths
 from workers.runtime.server import HOST
@@ -111,7 +111,7 @@ class _Progress:
         tok_s = result.generation.decode_tok_s
         task = self.bar.tasks[0]
         if task.total is not None and task.completed + 1 > task.total:
-            # The adaptive rule added a pair beyond the planned minimum.
+            # The two-stage rule planned pairs beyond the least a job runs.
             self.bar.update(self.task, total=task.total + 1)
         self.bar.update(self.task, advance=1, description=(
             f"{self.label} · {result.key.arm} block {result.slot.block} · {tok_s:.1f} tok/s"))
@@ -123,8 +123,9 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings:
                if repo.job_state(engine, job_id) != JobState.DONE]
     if len(pending) < len(specs):
         console.print(f"{len(specs) - len(pending)} of {len(specs)} jobs already done: skipped")
-    # Planned at the minimum of pairs; the adaptive rule may add some.
-    runs_each = [2 * s.pairs * len(s.prompts) * s.repetitions for s, _ in pending]
+    # The least each job runs; its first stage may plan more.
+    runs_each = [2 * job_design(s).least_pairs * len(s.prompts) * s.repetitions
+                 for s, _ in pending]
     failed = 0
     gpus = all_gpus()
     progress = _Progress(console, sum(runs_each))

@@ -1,4 +1,4 @@
-"""Statistics of one job: speedup with its interval, adaptive stopping, drift, acceptance,
+"""Statistics of one job: speedup with its interval, the two-stage rule, drift, acceptance,
 output agreement and latency percentiles. Pure functions on the tidy runs frame (one row per
 run, as ``farm.report.frames.runs_frame`` returns), no I/O.
 
@@ -378,6 +378,11 @@ class Design:
         if self.two_stage and self.first_stage < 3:
             raise ValueError(f"a two-stage design needs a first stage of 3 or more pairs, "
                              f"got {self.first_stage}")
+
+    @property
+    def least_pairs(self) -> int:
+        """The fewest pairs a job of this design runs."""
+        return self.first_stage + MIN_SECOND_STAGE if self.two_stage else self.first_stage
 
     @property
     def two_stage(self) -> bool:

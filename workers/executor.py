@@ -84,7 +84,7 @@ class RunSink(Protocol):
     """Where a job's runs go; implementations guard writes (e.g. by lease) as they need."""
 
     def done(self) -> dict[RunKey, float]:
-        """Runs already stored, with their decode tok/s (for the adaptive rule)."""
+        """Runs already stored, with their decode tok/s (for the stopping rule)."""
         ...
 
     def start(self, checked: Preflight) -> None:
@@ -160,7 +160,7 @@ class Block:
 
 def execute_job(spec: JobSpec, sink: RunSink, *, paths: NodePaths,
                 on_run: ProgressFn | None = None, gpus: Sequence[GpuInfo] = ()) -> Outcome:
-    """Run the job's block pairs until the adaptive rule stops; raises ``FarmError``.
+    """Run the job's block pairs until its two-stage rule stops; raises ``FarmError``.
 
     The job is checked (and old spellings translated) first; runs already stored are kept
     (a resumed job only runs what is missing); ``gpus`` are the devices the servers run on,

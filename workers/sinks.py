@@ -92,7 +92,7 @@ class DbRunSink:
         self.host = host_name()
 
     def done(self) -> dict[RunKey, float]:
-        """Runs already stored, with their decode tok/s (for the adaptive rule)."""
+        """Runs already stored, with their decode tok/s (for the stopping rule)."""
         with Session(self.engine) as session:
             rows = session.execute(select(Run.arm, Run.block, Run.prompt_id, Run.repetition,
                                           Run.decode_tok_s).where(Run.job_id == self.job_id))

@@ -52,8 +52,9 @@ _PLOT_CAPTIONS = {
 _GUIDE = (
     ("Speedup", "Geometric mean over prompts of variant / baseline decode tok/s. 1.00x means "
                 "no change; above 1 the variant is faster."),
-    ("Interval", "Paired t interval over counterbalanced baseline/variant block pairs (on the "
-                 "log scale). Wide intervals or few pairs mean the estimate is uncertain."),
+    ("Interval", "95% interval from a crossover model over counterbalanced baseline/variant "
+                 "block pairs (log scale; an order effect is estimated, not counted as noise). "
+                 "Wide intervals or few pairs mean the estimate is uncertain."),
     ("Acceptance", "Accepted / drafted tokens, from the server's speculative-decoding "
                    "counters. Empty when the variant drafts nothing."),
     ("Agreement", "Share of the variant's outputs identical to the baseline's for the same "

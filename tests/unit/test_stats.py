@@ -264,6 +264,7 @@ def test_a_design_needs_room_for_its_second_stage() -> None:
     with pytest.raises(ValueError, match="3 or more"):
         Design(first_stage=2, max_pairs=8)
     assert not Design(first_stage=1, max_pairs=1).two_stage
+    assert (Design(4, 12).least_pairs, Design(2, 2).least_pairs) == (8, 2)
 
 
 # --- Drift, acceptance, agreement, latency, summary ---------------------------------------
