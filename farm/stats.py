@@ -419,7 +419,7 @@ def crossover(values: LogRatios, orders: Orders) -> Crossover:
     residual = np.concatenate([ab - ab.mean(), ba - ba.mean()])
     df = int(y.size - 2)
     return Crossover((ab.mean() + ba.mean()) / 2, (ab.mean() - ba.mean()) / 2,
-                     float(residual @ residual) / df, 0.25 * (1 / ab.size + 1 / ba.size), df)
+                     float(residual @ residual) / df, _factor(o), df)
 
 
 def _aligned(values: LogRatios, orders: Orders) -> tuple[npt.NDArray[np.float64],
@@ -510,12 +510,12 @@ def estimate(values: LogRatios, orders: Orders,
     elif fit.df >= 2:
         variance, df, method = fit.variance, fit.df, "crossover"
     else:
-        paired = speedup_interval(y, level)
-        se = log_standard_error(paired.low, paired.high, paired.pairs, level)
-        return Estimate(paired, se, paired.pairs - 1, NAN, NAN, NAN, "paired t")
+        variance, df, method = NAN, 0, "paired t"
+    # Too few pairs for the model (or a second stage without both orders): the paired t.
     if not (df >= 1 and math.isfinite(variance)):
         paired = speedup_interval(y, level)
-        return Estimate(paired, NAN, 0, NAN, NAN, NAN, "paired t")
+        se = float(y.std(ddof=1)) / math.sqrt(y.size) if y.size >= 2 else NAN
+        return Estimate(paired, se, max(y.size - 1, 0), NAN, NAN, NAN, "paired t")
     margin = _margin(variance, fit.factor, df, level)
     interval = Interval(math.exp(fit.log_speedup), math.exp(fit.log_speedup - margin),
                         math.exp(fit.log_speedup + margin), int(y.size))

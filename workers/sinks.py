@@ -48,29 +48,29 @@ def job_summary(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]
     resumed or retried covers the runs of all its attempts.
     """
     spec = outcome.checked.spec
-    # What kind of job it is travels with its facts: reports label it from the summary.
-    return summary_values(job_runs(engine, job_id),
-                          run_facts(engine, job_id) | {"kind": spec.kind},
-                          asked=asks_for_speculation(spec.variant), pairs=outcome.pairs,
+    return summary_values(job_runs(engine, job_id), run_facts(engine, job_id),
+                          kind=spec.kind, asked=asks_for_speculation(spec.variant),
+                          pairs=outcome.pairs,
                           stop_reason=outcome.stop_reason, design=job_design(spec),
                           no_agreement=spec.outputs_differ)
 
 
-def summary_values(runs: pd.DataFrame, facts: dict[str, Any], *, asked: bool, pairs: int,
-                   stop_reason: str, design: stats.Design,
+def summary_values(runs: pd.DataFrame, facts: dict[str, Any], *, kind: str, asked: bool,
+                   pairs: int, stop_reason: str, design: stats.Design,
                    no_agreement: str | None) -> dict[str, Any]:
     """A job's row values from its runs and their ``run_facts``: design, statistics, the
     facts reports would otherwise read from its runs, and whether speculation happened.
 
     A variant that asked for speculation (``asked``) and drafted nothing is marked
-    ``none``; reports never show its speedup.
+    ``none``; reports never show its speedup. ``kind`` (``JobSpec.kind``) is kept for the
+    reports' labels.
     """
     summary = stats.summarize_job(runs, design, no_agreement)
     for arm, row in stats.latency(runs).iterrows():
         summary |= {f"{name}_{arm}": float(value) for name, value in row.items()
                     if name in LATENCY_SUMMARY}
     verdict = "not-requested" if not asked else "ok" if facts["drafted"] else "none"
-    summary = _json_safe(summary | facts)
+    summary = _json_safe(summary | facts | {"kind": kind})
     return {"speculation": verdict, "pairs": pairs, "stop_reason": stop_reason,
             "log_se": summary["log_se"], "df": summary["df"], "summary": summary}
 

@@ -289,7 +289,7 @@ def _summarize_jobs(task: tuple[str, list[int]]) -> int:
     engine = make_engine(db_url)
     try:
         values = [{"job_id": job_id, **summary_values(
-            job_runs(engine, job_id), run_facts(engine, job_id), asked=True,
+            job_runs(engine, job_id), run_facts(engine, job_id), kind="variant", asked=True,
             pairs=FILL_PAIRS, stop_reason=f"max pairs ({FILL_PAIRS}) reached",
             design=Design(FILL_PAIRS, FILL_PAIRS), no_agreement=None)}
             for job_id in job_ids]
