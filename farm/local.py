@@ -66,6 +66,8 @@ def _where(path: Path, matrix: Matrix, spec: JobSpec, exc: ConfigError) -> str:
             name = spec.variant.name
             if name == variant.name or name.startswith(variant.name + "["):
                 return f"{path}: variants[{index}] ({name})"
+        if matrix.engine_curve is not None:
+            return f"{path}: engine-curve ({spec.variant.name})"
         return f"{path}: variant {spec.variant.name}"
     index = next(i for i, model in enumerate(matrix.models) if model.name == spec.model.name)
     return f"{path}: models[{index}].{'path' if spec.model.path else 'file'}"

@@ -1,4 +1,4 @@
-"""Results: ``farm report``, ``farm compare``, ``farm export``."""
+"""Results: ``farm report``, ``farm compare``, ``farm curve``, ``farm export``."""
 
 from __future__ import annotations
 
@@ -44,6 +44,24 @@ def compare(a: str, b: str, build_a: str | None, build_b: str | None, fmt: str) 
     from farm.report.show import show_comparison
 
     show_comparison(load_settings(), a, b, fmt, build_a=build_a, build_b=build_b)
+
+
+@cli.command()
+@click.argument("campaign", required=False)
+@click.option("--all", "all_campaigns", is_flag=True,
+              help="The synthetic-acceptance jobs of every campaign.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Also write the plot: speedup vs acceptance length, a line per draft "
+                   "length, break-even marked (PNG).")
+def curve(campaign: str | None, all_campaigns: bool, fmt: str, output: Path | None) -> None:
+    """The engine cost curve of CAMPAIGN (default: the latest): from its synthetic-acceptance
+    jobs, the speedup per acceptance length, the step cost and the break-even length per
+    draft length, with 95% intervals."""
+    from farm.report.show import show_curve
+
+    show_curve(load_settings(), campaign, fmt, all_campaigns=all_campaigns, output=output)
 
 
 @cli.command()

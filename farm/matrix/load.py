@@ -262,8 +262,9 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
     jobs: dict[str, JobSpec] = {}
     for gpu_class, build, model, baseline in itertools.product(matrix.gpu_classes, builds, models,
                                                                baselines):
-        for index, variant in enumerate(matrix.variants):
-            where = f"variants[{index}]"
+        for index, variant in enumerate(matrix.all_variants()):
+            where = (f"variants[{index}]" if index < len(matrix.variants)
+                     else f"engine-curve ({variant.name})")
             variant_build = (build if variant.build is None else _build_ref(variant.build))
             for name, flags in _variant_arms(variant, f"{path}: {where}.", baseline):
                 varying = _varying(baseline, flags, swept)

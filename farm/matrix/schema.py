@@ -94,6 +94,36 @@ class Variant(Strict):
                           "measure this machine's noise floor; changes no flag.")
 
 
+class EngineCurve(Strict):
+    """Synthetic-acceptance arms that measure what the engine delivers at each acceptance:
+    one arm per draft length x acceptance length (``--spec-synth-len``), against the
+    baseline. Lengths above draft length + 1 cannot happen and are left out."""
+
+    spec_type: Annotated[str, Field(min_length=1, description="The speculation whose cost is "
+                                    "measured, e.g. draft-mtp or ngram-simple.")]
+    draft_n_max: Annotated[list[Annotated[int, Field(ge=1, le=64)]], Field(
+        min_length=1, description="Draft lengths (--spec-draft-n-max), one curve each.")]
+    synth_len: Annotated[list[Annotated[float, Field(ge=1.0, le=65.0)]], Field(
+        min_length=1, description="Mean acceptance lengths, the target token included "
+                                  "(--spec-synth-len): 1 accepts nothing.")]
+    flags: FlagSpec = Field(default_factory=dict, description="More flags for every arm of "
+                            "the curve (e.g. the drafter's model).")
+
+    def arms(self) -> list[Variant]:
+        """One variant per draft length, sweeping the acceptance lengths it can reach."""
+        arms = []
+        for n_max in dict.fromkeys(self.draft_n_max):
+            # 2, not 2.0: the flag's value and the arm's name as the user wrote them.
+            lengths: list[FlagScalar] = [int(length) if length.is_integer() else length
+                                         for length in dict.fromkeys(self.synth_len)
+                                         if length <= n_max + 1]
+            if lengths:
+                arms.append(Variant(name=f"engine-curve-n{n_max}", flags={
+                    **self.flags, "spec-type": self.spec_type, "spec-draft-n-max": n_max,
+                    "spec-synth-len": lengths}))
+        return arms
+
+
 class Matrix(Strict):
     """A campaign as the user writes it: models, builds, prompts, the baseline, variants, design."""
 
@@ -122,10 +152,18 @@ class Matrix(Strict):
     sampling: Sampling = Field(default_factory=Sampling)
     flags: FlagSpec = Field(default_factory=dict, description="The baseline's flags.")
     args: str | None = None
-    variants: Annotated[list[Variant], Field(min_length=1)]
+    variants: list[Variant] = Field(default_factory=list)
+    engine_curve: EngineCurve | None = Field(
+        None, description="Shorthand for synthetic-acceptance variants: the engine's speedup "
+                          "per draft length and acceptance length.")
 
     @model_validator(mode="after")
     def _pairs_in_order(self) -> Matrix:
+        if not self.variants and self.engine_curve is None:
+            raise ValueError("give `variants` (at least one) or an `engine-curve`")
+        if self.engine_curve is not None and not self.engine_curve.arms():
+            raise ValueError("engine-curve: every synth-len is above draft-n-max + 1, which no "
+                             "draft reaches; give lengths from 1 to the largest draft-n-max + 1")
         if self.max_pairs < self.pairs:
             raise ValueError(f"max-pairs ({self.max_pairs}) must be >= pairs ({self.pairs})")
         if self.pairs < self.max_pairs < self.pairs + MIN_SECOND_STAGE:
@@ -136,6 +174,10 @@ class Matrix(Strict):
             raise ValueError(f"pairs ({self.pairs}) is too small a first stage to plan a "
                              "second: set pairs to 3 or more, or max-pairs equal to pairs")
         return self
+
+    def all_variants(self) -> list[Variant]:
+        """``variants``, then the arms ``engine-curve`` expands to."""
+        return [*self.variants, *(self.engine_curve.arms() if self.engine_curve else [])]
 
     def build_entries(self) -> list[BuildEntry]:
         """``build`` as a list of entries, a bare name becoming ``{name}``."""

@@ -21,11 +21,11 @@ _MEASURED = ["speedup", "ci_low", "ci_high", "baseline_tok_s", "variant_tok_s",
 
 def _side(engine: Engine, campaign: str, build: str | None) -> pd.DataFrame:
     report = job_report(engine, campaign)
-    query = (select(Job.job_key, Job.comparable_key.label("key"), Job.build_name.label("build"))
+    query = (select(Job.job_key, Job.comparable_key.label("key"))
              .join(Campaign).where(Campaign.name == campaign))
     with engine.connect() as connection:
         keys = pd.DataFrame(connection.execute(query).mappings().all(),
-                            columns=["job_key", "key", "build"])
+                            columns=["job_key", "key"])
     # A job without a key was stored with a spec this farm cannot read: nothing matches it.
     side = report.merge(keys, on="job_key").dropna(subset=["key"])
     if build is not None:

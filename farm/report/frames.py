@@ -20,9 +20,9 @@ from farm.matrix.spec import varying_text
 from farm.report.sql import RUN_FACTS, job_report_sql, run_facts_sql
 
 REPORT_COLUMNS = [
-    "campaign", "job_key", "model", "variant", "varying", "varying_flags", "gpu_class", "worker",
-    "kind", "state", "error", "failure_class", "speculation", "baseline_tok_s", "variant_tok_s",
-    "speedup",
+    "campaign", "job_key", "model", "variant", "build", "varying", "varying_flags", "gpu_class",
+    "worker", "kind", "state", "error", "failure_class", "speculation", "baseline_tok_s",
+    "variant_tok_s", "speedup",
     "ci_low", "ci_high", "pairs", "log_se", "df", "stop_reason", "sd_log_speedup",
     "acceptance_rate", "mean_accepted_length", "drafted", "accepted", "agreement",
     "agreement_suspect", "drift_flag", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",

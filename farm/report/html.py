@@ -161,6 +161,42 @@ def _figures(jobs: pd.DataFrame, runs: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
+def _engine_curve(jobs: pd.DataFrame) -> str:
+    """The engine cost curve of the synthetic-acceptance jobs, if there are any."""
+    from farm.report.curve import curve_points, curve_table
+
+    points = curve_points(jobs) if "kind" in jobs else pd.DataFrame()
+    if points.empty:
+        return ""
+
+    def fit(value: str, low: str, high: str) -> _Cell:
+        return lambda row: escape(cells.interval(row.get(value), row.get(low),
+                                                 row.get(high)).replace(cells.TIMES, ""))
+
+    columns: list[tuple[str, _Cell, bool]] = [
+        ("model", _plain("model"), False), ("GPU class", _plain("gpu_class"), False),
+        ("build", _plain("build"), False), ("spec type", _plain("spec_type"), False),
+        ("n-max", _number("draft_n_max", cells.count), True),
+        ("points", _number("points", cells.count), True),
+        ("step cost (plain steps)", fit("step_cost", "step_cost_low", "step_cost_high"), True),
+        ("break-even length", fit("break_even", "break_even_low", "break_even_high"), True),
+    ]
+    data = base64.b64encode(plots.engine_curve(points)).decode("ascii")
+    return f"""<section>
+<h2>Engine cost curve (synthetic acceptance)</h2>
+{_table(curve_table(points), columns, "No curve.")}
+<figure><img src="data:image/png;base64,{data}" alt="engine_curve" width="{plots.WIDTH_PX}">
+<figcaption>{escape(_ENGINE_CURVE_CAPTION)}</figcaption></figure>
+</section>"""
+
+
+_ENGINE_CURVE_CAPTION = (
+    "Speedup against the mean acceptance length (tokens per speculative step, the target's "
+    "included) that synthetic acceptance forced, one line per draft length with its fit; "
+    "the mark on 1x is the break-even length with its 95% interval. Step cost: one step "
+    "with n-max drafted tokens, all accepted, in plain decode steps.")
+
+
 def _guide() -> str:
     items = "".join(f"<dt>{escape(term)}</dt><dd>{escape(text)}</dd>" for term, text in _GUIDE)
     return f"<dl>{items}</dl>"
@@ -203,6 +239,7 @@ def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: 
 <h2>Plots</h2>
 {_figures(jobs, runs)}
 </section>
+{_engine_curve(jobs)}
 <section>
 <h2>How to read this</h2>
 {_guide()}

@@ -274,6 +274,50 @@ def tok_s_over_blocks(runs: pd.DataFrame, path: Path | str | None = None,
     return _png(fig, path)
 
 
+def engine_curve(points: pd.DataFrame, path: Path | str | None = None) -> bytes:
+    """Speedup against mean acceptance length (``farm.report.curve.curve_points``), one
+    panel per engine and one line per draft length: the jobs with their intervals, the
+    fitted line over lengths 1 to n-max + 1, and the break-even length on the line
+    speedup = 1 with its interval (an open end where the data cannot bound it)."""
+    from farm.report.curve import ENGINE_KEYS, cost_curves
+
+    title = "Engine cost curve: speedup vs acceptance length (synthetic acceptance)"
+    if points.empty:
+        return _no_data(title, path, "no synthetic-acceptance jobs with a speedup")
+    curves = cost_curves(points)
+    engines = list(points.dropna(subset=["draft_n_max"]).groupby(
+        ENGINE_KEYS, sort=True, dropna=False))[:MAX_FACETS]
+    columns = min(len(engines), 2)
+    rows = math.ceil(len(engines) / columns)
+    fig = _figure(max(HEIGHT_PX, 420 * rows))
+    for panel, (engine, engine_points) in enumerate(engines, start=1):
+        ax = fig.add_subplot(rows, columns, panel)
+        for number, (n_max, mine) in enumerate(engine_points.groupby("draft_n_max")):
+            curve = curves[(*engine, n_max)]
+            colour = f"C{number % 10}"
+            ax.errorbar(mine["acceptance_length"], mine["speedup"], yerr=_error_bars(mine),
+                        fmt="o", color=colour, capsize=3, label=f"n-max {curve.draft_n_max}")
+            if math.isfinite(curve.slope):
+                xs = np.array([1.0, curve.draft_n_max + 1.0])
+                ax.plot(xs, curve.intercept + curve.slope * xs, "-", color=colour, alpha=0.7)
+            even, low, high = curve.break_even()
+            if math.isfinite(even):
+                left = even - low if math.isfinite(low) else even - 1.0
+                right = high - even if math.isfinite(high) else curve.draft_n_max + 1.0 - even
+                ax.errorbar([even], [1.0], xerr=[[max(left, 0.0)], [max(right, 0.0)]],
+                            fmt="|", color=colour, markersize=14, capsize=5, elinewidth=2)
+        ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
+        ax.set_xlabel("mean acceptance length (tokens per step, target included)")
+        ax.set_ylabel("speedup (\u00d7)")
+        ax.set_title(_short(" · ".join(cells.text(part) for part in engine if cells.text(part)),
+                            70), fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(f"{title}; | on 1\u00d7 = break-even with its interval", fontsize=10)
+    fig.tight_layout()
+    return _png(fig, path)
+
+
 # --------------------------------------------------------------------------- all four
 
 def render_all(jobs: pd.DataFrame, runs: pd.DataFrame) -> dict[str, bytes]:

@@ -4,6 +4,7 @@ from the store, rendered in the format asked for."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import cast
 
@@ -24,6 +25,7 @@ from farm.report.text import (
     ReportFormat,
     category_table,
     compare_table,
+    curve_tables,
     group_table,
     print_wide,
     render,
@@ -92,6 +94,38 @@ def show_comparison(settings: Settings, a: str, b: str, fmt: str, *,
         print(to_json(frame))
     else:
         print(frame.to_csv(index=False), end="")
+
+
+def show_curve(settings: Settings, campaign: str | None, fmt: str, *,
+               all_campaigns: bool = False, output: Path | None = None) -> None:
+    """The engine cost curve of the synthetic-acceptance jobs of ``campaign`` (default the
+    latest; every campaign with ``all_campaigns``), as tables, CSV or JSON; ``output``
+    also gets the plot (PNG)."""
+    from farm.report.curve import curve_points, curve_table
+
+    with open_store(settings) as engine:
+        name = None if all_campaigns else (campaign or latest_campaign(engine))
+        points = curve_points(job_report(engine, name))
+    title = "all campaigns" if name is None else f"campaign {name}"
+    if points.empty:
+        raise ConfigError(f"{title} has no synthetic-acceptance job with a speedup yet: add an "
+                          "`engine-curve:` to the matrix (README, \"Engine cost curve\") and "
+                          "run it, or give another campaign")
+    curves = curve_table(points)
+    if fmt == "json":
+        print(json.dumps({"curves": json.loads(curves.to_json(orient="records")),
+                          "points": json.loads(points.to_json(orient="records"))}, indent=1))
+    elif fmt == "csv":
+        print(curves.to_csv(index=False), end="")
+    else:
+        console = wide_console()
+        for table in curve_tables(curves, points, title):
+            print_wide(console, table)
+    if output is not None:
+        from farm.report.plots import engine_curve
+
+        engine_curve(points, output)
+        print(f"wrote {output}", file=sys.stderr if fmt != "table" else sys.stdout)
 
 
 def export_runs(settings: Settings, campaign: str | None, fmt: str, output: Path) -> int:

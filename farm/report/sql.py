@@ -102,7 +102,8 @@ def job_report_sql(jobs: str) -> str:
     its summary and whether it has runs (an index lookup; no run is read)."""
     return f"""
 SELECT job.id AS job_id, c.name AS campaign, job.job_key, job.model_name AS model,
-       job.variant_name AS variant, job.varying, job.gpu_class, job.lease_owner AS worker,
+       job.variant_name AS variant, job.build_name AS build, job.varying, job.gpu_class,
+       job.lease_owner AS worker,
        job.state, job.error, job.failure_class, job.speculation, job.summary,
        job.pairs, job.stop_reason, job.log_se, job.df,
        EXISTS (SELECT 1 FROM run WHERE run.job_id = job.id) AS has_runs

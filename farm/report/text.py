@@ -226,3 +226,43 @@ def compare_table(frame: pd.DataFrame, a: str, b: str) -> Table:
         Column("verdict", lambda row: str(row["verdict"])),
     )
     return _table(f"{a} -> {b}", columns, _rows(frame, columns))
+
+
+def _engine(row: Row) -> str:
+    return " · ".join(str(row[key]) for key in ("model", "gpu_class", "build", "spec_type"))
+
+
+def curve_tables(curves: pd.DataFrame, points: pd.DataFrame, title: str) -> list[Table]:
+    """The engine cost curve: per engine and draft length the step cost and break-even
+    with their intervals; then every point (one synthetic-acceptance job each)."""
+    fits = (
+        Column("engine (model · GPU class · build · spec type)", _engine),
+        Column("n-max", lambda row: str(row["draft_n_max"]), True),
+        Column("points", lambda row: str(row["points"]), True),
+        Column("lengths", lambda row: f"{row['length_min']:.2f}-{row['length_max']:.2f}",
+               True),
+        Column("step cost (plain steps)", lambda row: cells.interval(
+            row["step_cost"], row["step_cost_low"], row["step_cost_high"]).replace(
+                cells.TIMES, ""), True),
+        Column("break-even length", lambda row: cells.interval(
+            row["break_even"], row["break_even_low"], row["break_even_high"]).replace(
+                cells.TIMES, ""), True),
+        Column("speedup at longest", lambda row: cells.interval(
+            row["speedup_at_max"], row["speedup_at_max_low"], row["speedup_at_max_high"]),
+            True),
+        Column("tau", lambda row: cells.number(row["tau"], 3), True),
+    )
+    dots = (
+        Column("engine", _engine),
+        Column("n-max", lambda row: cells.count(row["draft_n_max"]), True),
+        Column("synth-len", lambda row: cells.number(row["synth_len"], 2), True),
+        Column("measured length", lambda row: cells.number(row["acceptance_length"], 3), True),
+        Column("speedup", lambda row: cells.interval(row["speedup"], row["ci_low"],
+                                                     row["ci_high"]), True),
+        Column("step cost", lambda row: cells.number(row["step_cost"], 2), True),
+    )
+    caption = ("step cost: one speculative step with n-max drafted tokens, all accepted, in "
+               "plain decode steps; break-even: the acceptance length (tokens per step, the "
+               "target's included) where the speedup is 1; 95% intervals")
+    return [_table(f"{title}: engine cost curve", fits, _rows(curves, fits), caption),
+            _table(f"{title}: points (synthetic-acceptance jobs)", dots, _rows(points, dots))]

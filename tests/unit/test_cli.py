@@ -62,6 +62,15 @@ HELP: dict[tuple[str, ...], Help] = {
         {"--build-a TEXT": "Only A's jobs on this build (two builds of one campaign).",
          "--build-b TEXT": "Only B's jobs on this build.",
          "--format [table|csv|json]": "[default: table]"}),
+    ("curve",): Help(
+        "farm curve [OPTIONS] [CAMPAIGN]",
+        "The engine cost curve of CAMPAIGN (default: the latest): from its synthetic-acceptance "
+        "jobs, the speedup per acceptance length, the step cost and the break-even length per "
+        "draft length, with 95% intervals.",
+        {"--all": "The synthetic-acceptance jobs of every campaign.",
+         "--format [table|csv|json]": "[default: table]",
+         "-o, --output PATH": "Also write the plot: speedup vs acceptance length, a line per "
+                              "draft length, break-even marked (PNG)."}),
     ("export",): Help(
         "farm export [OPTIONS] [CAMPAIGN]",
         "Write the tidy runs of CAMPAIGN (default: the latest), one row per run.",

@@ -228,3 +228,36 @@ def test_synthetic_acceptance_arms_are_recognised_and_skip_agreement(
     assert not drafter.synthetic and drafter.outputs_differ is None
     [sampled] = load(files, sampling={"temperature": 0.7, "seed": 1})
     assert "temperature > 0" in str(sampled.outputs_differ)
+
+
+def test_engine_curve_expands_to_synthetic_arms_per_draft_length(files: dict[str, Any]) -> None:
+    jobs = load(files, variants=[], **{"engine-curve": {
+        "spec-type": "draft-mtp", "draft-n-max": [1, 3], "synth-len": [1, 2, 2.5, 4]}})
+    names = [job.variant.name for job in jobs]
+    # n-max 1 reaches lengths up to 2; n-max 3 up to 4.
+    assert names == ["engine-curve-n1[spec-synth-len=1]", "engine-curve-n1[spec-synth-len=2]",
+                     "engine-curve-n3[spec-synth-len=1]", "engine-curve-n3[spec-synth-len=2]",
+                     "engine-curve-n3[spec-synth-len=2.5]",
+                     "engine-curve-n3[spec-synth-len=4]"]
+    assert all(job.kind == "synthetic" for job in jobs)
+    assert jobs[-1].varying == {"spec-type": "draft-mtp", "spec-draft-n-max": "3",
+                                "spec-synth-len": "4"}
+
+
+def test_engine_curve_sits_beside_variants_and_takes_flags(files: dict[str, Any]) -> None:
+    jobs = load(files, **{"engine-curve": {
+        "spec-type": "ngram-simple", "draft-n-max": [2], "synth-len": [1.5],
+        "flags": {"spec-ngram-size-n": 3}}})
+    assert [job.kind for job in jobs] == ["variant", "synthetic"]
+    assert ("spec-ngram-size-n", "3") in jobs[1].variant.flags
+
+
+def test_engine_curve_out_of_reach_or_missing_is_refused(files: dict[str, Any]) -> None:
+    out_of_reach: dict[str, Any] = {"engine-curve": {
+        "spec-type": "draft-mtp", "draft-n-max": [1], "synth-len": [2.5, 3]}}
+    message = error_of(files, variants=[], **out_of_reach)
+    assert "engine-curve" in message and "draft-n-max + 1" in message
+    assert "engine-curve" in error_of(files, variants=[])
+    below_one: dict[str, Any] = {"engine-curve": {
+        "spec-type": "draft-mtp", "draft-n-max": [2], "synth-len": [0.5]}}
+    assert "synth-len" in error_of(files, variants=[], **below_one)
