@@ -36,7 +36,11 @@ SHORT_NAMES: dict[str, str] = {
     "ub": "ubatch-size",
 }
 
-# Flags the farm sets itself: where the server listens, what it loads, how many slots.
+_READS_LOG = ("the farm logs at --log-verbosity 4 and reads the log: why a start failed, "
+              "each request's speculative statistics")
+
+# Flags the farm sets itself: where the server listens, what it loads, how many slots, what
+# it logs.
 FARM_OWNED: dict[str, str] = {
     "host": "the farm binds every server to 127.0.0.1",
     "port": "the farm picks a free port for every server",
@@ -45,6 +49,8 @@ FARM_OWNED: dict[str, str] = {
     "parallel": "the farm always runs one slot (-np 1) so both arms are comparable",
     "np": "the farm always runs one slot (-np 1) so both arms are comparable",
     "metrics": "the farm always enables /metrics",
+    **dict.fromkeys(("log-verbosity", "verbosity", "lv", "log-verbose", "verbose", "v",
+                     "log-disable", "log-jsonl"), _READS_LOG),
 }
 
 # Shell syntax that means a value was written for a shell: command separators, pipes,

@@ -169,7 +169,8 @@ def test_shell_metacharacters_in_a_value_are_refused(files: dict[str, Any]) -> N
     assert "variants[0].flags.cache-type-k" in message and "';'" in message
 
 
-@pytest.mark.parametrize("flag", ["port", "--host", "-m", "np", "metrics"])
+@pytest.mark.parametrize("flag", ["port", "--host", "-m", "np", "metrics", "-lv", "--verbosity",
+                                  "-v", "log-disable"])
 def test_farm_owned_flags_are_refused(files: dict[str, Any], flag: str) -> None:
     assert "belongs to the farm" in error_of(files, flags={flag: "1"})
 

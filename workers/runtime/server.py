@@ -17,6 +17,11 @@ import httpx
 from workers.runtime import server_log
 
 HOST = "127.0.0.1"
+# llama.cpp's trace level: a finished request's speculative statistics (per method: calls,
+# drafts, tokens, draft time; server_log.SpecStatsLog) are printed from it up. It adds about
+# 30 lines per request and none per token, at no measurable cost to decode speed; debug (5)
+# logs every drafted candidate.
+LOG_VERBOSITY = 4
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform == "linux" else None
 
@@ -62,6 +67,7 @@ class LlamaServer:
         self.startup_timeout = startup_timeout
         self.bind_attempts = bind_attempts
         self.port = 0
+        self.log_offset = 0  # where the running server's output begins in its log
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -72,7 +78,8 @@ class LlamaServer:
     def argv(self, port: int) -> list[str]:
         """The full command line: the farm's own flags, then the arm's."""
         return [self.binary, "--model", self.model, "--host", HOST, "--port", str(port),
-                "--parallel", "1", "--metrics", *self.arm_argv]
+                "--log-verbosity", str(LOG_VERBOSITY), "--parallel", "1", "--metrics",
+                *self.arm_argv]
 
     def __enter__(self) -> LlamaServer:
         self.start()
@@ -96,6 +103,7 @@ class LlamaServer:
     def _launch_and_wait(self) -> bool:
         """True once healthy; False on a lost port race; raises on any other failure."""
         with self.log_path.open("ab") as log:
+            self.log_offset = log.tell()
             log.write(("$ " + " ".join(self.argv(self.port)) + "\n").encode())
             log.flush()
             self._process = subprocess.Popen(
