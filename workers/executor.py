@@ -24,7 +24,7 @@ from workers.checks import Preflight, preflight
 from workers.paths import NodePaths
 from workers.runtime.client import Generation, ServerClient, SpecCounters
 from workers.runtime.server import LlamaServer
-from workers.runtime.server_log import weights_spilled
+from workers.runtime.server_log import SpecStats, SpecStatsLog, weights_spilled
 from workers.telemetry import GpuInfo, RunTelemetry, Sample, Sampler, cuda_env
 
 WARMUP_TOKENS = 8
@@ -61,6 +61,7 @@ class RunResult:
     build_name: str
     generation: Generation
     counters: SpecCounters
+    spec_stats: SpecStats | None  # the server's own, from its log; None when not speculating
     argv: list[str]
     server_log: str
     started_at: datetime
@@ -197,9 +198,11 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
         argv = server.argv(server.port)
         speculative = client.slot_speculative()
         spilled = weights_spilled(block.log_path.read_text(errors="replace"))
+        spec_log = SpecStatsLog(block.log_path, server.log_offset)
         client.generate(block.todo[0][0].text, mode=spec.prompt_mode,
                         n_predict=WARMUP_TOKENS, sampling=spec.sampling)
-        for prompt, repetition in block.todo:
+        # The warm-up was the server's request 0.
+        for request, (prompt, repetition) in enumerate(block.todo, start=1):
             started, began = datetime.now(UTC), sampler.mark()
             before = client.spec_counters()
             generation = client.generate(prompt.text, mode=spec.prompt_mode,
@@ -210,7 +213,8 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
             result = RunResult(
                 key=RunKey(block.slot.role, block.slot.block, prompt.id, repetition),
                 slot=block.slot, prompt=prompt, arm_name=arm.name, build_name=arm.build.name,
-                generation=generation, counters=counters, argv=argv,
+                generation=generation, counters=counters,
+                spec_stats=spec_log.request(request), argv=argv,
                 server_log=str(block.log_path), started_at=started,
                 telemetry=sampler.summarize(began, sampler.mark()),
                 slot_speculative=speculative, weights_spilled=spilled,

@@ -10,7 +10,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 import pandas as pd
@@ -24,6 +24,7 @@ from farm.store import leases, repo
 from farm.store.models import GpuSample, Job, Run
 from workers.checks import Preflight, asks_for_speculation
 from workers.executor import Outcome, RunKey, RunResult, Slot, host_name, job_design
+from workers.runtime.server_log import SpecStats
 from workers.telemetry import Sample
 
 log = logging.getLogger("farm.worker")
@@ -158,7 +159,13 @@ def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
         throttled=tele.throttled if tele.max_vram_used_mb is not None else None,
         throttle_reasons=tele.throttle_reasons or None, tokens=result.tokens,
         gpu_name=result.gpu_name, chunk_gap_p50_ms=gen.chunk_gap(0.5),
-        chunk_gap_max_ms=gen.chunk_gap(1.0))
+        chunk_gap_max_ms=gen.chunk_gap(1.0), **_spec_stats_values(result.spec_stats))
+
+
+def _spec_stats_values(spec: SpecStats | None) -> dict[str, int | float | None]:
+    """A run's ``spec_*`` statistics columns (all null for a server that does not speculate)."""
+    return {f"spec_{f.name}": None if spec is None else getattr(spec, f.name)
+            for f in fields(SpecStats)}
 
 
 class LeasedRunSink(DbRunSink):

@@ -166,6 +166,24 @@ class Run(Base):
     spec_drafted: Mapped[int] = mapped_column(Integer, default=0)
     spec_accepted: Mapped[int] = mapped_column(Integer, default=0)
     spec_accepted_per_pos: Mapped[list[Any]] = mapped_column(default=list)
+    # The server's own speculative statistics for this request, from its log (the print
+    # after the request less the one before; summed over methods when an arm has several):
+    # how often the drafter was asked (draft_calls) and proposed (gen_drafts, gen_tokens),
+    # verification steps of its drafts (accept_calls) and what they kept (acc_drafts with at
+    # least one token, acc_tokens), and llama.cpp's timers in ms: begin (when the prompt is
+    # in, outside the decode time), draft and accept (inside it). Whatever else the decode
+    # time holds (the target's verification batches, sampling, draft-mtp's pass over each
+    # verified batch, which llama.cpp does not time) is what reports call verify time.
+    # Null where the server does not speculate.
+    spec_draft_calls: Mapped[int | None] = mapped_column(Integer)
+    spec_accept_calls: Mapped[int | None] = mapped_column(Integer)
+    spec_gen_drafts: Mapped[int | None] = mapped_column(Integer)
+    spec_acc_drafts: Mapped[int | None] = mapped_column(Integer)
+    spec_gen_tokens: Mapped[int | None] = mapped_column(Integer)
+    spec_acc_tokens: Mapped[int | None] = mapped_column(Integer)
+    spec_begin_ms: Mapped[float | None] = mapped_column(Float)
+    spec_draft_ms: Mapped[float | None] = mapped_column(Float)
+    spec_accept_ms: Mapped[float | None] = mapped_column(Float)
     text: Mapped[str] = mapped_column(Text)
 
     server_version: Mapped[str] = mapped_column(Text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 
 from farm.store.db import downgrade, make_engine, table_names, upgrade
 
@@ -26,6 +26,29 @@ def test_migrations_go_base_head_base(database_url: str) -> None:
         assert set(table_names(engine)) <= {"alembic_version"}
         upgrade(engine)
         assert "run" in table_names(engine)
+    finally:
+        engine.dispose()
+
+
+def test_migration_0009_adds_and_removes_the_runs_speculative_statistics(
+        database_url: str) -> None:
+    spec_columns = {"spec_draft_calls", "spec_accept_calls", "spec_gen_drafts",
+                    "spec_acc_drafts", "spec_gen_tokens", "spec_acc_tokens", "spec_begin_ms",
+                    "spec_draft_ms", "spec_accept_ms"}
+
+    def run_columns() -> set[str]:
+        return {column["name"] for column in inspect(engine).get_columns("run")}
+
+    engine = make_engine(database_url)
+    try:
+        upgrade(engine, "0008")
+        assert not spec_columns & run_columns()
+        upgrade(engine, "0009")
+        assert spec_columns <= run_columns()
+        downgrade(engine, "0008")
+        assert not spec_columns & run_columns()
+        with engine.connect() as connection:  # the views the migration rebuilt still read
+            assert connection.scalar(text("SELECT COUNT(*) FROM arm_summary")) == 0
     finally:
         engine.dispose()
 

@@ -1,4 +1,5 @@
-"""llama-server's log read for why a start failed and whether weights spilled to the CPU.
+"""llama-server's log read for why a start failed, whether weights spilled to the CPU, and
+each request's speculative statistics.
 
 The lines are llama.cpp's own (common/arg.cpp, src/llama-context.cpp, tools/server/), as a
 server prints them; tests/integration/test_failures.py checks the same against a real one.
@@ -6,6 +7,8 @@ server prints them; tests/integration/test_failures.py checks the same against a
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from farm.errors import (
     UnsupportedByBuild,
 )
 from workers.runtime import server_log
+from workers.runtime.server_log import SpecStats, SpecStatsLog
 
 
 @pytest.mark.parametrize(("log", "expected"), [
@@ -105,3 +109,119 @@ def test_errors_raised_before_or_after_the_start_carry_their_class(
 
 def test_only_passing_failures_are_retried() -> None:
     assert {"timeout", "crash", "request_failed"} == RETRYABLE
+
+
+# Captured from llama-server b11434 at --log-verbosity 4 (SmolLM2, --spec-type
+# ngram-simple,ngram-mod, two chat requests), with the lines around the first print.
+TWO_METHODS = [
+    "0.00.265.624 I spec common_specu: adding speculative implementation 'ngram-simple'",
+    "0.00.276.466 I spec common_specu: adding speculative implementation 'ngram-mod'",
+    "0.01.612.598 I slot print_timing: id  0 | task 0 |    graphs reused =         58",
+    "0.01.612.632 I slot print_timing: id  0 | task 0 | draft acceptance = 0.07317 (    3 "
+    "accepted /    41 generated), mean len =  4.00",
+    "0.01.612.681 I spec common_specu: statistics     ngram-simple: #calls(b,g,a) =    1     "
+    "59      1, #gen drafts =      1, #acc drafts =     1, #gen tokens =     41, #acc tokens "
+    "=     3, #mean acc len = 4.00, #acc rate/pos = (1.000, 1.000, 1.000), dur(b,g,a) = "
+    "0.001, 0.134, 0.005 ms",
+    "0.01.612.689 I spec common_specu: statistics        ngram-mod: #calls(b,g,a) =    1     "
+    "58      0, #gen drafts =      0, #acc drafts =     0, #gen tokens =      0, #acc tokens "
+    "=     0, dur(b,g,a) = 0.048, 0.160, 0.000 ms",
+    "0.01.612.725 I slot      release: id  0 | task 0 | stop processing: n_tokens = 146, "
+    "truncated = 0",
+    "0.02.401.433 I spec common_specu: statistics     ngram-simple: #calls(b,g,a) =    2     "
+    "65      1, #gen drafts =      1, #acc drafts =     1, #gen tokens =     41, #acc tokens "
+    "=     3, #mean acc len = 4.00, #acc rate/pos = (1.000, 1.000, 1.000), dur(b,g,a) = "
+    "0.001, 0.145, 0.005 ms",
+    # The draft was 56 tokens long, so 56 rates of 1.000, as logged.
+    "0.02.401.453 I spec common_specu: statistics        ngram-mod: #calls(b,g,a) =    2     "
+    "64      1, #gen drafts =      1, #acc drafts =     1, #gen tokens =     56, #acc tokens "
+    "=    56, #mean acc len = 57.00, #acc rate/pos = (" + ", ".join(["1.000"] * 56)
+    + "), dur(b,g,a) = 0.087, 0.205, 0.004 ms",
+]
+# The same build on the generated MTP oracle (--spec-type draft-mtp --spec-draft-n-max 3).
+MTP = [
+    "0.00.105.659 I spec common_specu: adding speculative implementation 'draft-mtp'",
+    "0.00.240.595 I spec common_specu: statistics        draft-mtp: #calls(b,g,a) =    1     "
+    "32     32, #gen drafts =     32, #acc drafts =    32, #gen tokens =     95, #acc tokens "
+    "=    95, #mean acc len = 3.97, #acc rate/pos = (1.000, 1.000, 0.969), dur(b,g,a) = "
+    "0.015, 13.171, 0.013 ms",
+    "0.00.290.277 I spec common_specu: statistics        draft-mtp: #calls(b,g,a) =    2     "
+    "64     64, #gen drafts =     64, #acc drafts =    64, #gen tokens =    190, #acc tokens "
+    "=   190, #mean acc len = 3.97, #acc rate/pos = (1.000, 1.000, 0.969), dur(b,g,a) = "
+    "0.026, 27.119, 0.021 ms",
+]
+
+
+def _log(tmp_path: Path, lines: list[str], before: str = "") -> Path:
+    path = tmp_path / "block0-variant.log"
+    path.write_text(before + "\n".join(lines) + "\n")
+    return path
+
+
+def test_statistics_are_read_per_method_and_print_in_b11434s_words() -> None:
+    text = "\n".join(TWO_METHODS)
+    assert server_log.spec_methods(text) == ["ngram-simple", "ngram-mod"]
+    first, second = server_log.spec_stats_prints(text)
+    assert first["ngram-simple"] == SpecStats(
+        draft_calls=59, accept_calls=1, gen_drafts=1, acc_drafts=1, gen_tokens=41,
+        acc_tokens=3, begin_ms=0.001, draft_ms=0.134, accept_ms=0.005)
+    assert first["ngram-mod"] == SpecStats(draft_calls=58, begin_ms=0.048, draft_ms=0.160)
+    assert second["ngram-mod"].acc_tokens == 56 and second["ngram-mod"].draft_ms == 0.205
+
+
+def test_a_request_gets_its_print_less_the_one_before_summed_over_methods(
+        tmp_path: Path) -> None:
+    stats = SpecStatsLog(_log(tmp_path, TWO_METHODS), 0)
+    assert stats.request(0) == SpecStats(
+        draft_calls=117, accept_calls=1, gen_drafts=1, acc_drafts=1, gen_tokens=41,
+        acc_tokens=3, begin_ms=0.049, draft_ms=0.294, accept_ms=0.005)
+    assert stats.request(1) == SpecStats(
+        draft_calls=12, accept_calls=1, gen_drafts=1, acc_drafts=1, gen_tokens=56,
+        acc_tokens=56, begin_ms=0.039, draft_ms=0.056, accept_ms=0.004)
+    assert SpecStatsLog(_log(tmp_path, MTP), 0).request(1) == SpecStats(
+        draft_calls=32, accept_calls=32, gen_drafts=32, acc_drafts=32, gen_tokens=95,
+        acc_tokens=95, begin_ms=0.011, draft_ms=13.948, accept_ms=0.008)
+
+
+def test_an_earlier_server_in_the_same_log_is_not_counted(tmp_path: Path) -> None:
+    earlier = "$ llama-server (the block's first attempt)\n" + "\n".join(MTP) + "\n"
+    path = _log(tmp_path, ["$ llama-server (the retry)", *MTP[:2]], before=earlier)
+    stats = SpecStatsLog(path, len(earlier.encode()), wait=0.0)
+    assert stats.request(0) == SpecStats(
+        draft_calls=32, accept_calls=32, gen_drafts=32, acc_drafts=32, gen_tokens=95,
+        acc_tokens=95, begin_ms=0.015, draft_ms=13.171, accept_ms=0.013)
+    assert stats.request(1) is None
+
+
+def test_a_server_that_does_not_speculate_has_no_statistics_and_is_not_waited_for(
+        tmp_path: Path) -> None:
+    path = _log(tmp_path, ["0.00.240.629 I slot      release: id  0 | task 0 | stop "
+                           "processing: n_tokens = 144, truncated = 0"])
+    started = time.monotonic()
+    assert SpecStatsLog(path, 0, wait=5.0).request(0) is None
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_print_that_lands_after_the_response_is_waited_for_whole(tmp_path: Path) -> None:
+    # llama.cpp logs from its own thread: the response can come before the print, and a
+    # print of two methods is two lines, written one after the other.
+    path = _log(tmp_path, TWO_METHODS[:5])
+
+    def finish_print() -> None:
+        time.sleep(0.2)
+        with path.open("a") as log:
+            log.write(TWO_METHODS[5] + "\n")
+
+    writer = threading.Thread(target=finish_print)
+    writer.start()
+    try:
+        stats = SpecStatsLog(path, 0, wait=5.0).request(0)
+    finally:
+        writer.join()
+    assert stats is not None and stats.draft_calls == 59 + 58
+
+
+def test_a_print_that_never_comes_is_none_after_the_wait(tmp_path: Path) -> None:
+    started = time.monotonic()
+    assert SpecStatsLog(_log(tmp_path, MTP[:1]), 0, wait=0.1).request(0) is None
+    assert time.monotonic() - started < 1.0

@@ -1,4 +1,5 @@
-"""What llama-server's log says: why a start failed, and whether the weights spilled.
+"""What llama-server's log says: why a start failed, whether the weights spilled, and where
+each request's speculative time went.
 
 Every line of llama-server's the farm reacts to is matched here, beside the function that
 reads it, so a message reworded upstream is a change to one place.
@@ -7,6 +8,8 @@ reads it, so a message reworded upstream is a change to one place.
 from __future__ import annotations
 
 import re
+import time
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from farm.errors import (
@@ -76,3 +79,115 @@ def weights_spilled(log_text: str) -> bool:
     loaded, so the draft model counts too). A CPU-only build prints none: False.
     """
     return any(int(done) < int(total) for done, total in _OFFLOADED.findall(log_text))
+
+
+# What the farm's servers log at trace verbosity (``--log-verbosity 4``, see LlamaServer.argv)
+# from llama.cpp's common/speculative.cpp. At start, one line per speculative method:
+#   SPC_TRC("adding speculative implementation 'ngram-simple'\n")
+# and, when a request finishes (common_speculative_print_stats, called by the slot's
+# print_timings), one line per method with its counters and durations since the server
+# started (begin, generate the draft, accept), e.g. from b11434:
+#   spec common_specu: statistics     ngram-simple: #calls(b,g,a) =    2     65      1,
+#   #gen drafts =      1, #acc drafts =     1, #gen tokens =     41, #acc tokens =     3,
+#   #mean acc len = 4.00, #acc rate/pos = (1.000, 1.000, 1.000), dur(b,g,a) = 0.001, 0.145,
+#   0.005 ms
+# (one line; the mean and rates only once something was accepted).
+_SPEC_METHOD = re.compile(r"adding speculative implementation '([\w-]+)'")
+_SPEC_STATS = re.compile(
+    r"statistics\s+(?P<method>[\w-]+): #calls\(b,g,a\) =\s*\d+\s+(?P<draft_calls>\d+)\s+"
+    r"(?P<accept_calls>\d+), #gen drafts =\s*(?P<gen_drafts>\d+), "
+    r"#acc drafts =\s*(?P<acc_drafts>\d+), #gen tokens =\s*(?P<gen_tokens>\d+), "
+    r"#acc tokens =\s*(?P<acc_tokens>\d+)[^\n]*?, dur\(b,g,a\) = (?P<begin_ms>[\d.]+), "
+    r"(?P<draft_ms>[\d.]+), (?P<accept_ms>[\d.]+) ms")
+
+
+@dataclass(frozen=True)
+class SpecStats:
+    """llama-server's speculative statistics: since the server started, or (the difference
+    of two prints) of one request.
+
+    ``draft_calls`` counts the times the method was asked for a draft, ``gen_drafts`` those
+    it proposed one; ``accept_calls`` the verification steps of its drafts, ``acc_drafts``
+    those that kept at least one token. ``begin_ms`` is spent when a request's prompt is
+    in, ``draft_ms`` drafting, ``accept_ms`` taking the verdict.
+    """
+
+    draft_calls: int = 0
+    accept_calls: int = 0
+    gen_drafts: int = 0
+    acc_drafts: int = 0
+    gen_tokens: int = 0
+    acc_tokens: int = 0
+    begin_ms: float = 0.0
+    draft_ms: float = 0.0
+    accept_ms: float = 0.0
+
+    def _combine(self, other: SpecStats, sign: int) -> SpecStats:
+        # Durations are logged to the microsecond: sums and differences keep that resolution.
+        values = {f.name: getattr(self, f.name) + sign * getattr(other, f.name)
+                  for f in fields(self)}
+        return SpecStats(**{name: round(value, 3) if name.endswith("_ms") else value
+                            for name, value in values.items()})
+
+    def __add__(self, other: SpecStats) -> SpecStats:
+        return self._combine(other, 1)
+
+    def __sub__(self, other: SpecStats) -> SpecStats:
+        return self._combine(other, -1)
+
+
+def spec_methods(log_text: str) -> list[str]:
+    """The speculative methods a server set up, in its order (none for a plain server)."""
+    return _SPEC_METHOD.findall(log_text)
+
+
+def spec_stats_prints(log_text: str) -> list[dict[str, SpecStats]]:
+    """Every print of the speculative statistics in a server's log, in order: per method,
+    cumulative since the server started. A print ends where a method comes again."""
+    prints: list[dict[str, SpecStats]] = []
+    for match in _SPEC_STATS.finditer(log_text):
+        if not prints or match["method"] in prints[-1]:
+            prints.append({})
+        prints[-1][match["method"]] = SpecStats(
+            draft_calls=int(match["draft_calls"]), accept_calls=int(match["accept_calls"]),
+            gen_drafts=int(match["gen_drafts"]), acc_drafts=int(match["acc_drafts"]),
+            gen_tokens=int(match["gen_tokens"]), acc_tokens=int(match["acc_tokens"]),
+            begin_ms=float(match["begin_ms"]), draft_ms=float(match["draft_ms"]),
+            accept_ms=float(match["accept_ms"]))
+    return prints
+
+
+class SpecStatsLog:
+    """The speculative statistics one server prints to its log, request by request.
+
+    ``start`` is where that server's output begins in the log (a retried block appends to
+    the same file). llama.cpp logs from a thread of its own, so a print can land a moment
+    after the response it follows: ``request`` waits up to ``wait`` s for it.
+    """
+
+    def __init__(self, path: Path, start: int, *, wait: float = 2.0) -> None:
+        self.path, self.start, self.wait = path, start, wait
+
+    def _text(self) -> str:
+        with self.path.open("rb") as log:
+            log.seek(self.start)
+            return log.read().decode("utf-8", errors="replace")
+
+    def request(self, index: int) -> SpecStats | None:
+        """The statistics of the server's ``index``-th finished request (0 is the first),
+        summed over its methods; None for a server that does not speculate, or when the
+        print never came."""
+        deadline = time.monotonic() + self.wait
+        while True:
+            text = self._text()
+            methods = set(spec_methods(text))
+            if not methods:
+                return None
+            prints = spec_stats_prints(text)
+            if len(prints) > index and set(prints[index]) == methods:
+                break
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.01)
+        before = sum(prints[index - 1].values(), SpecStats()) if index else SpecStats()
+        return sum(prints[index].values(), SpecStats()) - before
