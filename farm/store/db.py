@@ -95,15 +95,28 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
                 connection.commit()
 
 
+def schema_head() -> str:
+    """The newest migration's revision, from the file names alone (``NNNN_what.py`` holds
+    revision ``NNNN``; tests/integration/test_store.py checks that Alembic agrees): reading
+    it costs no Alembic import, which every command that opens the store would pay."""
+    names = (entry.name for entry in resources.files("migrations").joinpath("versions").iterdir())
+    return max(name[:4] for name in names if name[:4].isdigit() and name.endswith(".py"))
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The store's schema revision (``alembic_version``), or None before any migration."""
+    if "alembic_version" not in inspect(connection).get_table_names():
+        return None
+    revision = connection.scalar(text("SELECT version_num FROM alembic_version"))
+    return None if revision is None else str(revision)
+
+
 def require_current_schema(engine: Engine) -> None:
     """Refuse to work on a database whose schema is older (or newer) than this farm's."""
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    head = ScriptDirectory.from_config(_alembic_config(engine)).get_current_head()
+    head = schema_head()
     try:
         with engine.connect() as connection:
-            current = MigrationContext.configure(connection).get_current_revision()
+            current = current_revision(connection)
     except OperationalError as exc:
         raise database_unreachable(str(engine.url), exc) from exc
     if current != head:
@@ -143,7 +156,10 @@ def open_store(settings: Settings) -> Iterator[Engine]:
             raise ConfigError(f"the store {redact_url(settings.database_url)} holds no "
                               "results yet; run `farm run MATRIX` first")
         if settings.embedded:
-            upgrade(engine)
+            with engine.connect() as connection:
+                current = current_revision(connection)
+            if current != schema_head():
+                upgrade(engine)
         else:
             require_current_schema(engine)
         yield engine

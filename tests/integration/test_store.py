@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
-from farm.store.db import downgrade, make_engine, table_names, upgrade
+from farm.store.db import (
+    current_revision,
+    downgrade,
+    make_engine,
+    schema_head,
+    table_names,
+    upgrade,
+)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -26,6 +33,24 @@ def test_migrations_go_base_head_base(database_url: str) -> None:
         assert set(table_names(engine)) <= {"alembic_version"}
         upgrade(engine)
         assert "run" in table_names(engine)
+    finally:
+        engine.dispose()
+
+
+def test_the_schema_head_read_from_file_names_is_alembics(database_url: str) -> None:
+    from alembic.script import ScriptDirectory
+
+    from farm.store.db import _alembic_config
+
+    engine = make_engine(database_url)
+    try:
+        config = _alembic_config(engine)
+        assert schema_head() == ScriptDirectory.from_config(config).get_current_head()
+        with engine.connect() as connection:
+            assert current_revision(connection) is None
+        upgrade(engine)
+        with engine.connect() as connection:
+            assert current_revision(connection) == schema_head()
     finally:
         engine.dispose()
 
