@@ -62,6 +62,13 @@ def count(value: Any) -> str:
     return MISSING if math.isnan(x) else str(int(x))
 
 
+def time_split(draft: Any, verify: Any) -> str:
+    """``0.105 / 6.840``: ms per token drafting and verifying; missing when neither is known."""
+    if missing(draft) and missing(verify):
+        return MISSING
+    return f"{number(draft, 3)} / {number(verify, 3)}"
+
+
 def ratio(value: Any) -> str:
     """``1.42\u00d7``."""
     x = as_float(value)

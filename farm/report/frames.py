@@ -28,7 +28,8 @@ REPORT_COLUMNS = [
     "agreement_suspect", "drift_flag", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
     "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant", "e2e_p99_ms_variant",
     "throttled_runs", "spilled_runs", "gpu_name", "bandwidth_bound", "runs", "incomplete_pairs",
-    "invalid_runs", "degenerate", "best_of", "best_low", "best_high"]
+    "invalid_runs", "degenerate", "best_of", "best_low", "best_high", "draft_ms_per_token",
+    "verify_ms_per_token"]
 
 
 def latest_campaign(engine: Engine) -> str:
@@ -159,7 +160,8 @@ def _with_summaries(frame: pd.DataFrame, summaries: pd.DataFrame,
     # Jobs that have not finished (or finished before kinds were kept) read as variants.
     frame["kind"] = frame["kind"].fillna("variant")
     for column in ("speedup", "ci_low", "ci_high", "agreement", "mean_accepted_length",
-                   "baseline_tok_s", "variant_tok_s", "sd_log_speedup"):
+                   "baseline_tok_s", "variant_tok_s", "sd_log_speedup", "draft_ms_per_token",
+                   "verify_ms_per_token"):
         frame[column] = frame[column].astype(float)
     for column in ("drafted", "accepted", "runs", "throttled_runs", "spilled_runs"):
         frame[column] = frame[column].astype(float).fillna(0).astype(int)

@@ -57,6 +57,10 @@ _GUIDE = (
                  "Wide intervals or few pairs mean the estimate is uncertain."),
     ("Acceptance", "Accepted / drafted tokens, from the server's speculative-decoding "
                    "counters. Empty when the variant drafts nothing."),
+    ("Draft / verify", "The variant's decode time per token split by llama-server's own "
+                       "timers: drafting, and the rest (the target verifying the drafts, "
+                       "sampling, and for draft-mtp the MTP head's pass over each verified "
+                       "batch, which llama.cpp does not time apart)."),
     ("Agreement", "Share of the variant's outputs identical to the baseline's for the same "
                   "prompt. Speculative decoding should not change greedy output; a low "
                   "share is marked suspect."),
@@ -113,6 +117,8 @@ def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
         ("drift", _drift_cell, False),
         ("baseline tok/s", _number("baseline_tok_s", cells.number), True),
         ("variant tok/s", _number("variant_tok_s", cells.number), True),
+        ("draft / verify ms per token", lambda row: escape(cells.time_split(
+            row.get("draft_ms_per_token"), row.get("verify_ms_per_token"))), True),
     ]
     return columns
 

@@ -55,10 +55,12 @@ SD_LOG_SPEEDUP = """CASE WHEN s.prompts > 1 AND s.sum_sq - s.prompts * s.mean_lo
 
 # What a report takes from a job's runs (``run_facts_sql``). A finished job keeps them in
 # its summary, so that reports read the runs of unfinished jobs only; ``runs`` marks a
-# summary that has them (jobs finished before they were kept have not).
+# summary that has them (jobs finished before they were kept have not). The variant's
+# decode time per token (after the first) is split into ``draft_ms_per_token`` (llama.cpp's
+# draft timer) and ``verify_ms_per_token`` (the rest, less its accept timer: see run.spec_*).
 RUN_FACTS = ("baseline_tok_s", "variant_tok_s", "median_speedup", "sd_log_speedup",
              "drafted", "accepted", "runs", "gpu_name", "model_size", "throttled_runs",
-             "spilled_runs")
+             "spilled_runs", "draft_ms_per_token", "verify_ms_per_token")
 
 
 def run_facts_sql(jobs: str, dialect: str) -> str:
@@ -70,7 +72,9 @@ def run_facts_sql(jobs: str, dialect: str) -> str:
 WITH r AS (
     SELECT run.job_id, run.arm, run.prompt_id, run.decode_tok_s, run.spec_drafted,
            run.spec_accepted, run.gpu_name, run.model_size, run.throttled,
-           run.weights_spilled
+           run.weights_spilled, run.spec_draft_ms, run.spec_accept_ms,
+           CASE WHEN run.spec_draft_ms IS NOT NULL AND run.decode_tok_s > 0
+                THEN run.generated_tokens - 1 END AS timed_tokens
     FROM run JOIN job ON job.id = run.job_id WHERE {jobs}),
 prompt_med AS ({median_select("r", "job_id, arm, prompt_id", dialect)}),
 arm_med AS ({median_select("r", "job_id, arm", dialect)}),
@@ -79,7 +83,12 @@ arm_counts AS (
            SUM(spec_accepted) AS accepted, MAX(gpu_name) AS gpu_name,
            MAX(model_size) AS model_size,
            SUM(CASE WHEN throttled THEN 1 ELSE 0 END) AS throttled_runs,
-           SUM(CASE WHEN weights_spilled THEN 1 ELSE 0 END) AS spilled_runs
+           SUM(CASE WHEN weights_spilled THEN 1 ELSE 0 END) AS spilled_runs,
+           SUM(timed_tokens) AS timed_tokens,
+           SUM(CASE WHEN timed_tokens IS NOT NULL THEN spec_draft_ms END) AS draft_ms,
+           SUM(CASE WHEN timed_tokens IS NOT NULL
+                    THEN timed_tokens * 1000.0 / decode_tok_s - spec_draft_ms - spec_accept_ms
+               END) AS verify_ms
     FROM r GROUP BY job_id, arm),
 stats AS ({speedup_stats("prompt_med")})
 SELECT job.id AS job_id, bm.median_tok_s AS baseline_tok_s, vm.median_tok_s AS variant_tok_s,
@@ -87,7 +96,9 @@ SELECT job.id AS job_id, bm.median_tok_s AS baseline_tok_s, vm.median_tok_s AS v
        COALESCE(vc.drafted, 0) AS drafted, COALESCE(vc.accepted, 0) AS accepted,
        COALESCE(bc.runs, 0) + COALESCE(vc.runs, 0) AS runs, bc.gpu_name, bc.model_size,
        COALESCE(bc.throttled_runs, 0) + COALESCE(vc.throttled_runs, 0) AS throttled_runs,
-       COALESCE(bc.spilled_runs, 0) + COALESCE(vc.spilled_runs, 0) AS spilled_runs
+       COALESCE(bc.spilled_runs, 0) + COALESCE(vc.spilled_runs, 0) AS spilled_runs,
+       vc.draft_ms / NULLIF(vc.timed_tokens, 0) AS draft_ms_per_token,
+       vc.verify_ms / NULLIF(vc.timed_tokens, 0) AS verify_ms_per_token
 FROM job
 LEFT JOIN stats s ON s.job_id = job.id
 LEFT JOIN arm_med bm ON bm.job_id = job.id AND bm.arm = 'baseline'

@@ -117,6 +117,8 @@ JOB_COLUMNS = (
     Column("accept", lambda row: cells.percent(row["acceptance_rate"], 0), True),
     Column("agree", lambda row: cells.percent(row["agreement"], 0), True, rank=1),
     Column("drafted", lambda row: str(row["drafted"]), True, rank=9),
+    Column("draft / verify ms/tok", lambda row: cells.time_split(
+        row["draft_ms_per_token"], row["verify_ms_per_token"]), True, rank=11),
     Column("runs", lambda row: str(row["runs"]), True, rank=8),
     Column("flags", _flags),
 )

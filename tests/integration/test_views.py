@@ -69,6 +69,24 @@ def test_report_speedup_is_the_geometric_mean_of_per_prompt_median_ratios(
     assert math.isnan(empty["acceptance_rate"])
 
 
+def test_draft_and_verify_ms_per_token_split_the_variants_decode_time(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        job = Job(campaign=Campaign(name="views", matrix_path="m.yaml"), job_key="k" * 64,
+                  model_name="m", build_name="cpu", variant_name="v", varying={}, spec={},
+                  state="running")
+        session.add(_run(job, "baseline", "a", 100, 0))
+        # 32 tokens: 31 timed decode steps, 310 ms at 100 tok/s and 155 ms at 200 tok/s.
+        for rep, (tok_s, draft_ms, accept_ms) in enumerate([(100, 31.0, 3.1),
+                                                           (200, 15.5, 0.0)]):
+            run = _run(job, "variant", "a", tok_s, rep)
+            run.spec_draft_ms, run.spec_accept_ms = draft_ms, accept_ms
+            session.add(run)
+        session.add(_run(job, "variant", "a", 400, 2))  # no statistics: not counted
+    [row] = job_report(engine, "views").to_dict(orient="records")
+    assert row["draft_ms_per_token"] == pytest.approx((31.0 + 15.5) / 62)
+    assert row["verify_ms_per_token"] == pytest.approx((310 - 31.0 - 3.1 + 155 - 15.5) / 62)
+
+
 FACTS = ["baseline_tok_s", "variant_tok_s", "speedup", "sd_log_speedup", "drafted",
          "accepted", "runs", "acceptance_rate", "throttled_runs", "spilled_runs"]
 

@@ -17,10 +17,10 @@ from farm.report.text import job_table, print_wide, wide_console
 
 NAN = math.nan
 
-# The columns `farm report` showed before it fitted the terminal; --wide keeps them.
+# Every column of the per-job table, in order: what --wide shows.
 WIDE_HEADERS = ["job", "model", "variant", "varying flags", "class", "state", "base tok/s",
-                "var tok/s", "speedup [95% CI]", "pairs", "accept", "agree", "drafted", "runs",
-                "flags"]
+                "var tok/s", "speedup [95% CI]", "pairs", "accept", "agree", "drafted",
+                "draft / verify ms/tok", "runs", "flags"]
 
 
 def _job(variant: str, **values: object) -> dict[str, object]:
@@ -31,7 +31,8 @@ def _job(variant: str, **values: object) -> dict[str, object]:
         "variant_tok_s": 143.9, "speedup": 1.4234, "ci_low": 1.351, "ci_high": 1.4999,
         "speculation": "ok", "pairs": 8, "acceptance_rate": 0.8123, "agreement": 0.98,
         "drafted": 12345, "runs": 96, "agreement_suspect": False, "drift_flag": False,
-        "failure_class": None, "throttled_runs": 0, "spilled_runs": 0}
+        "failure_class": None, "throttled_runs": 0, "spilled_runs": 0,
+        "draft_ms_per_token": 0.105, "verify_ms_per_token": 6.84}
     return {**job, **values}
 
 
