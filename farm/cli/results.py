@@ -1,4 +1,5 @@
-"""Results: ``farm report``, ``farm compare``, ``farm curve``, ``farm export``."""
+"""Results: ``farm report``, ``farm compare``, ``farm curve``, ``farm recommend``,
+``farm export``."""
 
 from __future__ import annotations
 
@@ -62,6 +63,29 @@ def curve(campaign: str | None, all_campaigns: bool, fmt: str, output: Path | No
     from farm.report.show import show_curve
 
     show_curve(load_settings(), campaign, fmt, all_campaigns=all_campaigns, output=output)
+
+
+@cli.command()
+@click.argument("campaign", required=False)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Write the matrix that checks the recommendation: recommended and "
+                   "runner-up settings vs baseline on the same prompts (YAML).")
+@click.option("--check", "verify", metavar="VERIFY_CAMPAIGN",
+              help="Put the predictions beside what VERIFY_CAMPAIGN (a run of that matrix) "
+                   "measured, with a verdict per row.")
+@click.option("--model", help="Only this model.")
+@click.option("--gpu-class", help="Only this GPU class.")
+def recommend(campaign: str | None, fmt: str, output: Path | None, verify: str | None,
+              model: str | None, gpu_class: str | None) -> None:
+    """The settings to use per GPU class, model and prompt category, predicted from the
+    drafters' measured acceptance in CAMPAIGN (default: the latest) and the engine cost
+    curves in the store, with the runner-up and why."""
+    from farm.report.show import show_recommendation
+
+    show_recommendation(load_settings(), campaign, fmt, output=output, verify=verify,
+                        model=model, gpu_class=gpu_class)
 
 
 @cli.command()

@@ -203,6 +203,40 @@ _ENGINE_CURVE_CAPTION = (
     "with n-max drafted tokens, all accepted, in plain decode steps.")
 
 
+def _recommendation(candidates: pd.DataFrame | None, points: pd.DataFrame | None) -> str:
+    """``farm recommend``'s answer with its evidence, when the store has what it needs."""
+    if candidates is None or candidates.empty:
+        return ""
+    from farm.report.recommend import recommendations
+
+    columns: list[tuple[str, _Cell, bool]] = [
+        ("GPU class", _plain("gpu_class"), False), ("model", _plain("model"), False),
+        ("category", _plain("category"), False), ("use", _plain("recommended"), False),
+        ("predicted", lambda row: escape(cells.interval(row.get("speedup"), row.get("low"),
+                                                        row.get("high"))), True),
+        ("runner-up", _plain("runner_up"), False), ("why", _plain("why"), False),
+    ]
+    figures = [plots.recommendation(candidates)]
+    if points is not None and not points.empty:
+        figures.append(plots.engine_curve(points))
+    images = "\n".join(
+        f'<figure><img src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}" '
+        f'alt="recommendation" width="{plots.WIDTH_PX}"></figure>' for png in figures)
+    return f"""<section>
+<h2>Recommendation</h2>
+<p>{escape(_RECOMMENDATION_NOTE)}</p>
+{_table(recommendations(candidates), columns, "Nothing to recommend.")}
+{images}
+</section>"""
+
+
+_RECOMMENDATION_NOTE = (
+    "Predicted from each drafter's measured acceptance per position (this campaign) and the "
+    "engine cost curve of the same build, model, GPU class and spec type (synthetic-"
+    "acceptance jobs in the store), with a 95% interval over both. `farm recommend -o "
+    "verify.yaml` writes the matrix that checks it; `farm recommend --check` compares.")
+
+
 def _guide() -> str:
     items = "".join(f"<dt>{escape(term)}</dt><dd>{escape(text)}</dd>" for term, text in _GUIDE)
     return f"<dl>{items}</dl>"
@@ -216,8 +250,12 @@ def _notes(notes: list[str] | None) -> str:
 
 
 def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: pd.DataFrame,
-                notes: list[str] | None = None, generated_at: datetime | None = None) -> str:
-    """Render the whole report as one self-contained HTML document."""
+                notes: list[str] | None = None, generated_at: datetime | None = None,
+                candidates: pd.DataFrame | None = None,
+                curve: pd.DataFrame | None = None) -> str:
+    """Render the whole report as one self-contained HTML document; ``candidates`` (from
+    ``farm.report.recommend.predictions``) and the ``curve`` points they used add the
+    recommendation section."""
     when = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -246,6 +284,7 @@ def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: 
 {_figures(jobs, runs)}
 </section>
 {_engine_curve(jobs)}
+{_recommendation(candidates, curve)}
 <section>
 <h2>How to read this</h2>
 {_guide()}

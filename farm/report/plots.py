@@ -318,6 +318,48 @@ def engine_curve(points: pd.DataFrame, path: Path | str | None = None) -> bytes:
     return _png(fig, path)
 
 
+def recommendation(candidates: pd.DataFrame, path: Path | str | None = None) -> bytes:
+    """``farm recommend``'s evidence, one row of panels per GPU class x model x build: the
+    drafter's measured acceptance per position (one line per category) and the predicted
+    speedup per draft length with its interval, the recommended point starred."""
+    title = "Recommendation: acceptance profile and predicted speedup per draft length"
+    if candidates.empty:
+        return _no_data(title, path, "nothing to recommend from")
+    engines = list(candidates.groupby(["gpu_class", "model", "build"], sort=True))[:MAX_FACETS]
+    fig = _figure(max(HEIGHT_PX, 380 * len(engines)))
+    for row, (engine, frame) in enumerate(engines):
+        profile_ax = fig.add_subplot(len(engines), 2, 2 * row + 1)
+        speed_ax = fig.add_subplot(len(engines), 2, 2 * row + 2)
+        for number, (category, group) in enumerate(frame.groupby("category", sort=True)):
+            colour = f"C{number % 10}"
+            rates = group.iloc[0]["rates"]
+            profile_ax.plot(range(1, len(rates) + 1), rates, "o-", color=colour,
+                            label=str(category))
+            group = group.sort_values("draft_n_max")
+            errors = np.vstack([(group["speedup"] - group["low"]).clip(lower=0).fillna(0),
+                                (group["high"] - group["speedup"]).clip(lower=0).fillna(0)])
+            speed_ax.errorbar(group["draft_n_max"], group["speedup"], yerr=errors, fmt="o-",
+                              color=colour, capsize=3, label=str(category))
+            best = group[group["rank"] == 1].iloc[0]
+            speed_ax.plot([best["draft_n_max"]], [best["speedup"]], "*", color=colour,
+                          markersize=16)
+        label = " · ".join(cells.text(part) for part in engine)
+        profile_ax.set_title(f"{_short(label, 50)}: accepted per draft", fontsize=9)
+        profile_ax.set_xlabel("draft position")
+        profile_ax.set_ylim(0, 1.05)
+        profile_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        profile_ax.grid(alpha=0.3)
+        profile_ax.legend(fontsize=8)
+        speed_ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
+        speed_ax.set_title("predicted speedup (\u2605 recommended)", fontsize=9)
+        speed_ax.set_xlabel("draft length (spec-draft-n-max)")
+        speed_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        speed_ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _png(fig, path)
+
+
 # --------------------------------------------------------------------------- all four
 
 def render_all(jobs: pd.DataFrame, runs: pd.DataFrame) -> dict[str, bytes]:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
 import pandas as pd
+import yaml
 from rich.console import Console
+from rich.table import Table
+from sqlalchemy import Engine
 
 from farm.errors import ConfigError
 from farm.report.frames import (
@@ -24,10 +28,12 @@ from farm.report.frames import (
 from farm.report.text import (
     ReportFormat,
     category_table,
+    check_table,
     compare_table,
     curve_tables,
     group_table,
     print_wide,
+    recommendation_tables,
     render,
     to_json,
     wide_console,
@@ -45,10 +51,11 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         name = None if all_campaigns else (campaign or latest_campaign(engine))
         report = job_report(engine, name)
         runs = runs_frame(engine, name) if by_category or fmt == "html" else None
+        evidence = _recommendation_evidence(engine, name) if fmt == "html" else (None, None)
     console = wide_console()
     title = "all campaigns" if name is None else f"campaign {name}"
     if fmt == "html":
-        _write_html(title, report, runs, output)
+        _write_html(title, report, runs, output, *evidence)
         return
     if by_category and runs is not None:
         summary = category_summary(category_report(runs, report))
@@ -67,8 +74,26 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         render(groups, title, cast(ReportFormat, fmt), console)
 
 
+def _recommendation_evidence(engine: Engine, campaign: str | None
+                             ) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """A campaign's ``farm recommend`` candidates and the engine curve points they used."""
+    if campaign is None:
+        return None, None
+    from farm.report.curve import curve_points
+    from farm.report.recommend import predictions
+
+    candidates = predictions(engine, campaign)
+    if candidates.empty:
+        return None, None
+    points = curve_points(job_report(engine, None))
+    used = points.merge(candidates[["model", "gpu_class", "build", "spec_type"]]
+                        .drop_duplicates(), on=["model", "gpu_class", "build", "spec_type"])
+    return candidates, used
+
+
 def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
-                output: Path | None) -> None:
+                output: Path | None, candidates: pd.DataFrame | None = None,
+                curve: pd.DataFrame | None = None) -> None:
     # Here, not at the top: matplotlib takes most of a second to load, and only HTML plots.
     from farm.report.html import render_html
 
@@ -76,7 +101,8 @@ def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
         raise ConfigError("--format html writes a file: give -o report.html")
     runs = runs if runs is not None else pd.DataFrame()
     jobs = with_design_columns(report)
-    page = render_html(title, jobs, category_report(runs, report), runs)
+    page = render_html(title, jobs, category_report(runs, report), runs, candidates=candidates,
+                       curve=curve)
     output.write_text(page, encoding="utf-8")
     print(f"wrote {output} ({len(page) // 1024} KiB)")
 
@@ -126,6 +152,72 @@ def show_curve(settings: Settings, campaign: str | None, fmt: str, *,
 
         engine_curve(points, output)
         print(f"wrote {output}", file=sys.stderr if fmt != "table" else sys.stdout)
+
+
+def show_recommendation(settings: Settings, campaign: str | None, fmt: str, *,
+                        output: Path | None = None, verify: str | None = None,
+                        model: str | None = None, gpu_class: str | None = None) -> None:
+    """``farm recommend``: the best setting per GPU class x model x category with the
+    runner-up and why; ``output`` gets the matrix that checks them; ``verify`` names the
+    campaign that ran it, to put predictions and measurements side by side."""
+    from farm.report import recommend
+
+    with open_store(settings) as engine:
+        name = campaign or latest_campaign(engine)
+        candidates = recommend.predictions(engine, name)
+        for column, wanted in (("model", model), ("gpu_class", gpu_class)):
+            if wanted is not None:
+                candidates = candidates[candidates[column] == wanted]
+        if candidates.empty:
+            raise ConfigError(
+                f"campaign {name}: nothing to recommend from. It needs variant jobs that "
+                "drafted (per-position acceptance counters) and an engine cost curve of "
+                "the same build, model, GPU class and spec type in the store (an "
+                "`engine-curve:` campaign: README, \"farm recommend\")")
+        if verify is not None:
+            checked = recommend.check(engine, candidates, verify)
+            _print_frame(checked, fmt, lambda: [check_table(checked, f"{name} -> {verify}")])
+            return
+        chosen = recommend.recommendations(candidates)
+        if output is not None:
+            _write_verify_matrix(engine, name, candidates, output)
+    if fmt == "json":
+        print(json.dumps({"recommendations": json.loads(chosen.to_json(orient="records")),
+                          "candidates": json.loads(candidates.to_json(orient="records"))},
+                         indent=1))
+    else:
+        console = wide_console()
+        for table in recommendation_tables(chosen, candidates, f"campaign {name}"):
+            print_wide(console, table)
+
+
+def _print_frame(frame: pd.DataFrame, fmt: str, tables: Callable[[], list[Table]]) -> None:
+    if fmt == "json":
+        print(to_json(frame))
+        return
+    console = wide_console()
+    for table in tables():
+        print_wide(console, table)
+
+
+def _write_verify_matrix(engine: Engine, campaign: str, candidates: pd.DataFrame,
+                         output: Path) -> None:
+    """The recommended and runner-up settings of every row vs baseline, as a matrix file
+    (written whole or not at all)."""
+    from farm.report.recommend import verify_matrix
+
+    top = candidates[candidates["rank"] <= 2]
+    engines = top[["model", "build"]].drop_duplicates()
+    if len(engines) != 1:
+        raise ConfigError(f"-o writes one matrix, for one model and build; campaign "
+                          f"{campaign} has {len(engines)}: narrow it with --model (and "
+                          "--gpu-class)")
+    matrix = verify_matrix(engine, campaign, top)
+    partial = output.with_name(f".{output.name}.partial")
+    partial.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
+    partial.replace(output)
+    print(f"wrote {output}: {len(matrix['variants'])} settings vs baseline on "
+          f"{len(matrix['prompts'])} prompts (campaign {matrix['campaign']})", file=sys.stderr)
 
 
 def export_runs(settings: Settings, campaign: str | None, fmt: str, output: Path) -> int:

@@ -268,3 +268,52 @@ def curve_tables(curves: pd.DataFrame, points: pd.DataFrame, title: str) -> list
                "target's included) where the speedup is 1; 95% intervals")
     return [_table(f"{title}: engine cost curve", fits, _rows(curves, fits), caption),
             _table(f"{title}: points (synthetic-acceptance jobs)", dots, _rows(points, dots))]
+
+
+def recommendation_tables(chosen: pd.DataFrame, candidates: pd.DataFrame,
+                          title: str) -> list[Table]:
+    """What to use per GPU class x model x category, why; then every candidate."""
+    picks = (
+        Column("GPU class", lambda row: str(row["gpu_class"])),
+        Column("model", lambda row: str(row["model"])),
+        Column("category", lambda row: str(row["category"])),
+        Column("use", lambda row: str(row["recommended"])),
+        Column("predicted", lambda row: cells.interval(row["speedup"], row["low"],
+                                                       row["high"]), True),
+        Column("runner-up", lambda row: f"{row['runner_up']} "
+               f"({cells.ratio(row['runner_up_speedup'])})" if row["runner_up"] else ""),
+        Column("why", lambda row: str(row["why"])),
+    )
+    options = (
+        Column("GPU class", lambda row: str(row["gpu_class"])),
+        Column("model", lambda row: str(row["model"])),
+        Column("category", lambda row: str(row["category"])),
+        Column("setting", lambda row: str(row["setting"])),
+        Column("n-max", lambda row: str(row["draft_n_max"]), True),
+        Column("length", lambda row: cells.number(row["length"], 2), True),
+        Column("predicted", lambda row: cells.interval(row["speedup"], row["low"],
+                                                       row["high"]), True),
+        Column("rank", lambda row: cells.count(row["rank"]), True),
+        Column("extrapolated", lambda row: str(row["extrapolated"])),
+    )
+    caption = ("predicted: speedup from the drafter's measured acceptance per position and "
+               "the engine cost curve, 95% interval over both; length: tokens per step")
+    return [_table(f"{title}: recommended settings", picks, _rows(chosen, picks)),
+            _table(f"{title}: every candidate", options, _rows(candidates, options), caption)]
+
+
+def check_table(checked: pd.DataFrame, title: str) -> Table:
+    """Predicted vs measured per candidate the verification campaign ran."""
+    columns = (
+        Column("GPU class", lambda row: str(row["gpu_class"])),
+        Column("model", lambda row: str(row["model"])),
+        Column("category", lambda row: str(row["category"])),
+        Column("setting", lambda row: f"{row['setting']} n-max {row['draft_n_max']}"),
+        Column("predicted", lambda row: cells.interval(row["speedup"], row["low"],
+                                                       row["high"]), True),
+        Column("measured", lambda row: cells.interval(
+            row["speedup_measured"], row["ci_low"], row["ci_high"]), True),
+        Column("± (measured)", lambda row: cells.percent(row["half_width"]), True),
+        Column("verdict", lambda row: str(row["verdict"])),
+    )
+    return _table(f"{title}: predicted vs measured", columns, _rows(checked, columns))

@@ -71,6 +71,18 @@ HELP: dict[tuple[str, ...], Help] = {
          "--format [table|csv|json]": "[default: table]",
          "-o, --output PATH": "Also write the plot: speedup vs acceptance length, a line per "
                               "draft length, break-even marked (PNG)."}),
+    ("recommend",): Help(
+        "farm recommend [OPTIONS] [CAMPAIGN]",
+        "The settings to use per GPU class, model and prompt category, predicted from the "
+        "drafters' measured acceptance in CAMPAIGN (default: the latest) and the engine cost "
+        "curves in the store, with the runner-up and why.",
+        {"--format [table|json]": "[default: table]",
+         "-o, --output PATH": "Write the matrix that checks the recommendation: recommended "
+                              "and runner-up settings vs baseline on the same prompts (YAML).",
+         "--check VERIFY_CAMPAIGN": "Put the predictions beside what VERIFY_CAMPAIGN (a run of "
+                                    "that matrix) measured, with a verdict per row.",
+         "--model TEXT": "Only this model.",
+         "--gpu-class TEXT": "Only this GPU class."}),
     ("export",): Help(
         "farm export [OPTIONS] [CAMPAIGN]",
         "Write the tidy runs of CAMPAIGN (default: the latest), one row per run.",

@@ -1,0 +1,246 @@
+"""``farm recommend``: from a drafter's measured acceptance and the engine's cost curve to
+the settings to use, and the matrix that checks them.
+
+A *drafter setting* is what a variant job changes apart from its draft length (spec type,
+p-min, ...). For each setting, GPU class, model and prompt category, its runs give an
+acceptance profile (``farm.stats.Profile``: accepted per draft at each position, runs as
+clusters); the engine cost curves of the same build x model x GPU class x spec type
+(``farm.report.curve``, from synthetic-acceptance jobs of any campaign in the store) give
+what each draft length costs. ``farm.stats.predict_speedup`` combines the two. The best
+candidate of each row is the recommendation, the next one the runner-up; when every
+candidate is predicted slower than the baseline, the recommendation is no speculation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Engine, select
+
+from farm.matrix.spec import JobSpec, varying_text
+from farm.report.curve import ENGINE_KEYS, cost_curves, curve_points
+from farm.report.frames import job_report, runs_frame
+from farm.stats import CostCurve, Prediction, Profile, predict_speedup
+
+ALL_CATEGORIES = "(all)"
+NO_SPECULATION = "no speculation"
+N_MAX = "spec-draft-n-max"
+ROW_KEYS = ["gpu_class", "model", "build", "category"]
+PREDICTION_COLUMNS = [*ROW_KEYS, "spec_type", "setting", "draft_n_max", "speedup", "low",
+                      "high", "length", "rates", "draft_share", "break_even", "step_cost",
+                      "extrapolated", "source_job", "rank"]
+
+
+def _setting(varying: dict[str, Any]) -> dict[str, str | None]:
+    """What a variant changes apart from its draft length."""
+    return {name: str(value) for name, value in varying.items()
+            if name != N_MAX and value is not None}
+
+
+def _setting_text(varying: dict[str, Any]) -> str:
+    return varying_text(_setting(varying))
+
+
+def _profile(runs: pd.DataFrame) -> Profile | None:
+    """The acceptance profile of a job's variant runs that have per-position counters."""
+    variant = runs[(runs["arm"] == "variant") & (runs["spec_drafts"].fillna(0) > 0)]
+    lists = [list(counts) for counts in variant["spec_accepted_per_pos"]
+             if isinstance(counts, list | tuple | np.ndarray) and len(counts) > 0]
+    if len(lists) != len(variant) or not lists:
+        return None
+    positions = min(len(counts) for counts in lists)
+    drafts = variant["spec_drafts"].to_numpy(dtype=np.float64)
+    accepted = np.array([counts[:positions] for counts in lists], dtype=float)
+    tokens = variant["generated_tokens"].to_numpy(dtype=np.float64)
+    # The first token comes from the prompt; each drafting step yields its accepted + 1.
+    plain = np.maximum(tokens - 1.0 - drafts - variant["spec_accepted"].to_numpy(
+        dtype=np.float64), 0.0)
+    return Profile(drafts, accepted, plain)
+
+
+def _drafters(report: pd.DataFrame) -> pd.DataFrame:
+    """The campaign's real drafter jobs: variants (not controls, not synthetic) that ran a
+    spec type and measured a speedup; per setting, the job that measured most positions
+    (its draft length) stands for it."""
+    jobs = report[(report["kind"] == "variant") & report["speedup"].notna()].copy()
+    jobs["spec_type"] = jobs["varying"].map(lambda v: v.get("spec-type") or "")
+    jobs = jobs[jobs["spec_type"] != ""]
+    jobs["setting"] = jobs["varying"].map(_setting_text)
+    jobs["measured_n_max"] = jobs["varying"].map(
+        lambda v: float(v.get(N_MAX)) if v.get(N_MAX) else math.nan)
+    jobs = jobs.sort_values(["measured_n_max", "drafted"], ascending=False, na_position="last")
+    return jobs.drop_duplicates(["gpu_class", "model", "build", "setting"])
+
+
+def _candidates(job: pd.Series, curves: dict[tuple[Any, ...], CostCurve]
+                ) -> Iterator[CostCurve]:
+    engine = (job["model"], job["gpu_class"], job["build"], job["spec_type"])
+    for key, curve in curves.items():
+        if tuple(key[:len(ENGINE_KEYS)]) == engine:
+            yield curve
+
+
+def _row(job: pd.Series, category: str, profile: Profile, curve: CostCurve,
+         found: Prediction) -> dict[str, Any]:
+    return {"gpu_class": job["gpu_class"], "model": job["model"], "build": job["build"],
+            "category": category, "spec_type": job["spec_type"], "setting": job["setting"],
+            "draft_n_max": curve.draft_n_max, "speedup": found.speedup, "low": found.low,
+            "high": found.high, "length": found.length,
+            "rates": [round(rate, 4) for rate in profile.rates],
+            "draft_share": profile.draft_share, "break_even": curve.break_even()[0],
+            "step_cost": curve.step_cost()[0], "extrapolated": found.extrapolated,
+            "source_job": job["job_key"]}
+
+
+def predictions(engine: Engine, campaign: str) -> pd.DataFrame:
+    """Every candidate's predicted speedup: per drafter setting of ``campaign``, GPU class,
+    model, prompt category (and all categories together) and draft length of a matching
+    engine cost curve; ``rank`` 1 is the best of its row."""
+    report = job_report(engine, campaign)
+    curves = cost_curves(curve_points(job_report(engine, None)))
+    drafters = _drafters(report)
+    runs = runs_frame(engine, campaign)
+    rows = []
+    for _, job in drafters.iterrows():
+        job_runs = runs[runs["job_key"] == job["job_key"]]
+        groups = [(ALL_CATEGORIES, job_runs),
+                  *((str(name), group) for name, group in job_runs.groupby("prompt_category"))]
+        for category, group in groups:
+            profile = _profile(group)
+            if profile is None:
+                continue
+            for curve in _candidates(job, curves):
+                rows.append(_row(job, category, profile, curve, predict_speedup(profile, curve)))
+    frame = pd.DataFrame(rows, columns=PREDICTION_COLUMNS[:-1])
+    frame["rank"] = (frame.groupby(ROW_KEYS)["speedup"].rank(ascending=False, method="first")
+                     .astype("Int64") if not frame.empty else pd.Series(dtype="Int64"))
+    return frame.sort_values([*ROW_KEYS, "rank"], ignore_index=True)[PREDICTION_COLUMNS]
+
+
+def recommendations(candidates: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU class x model x build x category: the best candidate and the runner-up, or
+    no speculation when even the best is predicted slower than the baseline."""
+    rows = []
+    for key, group in candidates.groupby(ROW_KEYS, sort=True):
+        ordered = group.sort_values("rank")
+        best = ordered.iloc[0]
+        slower = not best["speedup"] > 1.0
+        # Slower everywhere: no speculation first, the best candidate next to it.
+        chosen, runner = (None, best) if slower else (
+            best, ordered.iloc[1] if len(ordered) > 1 else None)
+        rows.append({
+            **dict(zip(ROW_KEYS, key, strict=True)),
+            "recommended": NO_SPECULATION if chosen is None else _choice(chosen),
+            "speedup": 1.0 if chosen is None else chosen["speedup"],
+            "low": math.nan if chosen is None else chosen["low"],
+            "high": math.nan if chosen is None else chosen["high"],
+            "runner_up": "" if runner is None else _choice(runner),
+            "runner_up_speedup": math.nan if runner is None else runner["speedup"],
+            "why": _why(best, slower),
+            "extrapolated": best["extrapolated"],
+        })
+    return pd.DataFrame(rows, columns=[*ROW_KEYS, "recommended", "speedup", "low", "high",
+                                       "runner_up", "runner_up_speedup", "why",
+                                       "extrapolated"])
+
+
+def _choice(row: pd.Series) -> str:
+    return f"{row['setting']} {N_MAX}={int(row['draft_n_max'])}"
+
+
+def _why(best: pd.Series, slower: bool) -> str:
+    rates = ", ".join(f"{rate:.2f}" for rate in best["rates"])
+    text = (f"acceptance per position [{rates}]; at n-max {int(best['draft_n_max'])} "
+            f"{best['length']:.2f} tokens a step vs break-even {best['break_even']:.2f}; "
+            f"a step costs {best['step_cost']:.2f} plain steps")
+    if best["draft_share"] < 0.99:
+        text += f"; {100 * best['draft_share']:.0f}% of steps drafted"
+    if slower:
+        text = f"every candidate is predicted slower (best {best['speedup']:.2f}x): " + text
+    return text
+
+
+# --- the matrix that checks a recommendation ---------------------------------------------
+
+def verify_matrix(engine: Engine, campaign: str, chosen: pd.DataFrame) -> dict[str, Any]:
+    """A matrix that runs the recommended and runner-up settings of ``chosen`` (rows of
+    ``predictions`` for one model and build) against the baseline, on the source jobs'
+    prompts, builds and flags, with the default two-stage design (±3% target)."""
+    from farm.store.models import Job
+
+    keys = list(dict.fromkeys(chosen["source_job"]))
+    with engine.connect() as connection:
+        specs = {row.job_key: JobSpec.model_validate(row.spec) for row in connection.execute(
+            select(Job.job_key, Job.spec).where(Job.job_key.in_(keys)))}
+    first = specs[keys[0]]
+    variants: list[dict[str, Any]] = []
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for _, row in chosen.iterrows():
+        source = specs[row["source_job"]]
+        baseline = dict(source.baseline.flags)
+        flags: dict[str, Any] = {name: value for name, value in source.variant.flags
+                                 if name != N_MAX and baseline.get(name) != value}
+        flags[N_MAX] = int(row["draft_n_max"])
+        identity = tuple(sorted((name, str(value)) for name, value in flags.items()))
+        if identity in seen:
+            continue
+        seen.add(identity)
+        name = f"{row['spec_type']}-n{int(row['draft_n_max'])}"
+        taken = {variant["name"] for variant in variants}
+        variants.append({"name": name if name not in taken else f"{name}-{len(variants) + 1}",
+                         "flags": flags})
+    model = {"name": first.model.name,
+             **({"path": first.model.path} if first.model.path else {"file": first.model.file})}
+    build = first.build.name if first.build.path is None else {
+        "name": first.build.name, "path": first.build.path}
+    return {
+        "campaign": f"{campaign}-verify",
+        "gpu-classes": sorted(set(chosen["gpu_class"])),
+        "build": build,
+        "models": [model],
+        "prompt-mode": first.prompt_mode,
+        "prompts": [{"id": p.id, "category": p.category, "text": p.text}
+                    for p in first.prompts],
+        "n-predict": first.n_predict,
+        "repetitions": first.repetitions,
+        "sampling": {key.replace("_", "-"): value for key, value in first.sampling.items()},
+        "flags": {name: value for name, value in first.baseline.flags},
+        "variants": variants,
+    }
+
+
+def check(engine: Engine, candidates: pd.DataFrame, verify_campaign: str) -> pd.DataFrame:
+    """Predicted vs measured for every candidate the verification campaign ran: per GPU
+    class, model, build, category and setting, the prediction, the measured speedup with
+    its interval and half-width, and a verdict: "inside" the measured interval, "within 5%"
+    of the measured speedup, or "off"."""
+    from farm.report.frames import category_report
+
+    report = job_report(engine, verify_campaign)
+    runs = runs_frame(engine, verify_campaign)
+    measured = report[report["kind"] == "variant"].copy()
+    measured["setting"] = measured["varying"].map(_setting_text)
+    measured["draft_n_max"] = measured["varying"].map(lambda v: int(v.get(N_MAX) or 0))
+    per_category = category_report(runs, report).rename(
+        columns={"estimate": "speedup", "low": "ci_low", "high": "ci_high"})
+    overall = measured[["job_key", "speedup", "ci_low", "ci_high"]].assign(
+        category=ALL_CATEGORIES)
+    found = pd.concat([overall, per_category[["job_key", "category", "speedup", "ci_low",
+                                              "ci_high"]]], ignore_index=True)
+    found = found.merge(measured[["job_key", "gpu_class", "model", "build", "setting",
+                                  "draft_n_max"]], on="job_key")
+    joined = candidates.merge(found, on=[*ROW_KEYS, "setting", "draft_n_max"],
+                              suffixes=("", "_measured"))
+    joined["half_width"] = (joined["ci_high"] - joined["ci_low"]) / 2 / joined["speedup_measured"]
+    joined["verdict"] = [
+        "inside" if low <= predicted <= high
+        else "within 5%" if abs(predicted / value - 1.0) <= 0.05 else "off"
+        for predicted, value, low, high in zip(joined["speedup"], joined["speedup_measured"],
+                                               joined["ci_low"], joined["ci_high"], strict=True)]
+    return joined[[*ROW_KEYS, "setting", "draft_n_max", "rank", "speedup", "low", "high",
+                   "speedup_measured", "ci_low", "ci_high", "half_width", "verdict",
+                   "extrapolated"]]
