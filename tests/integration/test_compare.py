@@ -146,7 +146,7 @@ def test_compare_works_on_a_store_created_before_comparable_keys(
         rows = [{column: getattr(run, column) for column in _RUN_COLUMNS_0006}
                 for run in _runs(job_id, "cpu", 100.0, tok_s)]
         with engine.begin() as connection:
-            connection.execute(Run.__table__.insert(), rows)
+            connection.execute(sa.insert(Run), rows)
     # A spec from before builds moved into the arms: unreadable now, so it keeps no key.
     _insert_at_0006(engine, spec.model_copy(update={"variant": spec.variant.model_copy(
         update={"name": "old"})}), 1, stored={"build": {"name": "cpu"}})
