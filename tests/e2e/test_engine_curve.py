@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e.test_farm_run import farm
 from tests.helpers import write_matrix
@@ -78,3 +79,44 @@ def test_farm_curve_without_synthetic_jobs_says_how_to_get_them(
     result = farm("curve")
     assert result.returncode != 0
     assert "engine-curve" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_recommend_on_real_runs_writes_a_verification_that_check_reads(
+        tmp_path: Path, provisioned: Provisioned, isolated_data_dir: Path) -> None:
+    """The tiny oracle accepts every draft but is too small for drafting to pay on a CPU:
+    farm recommend must say so (no speculation) from the curve and the drafter's runs, and
+    its verification matrix must run and be checked."""
+    model = {"name": "oracle", "path": str(provisioned.models["qwen35-mtp-oracle"])}
+    common = {"prompt-mode": "completion", "models": [model],
+              "prompts": [{"id": "a", "text": "one two three", "category": "code"},
+                          {"id": "b", "text": "the farm reads", "category": "chat"}],
+              "n-predict": 96, "repetitions": 2, "pairs": 2, "max-pairs": 2,
+              "flags": {"ctx-size": 256, "threads": 2}}
+    curve = {"campaign": "curve", **common, "engine-curve": {
+        "spec-type": "draft-mtp", "draft-n-max": [1, 2], "synth-len": [1, 1.5, 2, 3]}}
+    drafter = {"campaign": "drafter", **common, "variants": [
+        {"name": "mtp", "flags": {"spec-type": "draft-mtp", "spec-draft-n-max": 2}}]}
+    for matrix in (curve, drafter):
+        result = farm("run", str(write_matrix(tmp_path, matrix, f"{matrix['campaign']}.yaml")))
+        assert result.returncode == 0, result.stderr
+    verify = tmp_path / "verify.yaml"
+    result = farm("recommend", "drafter", "--format", "json", "-o", str(verify))
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert {row["category"] for row in found["recommendations"]} == {"(all)", "chat", "code"}
+    for row in found["recommendations"]:
+        assert row["recommended"] == "no speculation", row
+    assert {row["draft_n_max"] for row in found["candidates"]} == {1, 2}
+    # Every draft right, less the last drafts a run's token budget cuts short.
+    assert all(min(row["rates"]) >= 0.95 for row in found["candidates"])
+    # The verification matrix is a matrix like any other; a short design keeps this quick.
+    matrix = yaml.safe_load(verify.read_text(encoding="utf-8"))
+    matrix.update({"pairs": 2, "max-pairs": 2})
+    result = farm("run", str(write_matrix(tmp_path, matrix, "verify-short.yaml")))
+    assert result.returncode == 0, result.stderr
+    result = farm("recommend", "drafter", "--check", "drafter-verify", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert {(row["category"], row["draft_n_max"]) for row in rows} >= {("(all)", 1),
+                                                                       ("(all)", 2)}
+    assert all(row["verdict"] in ("inside", "within 5%", "off") for row in rows)
