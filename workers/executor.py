@@ -24,7 +24,13 @@ from workers.checks import Preflight, preflight
 from workers.paths import NodePaths
 from workers.runtime.client import Generation, ServerClient, SpecCounters
 from workers.runtime.server import LlamaServer
-from workers.runtime.server_log import SpecStats, SpecStatsLog, weights_spilled
+from workers.runtime.server_log import (
+    ContextMemory,
+    SpecStats,
+    SpecStatsLog,
+    context_memory,
+    weights_spilled,
+)
 from workers.telemetry import GpuInfo, RunTelemetry, Sample, Sampler, cuda_env
 
 WARMUP_TOKENS = 8
@@ -62,6 +68,7 @@ class RunResult:
     generation: Generation
     counters: SpecCounters
     spec_stats: SpecStats | None  # the server's own, from its log; None when not speculating
+    memory: ContextMemory | None  # its contexts' sizes, from its log
     argv: list[str]
     server_log: str
     started_at: datetime
@@ -197,7 +204,8 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
     with server, ServerClient(server.base_url) as client, Sampler(gpus, server.pid) as sampler:
         argv = server.argv(server.port)
         speculative = client.slot_speculative()
-        spilled = weights_spilled(block.log_path.read_text(errors="replace"))
+        started_log = server.log_text()
+        spilled, memory = weights_spilled(started_log), context_memory(started_log)
         spec_log = SpecStatsLog(block.log_path, server.log_offset)
         client.generate(block.todo[0][0].text, mode=spec.prompt_mode,
                         n_predict=WARMUP_TOKENS, sampling=spec.sampling)
@@ -214,7 +222,7 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
                 key=RunKey(block.slot.role, block.slot.block, prompt.id, repetition),
                 slot=block.slot, prompt=prompt, arm_name=arm.name, build_name=arm.build.name,
                 generation=generation, counters=counters,
-                spec_stats=spec_log.request(request), argv=argv,
+                spec_stats=spec_log.request(request), memory=memory, argv=argv,
                 server_log=str(block.log_path), started_at=started,
                 telemetry=sampler.summarize(began, sampler.mark()),
                 slot_speculative=speculative, weights_spilled=spilled,

@@ -159,7 +159,9 @@ def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
         throttled=tele.throttled if tele.max_vram_used_mb is not None else None,
         throttle_reasons=tele.throttle_reasons or None, tokens=result.tokens,
         gpu_name=result.gpu_name, chunk_gap_p50_ms=gen.chunk_gap(0.5),
-        chunk_gap_max_ms=gen.chunk_gap(1.0), **_spec_stats_values(result.spec_stats))
+        chunk_gap_max_ms=gen.chunk_gap(1.0), **_spec_stats_values(result.spec_stats),
+        kv_mib=result.memory.kv_mib if result.memory else None,
+        draft_context_mib=result.memory.draft_context_mib if result.memory else None)
 
 
 def _spec_stats_values(spec: SpecStats | None) -> dict[str, int | float | None]:

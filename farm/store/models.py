@@ -213,6 +213,10 @@ class Run(Base):
     throttled: Mapped[bool | None] = mapped_column()
     throttle_reasons: Mapped[list[Any] | None] = mapped_column()
     weights_spilled: Mapped[bool | None] = mapped_column()  # not all layers on the GPU
+    # MiB of the server's contexts, from its log (workers.runtime.server_log.context_memory):
+    # the target's KV cache and recurrent state, and the whole speculative draft context.
+    kv_mib: Mapped[float | None] = mapped_column(Float)
+    draft_context_mib: Mapped[float | None] = mapped_column(Float)
     worker_name: Mapped[str | None] = mapped_column(String(255))
     attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -24,7 +24,7 @@ from farm.errors import (
     UnsupportedByBuild,
 )
 from workers.runtime import server_log
-from workers.runtime.server_log import SpecStats, SpecStatsLog
+from workers.runtime.server_log import SpecStats, SpecStatsLog, context_memory
 
 
 @pytest.mark.parametrize(("log", "expected"), [
@@ -225,3 +225,33 @@ def test_a_print_that_never_comes_is_none_after_the_wait(tmp_path: Path) -> None
     started = time.monotonic()
     assert SpecStatsLog(_log(tmp_path, MTP[:1]), 0, wait=0.1).request(0) is None
     assert time.monotonic() - started < 1.0
+
+
+# llama-server b11434 starting the MTP oracle with --spec-type draft-mtp (lines as logged).
+MTP_START = """\
+0.00.028.131 I load_tensors:   CPU_Mapped model buffer size =     8.16 MiB
+0.00.028.700 I llama_context:        CPU  output buffer size =     0.00 MiB
+0.00.028.753 I llama_kv_cache:        CPU KV buffer size =     0.25 MiB
+0.00.028.857 I llama_kv_cache: size =    0.25 MiB (   256 cells,   1 layers,  1/1 seqs), K (f16):    0.12 MiB, V (f16):    0.12 MiB
+0.00.029.147 I llama_memory_recurrent:        CPU RS buffer size =     0.40 MiB
+0.00.029.196 I llama_memory_recurrent: size =    0.40 MiB (     1 cells,   2 layers,  1 seqs  2 rs_seq), R (f32):    0.03 MiB, S (f32):    0.38 MiB, P (f32):    0.00 MiB
+0.00.033.828 I sched_reserve:        CPU compute buffer size =     3.26 MiB
+0.00.038.356 I common_speculative_init_result: creating MTP draft context against the target model '/models/qwen35-mtp-oracle.gguf'
+0.00.038.619 I llama_context:        CPU  output buffer size =     0.00 MiB
+0.00.038.694 I llama_kv_cache:        CPU KV buffer size =     0.25 MiB
+0.00.038.878 I llama_kv_cache: size =    0.25 MiB (   256 cells,   1 layers,  1/1 seqs), K (f16):    0.12 MiB, V (f16):    0.12 MiB
+0.00.043.196 I sched_reserve:        CPU compute buffer size =     1.88 MiB
+0.00.048.050 I sched_reserve:        CPU compute buffer size =     1.88 MiB
+"""  # noqa: E501
+
+
+def test_context_memory_splits_the_target_caches_from_the_draft_context() -> None:
+    memory = context_memory(MTP_START)
+    assert memory is not None
+    # Target: KV 0.25 + recurrent state 0.40. Draft: KV 0.25 + its compute buffer, reserved
+    # twice at the same size, once.
+    assert memory.kv_mib == pytest.approx(0.65)
+    assert memory.draft_context_mib == pytest.approx(0.25 + 1.88)
+    baseline = context_memory(MTP_START.split("0.00.038.356")[0])
+    assert baseline is not None and baseline.draft_context_mib == 0.0
+    assert context_memory("no caches here\n") is None

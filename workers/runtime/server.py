@@ -70,6 +70,12 @@ class LlamaServer:
         self.log_offset = 0  # where the running server's output begins in its log
         self._process: subprocess.Popen[bytes] | None = None
 
+    def log_text(self) -> str:
+        """What the running server has logged so far (not an earlier start's output)."""
+        with self.log_path.open("rb") as log:
+            log.seek(self.log_offset)
+            return log.read().decode(errors="replace")
+
     @property
     def base_url(self) -> str:
         """Where the started server answers HTTP."""

@@ -191,3 +191,51 @@ class SpecStatsLog:
             time.sleep(0.01)
         before = sum(prints[index - 1].values(), SpecStats()) if index else SpecStats()
         return sum(prints[index].values(), SpecStats()) - before
+
+
+# What llama.cpp logs of each context's memory at start (b11434), e.g.
+#   llama_kv_cache: size =    0.25 MiB (   256 cells,   1 layers,  1/1 seqs), K (f16): ...
+#   llama_memory_recurrent: size =    0.40 MiB (     1 cells,   2 layers,  1 seqs ...
+#   sched_reserve:        CPU compute buffer size =     3.26 MiB
+#   load_tensors:   CPU_Mapped model buffer size =     8.16 MiB
+# The target's context comes first; a speculative draft context (common/speculative.cpp:
+# "creating MTP draft context", or "loading draft model" for a separate draft model)
+# follows it, with its own lines.
+_CACHE_SIZE = re.compile(r"(?:llama_kv_cache|llama_memory_recurrent): size =\s*([\d.]+) MiB")
+_BUFFER_SIZE = re.compile(r"(\S+)\s+(compute|model) buffer size =\s*([\d.]+) MiB")
+_DRAFT_CONTEXT = re.compile(r"creating MTP draft context|loading draft model")
+
+
+@dataclass(frozen=True)
+class ContextMemory:
+    """MiB the server's contexts took, as its log says: the target context's caches (KV
+    and recurrent state) and the whole draft context (its caches, compute buffers and any
+    weights of its own; 0 without speculation by a draft context)."""
+
+    kv_mib: float
+    draft_context_mib: float
+
+
+def _section_mib(text: str, caches_only: bool) -> float:
+    caches = sum(float(size) for size in _CACHE_SIZE.findall(text))
+    if caches_only:
+        return caches
+    # A buffer may be reserved more than once (the scheduler re-reserves): the largest of
+    # each device and kind is what it holds.
+    buffers: dict[tuple[str, str], float] = {}
+    for device, kind, size in _BUFFER_SIZE.findall(text):
+        buffers[(device, kind)] = max(buffers.get((device, kind), 0.0), float(size))
+    return caches + sum(buffers.values())
+
+
+def context_memory(log_text: str) -> ContextMemory | None:
+    """The running server's ``ContextMemory`` from its part of the log (None when the log
+    names no cache: an older build, or a log cut short)."""
+    if not _CACHE_SIZE.search(log_text):
+        return None
+    draft = _DRAFT_CONTEXT.search(log_text)
+    target = log_text if draft is None else log_text[:draft.start()]
+    return ContextMemory(
+        kv_mib=_section_mib(target, caches_only=True),
+        draft_context_mib=0.0 if draft is None else _section_mib(log_text[draft.start():],
+                                                                 caches_only=False))
