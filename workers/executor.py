@@ -216,7 +216,8 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
             generation = client.generate(prompt.text, mode=spec.prompt_mode,
                                          n_predict=spec.n_predict,
                                          sampling=run_sampling(spec.sampling, prompt.id,
-                                                               repetition))
+                                                               repetition),
+                                         ignore_eos=spec.stop == "fixed")
             counters = client.spec_counters() - before
             result = RunResult(
                 key=RunKey(block.slot.role, block.slot.block, prompt.id, repetition),

@@ -291,7 +291,7 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
                     n_predict=matrix.n_predict, sampling=sampling,
                     repetitions=matrix.repetitions, pairs=matrix.pairs,
                     max_pairs=matrix.max_pairs, target_ci=matrix.target_ci,
-                    control=variant.control)
+                    control=variant.control, stop=matrix.stop)
                 if job.job_key in jobs:
                     raise ConfigError(f"{path}: {where} ({name}): same job as variant "
                                       f"{jobs[job.job_key].variant.name!r}; remove one")

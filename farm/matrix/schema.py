@@ -24,6 +24,8 @@ class Strict(BaseModel):
 
 FlagScalar = str | int | float | bool | None
 FlagSpec = dict[str, FlagScalar | list[FlagScalar]]
+# How a run ends: after exactly n-predict tokens (EOS ignored), or where the model stops.
+StopMode = Literal["fixed", "natural"]
 
 
 class ModelEntry(Strict):
@@ -140,6 +142,8 @@ class Matrix(Strict):
     prompt_suite: list[str] | Literal["all"] | None = Field(
         None, description="Categories of the built-in suite (farm/prompts/suite.yaml), or all.")
     n_predict: int = Field(128, ge=2, le=32768, description="Tokens generated per run.")
+    stop: StopMode = Field("fixed", description="fixed: exactly n-predict tokens per run (EOS "
+                           "ignored); natural: the model stops at EOS, n-predict is a cap.")
     repetitions: int = Field(3, ge=1, le=1000, description="Runs per prompt per block.")
     # The two-stage rule (farm.stats.planned_pairs, README "How many pairs"): the first
     # stage's spread fixes the number of pairs, the second stage's measures the interval.

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from farm.errors import ConfigError
 from farm.matrix.flags import FlagValue, to_argv
+from farm.matrix.schema import StopMode
 
 ArmRole = Literal["baseline", "variant"]
 
@@ -94,6 +95,7 @@ class JobSpec(Frozen):
     max_pairs: int
     target_ci: float
     control: bool = False  # an A/A job: the variant is the baseline again
+    stop: StopMode = "fixed"  # natural: no ignore_eos, n_predict a cap
 
     @property
     def synthetic(self) -> bool:
@@ -137,6 +139,8 @@ class JobSpec(Frozen):
             "prompts": [prompt.text for prompt in self.prompts],
             "n_predict": self.n_predict,
             "sampling": self.sampling,
+            # Only when not the default, so that every fixed-length job keeps its keys.
+            **({"stop": self.stop} if self.stop != "fixed" else {}),
         }
 
     @cached_property

@@ -9,6 +9,7 @@ import pytest
 
 from farm.errors import ConfigError
 from farm.matrix.load import load_matrix
+from farm.matrix.spec import JobSpec
 from tests.helpers import matrix_dict, write_matrix
 
 
@@ -262,3 +263,25 @@ def test_engine_curve_out_of_reach_or_missing_is_refused(files: dict[str, Any]) 
     below_one: dict[str, Any] = {"engine-curve": {
         "spec-type": "draft-mtp", "draft-n-max": [2], "synth-len": [0.5]}}
     assert "synth-len" in error_of(files, variants=[], **below_one)
+
+
+def test_fixed_stop_is_the_default_and_keeps_the_jobs_keys(files: dict[str, Any]) -> None:
+    [job] = load(files)
+    # The keys this matrix's job had before `stop` existed.
+    assert job.stop == "fixed"
+    assert job.job_key == "faf642e9e473cdcbba92b91258eff831266e9aef6c966c344ca7a20c38f53227"
+    assert job.comparable_key == (
+        "e42aabf888da0f7143c37893d7adf08a4b5d6ee0544a821432c58a7e8089b964")
+    [fixed] = load(files, stop="fixed")
+    assert (fixed.job_key, fixed.comparable_key) == (job.job_key, job.comparable_key)
+    stored = job.model_dump(mode="json")
+    del stored["stop"]  # a job stored before the key existed
+    assert JobSpec.model_validate(stored).job_key == job.job_key
+
+
+def test_natural_stop_is_another_experiment(files: dict[str, Any]) -> None:
+    [fixed] = load(files)
+    [natural] = load(files, stop="natural")
+    assert natural.stop == "natural"
+    assert natural.job_key != fixed.job_key and natural.comparable_key != fixed.comparable_key
+    assert "stop: Input should be 'fixed' or 'natural'" in error_of(files, stop="eos")

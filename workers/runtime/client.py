@@ -171,9 +171,10 @@ class ServerClient:
         return parse_metrics(response.text)
 
     def generate(self, prompt: str, *, mode: Literal["chat", "completion"], n_predict: int,
-                 sampling: dict[str, Any]) -> Generation:
-        """One streamed request of exactly ``n_predict`` tokens (``ignore_eos``, no cache)."""
-        body: dict[str, Any] = {**sampling, "stream": True, "ignore_eos": True,
+                 sampling: dict[str, Any], ignore_eos: bool = True) -> Generation:
+        """One streamed request without the prompt cache: exactly ``n_predict`` tokens, or
+        at most that many where ``ignore_eos`` is False (the model may stop first)."""
+        body: dict[str, Any] = {**sampling, "stream": True, "ignore_eos": ignore_eos,
                                 "cache_prompt": False, "n_predict": n_predict}
         if mode == "chat":
             path = "/v1/chat/completions"
