@@ -658,13 +658,15 @@ def _first_difference(a: Sequence[object], b: Sequence[object]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _compared(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _compared(runs: pd.DataFrame, measures: Sequence[str] = ("text", "tokens"),
+              ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Variant runs, and the baseline's runs of its later blocks, each joined to the run of
-    the baseline's first block with the same prompt and repetition."""
+    the baseline's first block with the same prompt and repetition (``measures`` of each,
+    the reference's suffixed ``_base``)."""
     keys = ["prompt_id", "repetition"]
     baseline = runs[runs["arm"] == "baseline"].sort_values("block", kind="stable")
     reference = baseline.drop_duplicates(keys)
-    columns = [*keys, "text", "tokens"]
+    columns = [*keys, *measures]
     control = baseline.drop(reference.index)[columns]
     variant = runs[runs["arm"] == "variant"][columns]
     return (variant.merge(reference[columns], on=keys, suffixes=("", "_base")),
@@ -745,6 +747,20 @@ def agreement(runs: pd.DataFrame, *, not_applicable: str | None = None) -> Agree
                                        (early_prompts, control_early)))
 
 
+def stop_mismatches(runs: pd.DataFrame) -> int:
+    """How many variant runs generated another number of tokens than the baseline's run of
+    the same prompt and repetition (in its first block).
+
+    None can under ``stop: fixed`` (every run generates n-predict tokens). Under ``natural``
+    at temperature 0 both arms should stop at the same end of the same output: a mismatch
+    means the arms did different work, so their decode tok/s compare unlike runs. At
+    temperature > 0 lengths differ by chance. Runs without a count are not compared.
+    """
+    compared, _ = _compared(runs, ("generated_tokens",))
+    counted = compared.dropna(subset=["generated_tokens", "generated_tokens_base"])
+    return int((counted["generated_tokens"] != counted["generated_tokens_base"]).sum())
+
+
 def latency(runs: pd.DataFrame) -> pd.DataFrame:
     """Per arm (index), p50/p90/p99 of time per output token and end-to-end latency, in ms.
 
@@ -794,6 +810,8 @@ def summarize_job(runs: pd.DataFrame, design: Design | None = None,
         "agreement_control": agreed.control_share,
         "agreement_applicable": agreed.applicable,
         "agreement_suspect": agreed.suspect,
+        # Variant runs that stopped at another length than the baseline's (stop: natural).
+        "stop_mismatch": stop_mismatches(runs),
         "drift_flag": moved.flag,
         "drift_per_block": moved.slope_per_block,
         "drift_low": moved.low,

@@ -32,6 +32,7 @@ from farm.stats import (
     speedup_by,
     speedup_interval,
     stop_decision,
+    stop_mismatches,
     student_t_cdf,
     student_t_quantile,
     summarize_job,
@@ -409,6 +410,19 @@ def test_agreement_uses_the_first_baseline_run_and_falls_back_to_characters() ->
     assert math.isnan(agreement(runs[runs["arm"] == "variant"]).identical_share)
 
 
+def test_stop_mismatches_count_variant_runs_of_another_length_than_the_baseline() -> None:
+    runs = make_runs(constant(10.0, 15.0), pairs=2, prompts=("a-1", "a-2"), reps=2)
+    assert stop_mismatches(runs) == 0 and summarize_job(runs)["stop_mismatch"] == 0
+    # The variant of a-1, repetition 1, stops early in both its blocks (1 and 2).
+    early = (runs["arm"] == "variant") & (runs["prompt_id"] == "a-1") & (runs["repetition"] == 1)
+    runs.loc[early, "generated_tokens"] = 40
+    # Only the baseline's first block (0) is the reference: its later block (3) is not
+    # compared, and a run without a count is not compared either.
+    runs.loc[(runs["block"] == 3) & (runs["prompt_id"] == "a-2"), "generated_tokens"] = 12
+    runs.loc[(runs["block"] == 1) & (runs["prompt_id"] == "a-2"), "generated_tokens"] = None
+    assert stop_mismatches(runs) == 2 and summarize_job(runs)["stop_mismatch"] == 2
+
+
 def test_latency_percentiles_per_arm() -> None:
     runs = make_runs(constant(10.0, 15.0), pairs=1, prompts=("a-1",), reps=101)
     runs["tpot_ms"] = np.tile(np.arange(101, dtype=float), 2)
@@ -430,7 +444,8 @@ def test_summarize_job_is_json_friendly() -> None:
                             "interval_method", "order_effect", "order_low", "order_high",
                             "incomplete_pairs", "invalid_runs", "degenerate",
                             "agreement", "agreement_control", "agreement_applicable",
-                            "agreement_suspect", "drift_flag", "drift_per_block", "drift_low",
+                            "agreement_suspect", "stop_mismatch", "drift_flag",
+                            "drift_per_block", "drift_low",
                             "drift_high", "acceptance_rate", "acceptance_low",
                             "acceptance_high", "mean_accepted_length"}
     assert summary["speedup"] == pytest.approx(1.5) and summary["pairs"] == 3
