@@ -66,6 +66,7 @@ class RunResult:
     arm_name: str
     build_name: str
     generation: Generation
+    seed: int  # the request's (run_sampling)
     counters: SpecCounters
     spec_stats: SpecStats | None  # the server's own, from its log; None when not speculating
     memory: ContextMemory | None  # its contexts' sizes, from its log
@@ -213,16 +214,15 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
         for request, (prompt, repetition) in enumerate(block.todo, start=1):
             started, began = datetime.now(UTC), sampler.mark()
             before = client.spec_counters()
+            sampling = run_sampling(spec.sampling, prompt.id, repetition)
             generation = client.generate(prompt.text, mode=spec.prompt_mode,
-                                         n_predict=spec.n_predict,
-                                         sampling=run_sampling(spec.sampling, prompt.id,
-                                                               repetition),
+                                         n_predict=spec.n_predict, sampling=sampling,
                                          ignore_eos=spec.stop == "fixed")
             counters = client.spec_counters() - before
             result = RunResult(
                 key=RunKey(block.slot.role, block.slot.block, prompt.id, repetition),
                 slot=block.slot, prompt=prompt, arm_name=arm.name, build_name=arm.build.name,
-                generation=generation, counters=counters,
+                generation=generation, seed=sampling["seed"], counters=counters,
                 spec_stats=spec_log.request(request), memory=memory, argv=argv,
                 server_log=str(block.log_path), started_at=started,
                 telemetry=sampler.summarize(began, sampler.mark()),

@@ -196,6 +196,9 @@ class Run(Base):
     server_log: Mapped[str | None] = mapped_column(Text)
     slot_speculative: Mapped[bool | None] = mapped_column()  # /slots of the arm's server
     tokens: Mapped[list[Any] | None] = mapped_column()  # the text's token ids (/tokenize)
+    # The request's seed (workers.executor.run_sampling): the same for a prompt and
+    # repetition in both arms. Null for runs stored before it was kept.
+    seed: Mapped[int | None] = mapped_column(BigInteger)
     # Gaps between streamed chunks: not inter-token latency (a chunk can carry several
     # tokens under speculation), but what a user watching the stream sees.
     chunk_gap_p50_ms: Mapped[float | None] = mapped_column(Float)
