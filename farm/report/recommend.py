@@ -206,6 +206,7 @@ def verify_matrix(engine: Engine, campaign: str, chosen: pd.DataFrame) -> dict[s
         "prompts": [{"id": p.id, "category": p.category, "text": p.text}
                     for p in first.prompts],
         "n-predict": first.n_predict,
+        "stop": first.stop,
         "repetitions": first.repetitions,
         "sampling": {key.replace("_", "-"): value for key, value in first.sampling.items()},
         "flags": {name: value for name, value in first.baseline.flags},

@@ -117,7 +117,7 @@ def store(tmp_path: Path) -> dict[str, str]:
     _store(engine, write_matrix(tmp_path, _matrix("curve", **{"engine-curve": {
         "spec-type": "draft-mtp", "draft-n-max": [1, 2, 3, 4],
         "synth-len": [1, 1.5, 2, 2.5, 3, 4, 5]}}), "curve.yaml"))
-    _store(engine, write_matrix(tmp_path, _matrix("drafter", variants=[
+    _store(engine, write_matrix(tmp_path, _matrix("drafter", stop="natural", variants=[
         {"name": "mtp", "flags": {"spec-type": "draft-mtp", "spec-draft-n-max": 4}}]),
         "drafter.yaml"))
     engine.dispose()
@@ -155,6 +155,7 @@ def test_the_verification_matrix_runs_the_picks_and_check_compares(
     assert [variant["name"] for variant in matrix["variants"]] == ["draft-mtp-n2",
                                                                   "draft-mtp-n3"]
     assert matrix["prompts"] == PROMPTS and matrix["campaign"] == "drafter-verify"
+    assert matrix["stop"] == "natural"  # the stop mode of the campaign it verifies
     assert matrix["variants"][0]["flags"] == {"spec-type": "draft-mtp", "spec-draft-n-max": 2}
     # The verification measures 1.69x for n-max 2 (as predicted) and 1.30x for n-max 3
     # (predicted 1.47x): one verdict each way.
