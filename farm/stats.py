@@ -16,13 +16,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from farm.matrix.schema import MIN_SECOND_STAGE
+
+# Re-exported: callers take the t quantile from here with the rest of the statistics.
+from farm.studentt import student_t_quantile as student_t_quantile
 
 NAN = float("nan")
 ARMS = ("baseline", "variant")
@@ -113,82 +115,6 @@ class Agreement:
     suspect: bool
     applicable: bool
     reason: str
-
-
-# --- Student t, without scipy -------------------------------------------------------------
-
-_TINY = 1e-300
-_CF_EPS = 1e-15
-
-
-def _nonzero(value: float) -> float:
-    # Lentz's method divides by these terms; a tiny stand-in keeps it finite.
-    return _TINY if abs(value) < _TINY else value
-
-
-def _beta_continued_fraction(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    c, d = 1.0, 1.0 / _nonzero(1.0 - (a + b) * x / (a + 1.0))
-    result = d
-    for m in range(1, 100_000):
-        numerator = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
-        d = 1.0 / _nonzero(1.0 + numerator * d)
-        c = _nonzero(1.0 + numerator / c)
-        result *= d * c
-        numerator = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
-        d = 1.0 / _nonzero(1.0 + numerator * d)
-        c = _nonzero(1.0 + numerator / c)
-        result *= d * c
-        if abs(d * c - 1.0) < _CF_EPS:
-            return result
-    raise ArithmeticError(f"incomplete beta did not converge (a={a}, b={b}, x={x})")
-
-
-def regularized_incomplete_beta(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularized incomplete beta function."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                 + a * math.log(x) + b * math.log1p(-x))
-    # The fraction converges fast only below (a + 1) / (a + b + 2); use the symmetry above it.
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _beta_continued_fraction(b, a, 1.0 - x) / b
-
-
-def _t_upper_tail(t: float, df: float) -> float:
-    # P(T > t) for t >= 0, computed directly so that far tails keep their precision.
-    return 0.5 * regularized_incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-
-
-def student_t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
-    tail = _t_upper_tail(abs(t), df)
-    return 1.0 - tail if t >= 0 else tail
-
-
-@lru_cache(maxsize=4096)
-def student_t_quantile(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t (bisection on the CDF; cached, as loops ask often)."""
-    if not 0.0 < p < 1.0 or df <= 0:
-        raise ValueError(f"need 0 < p < 1 and df > 0, got p={p}, df={df}")
-    if p < 0.5:
-        return -student_t_quantile(1.0 - p, df)
-    tail = 1.0 - p
-    low, high = 0.0, 1.0
-    while _t_upper_tail(high, df) > tail:
-        low, high = high, high * 2.0
-    for _ in range(200):
-        middle = (low + high) / 2.0
-        if _t_upper_tail(middle, df) > tail:
-            low = middle
-        else:
-            high = middle
-        if high - low <= 1e-13 * high:
-            break
-    return (low + high) / 2.0
 
 
 # --- Speedup over pairs -------------------------------------------------------------------
@@ -318,19 +244,6 @@ def pool_jobs(log_speedups: LogRatios, standard_errors: LogRatios, dfs: Sequence
     margin = student_t_quantile(0.5 + level / 2.0, jobs - 1) * math.sqrt(hksj)
     return Pooled(math.exp(mean), math.exp(mean - margin), math.exp(mean + margin), jobs,
                   math.sqrt(tau2))
-
-
-def best_of_interval(log_speedup: float, log_se: float, df: int, variants: int,
-                     level: float = 0.95) -> tuple[float, float]:
-    """The interval to quote for the best-looking of ``variants`` jobs: Bonferroni, each of
-    the m intervals at level 1 - (1 - level) / m, so all of them, and hence the one picked
-    for looking best, cover together at least ``level`` of the time. The plain interval of
-    a best-of-20 pick covers about 0.7 (tests/unit/test_stats.py)."""
-    if df < 1 or not math.isfinite(log_se):
-        return NAN, NAN
-    tail = (1.0 - level) / (2.0 * max(variants, 1))
-    margin = student_t_quantile(1.0 - tail, df) * log_se
-    return math.exp(log_speedup - margin), math.exp(log_speedup + margin)
 
 
 def job_speedup(runs: pd.DataFrame) -> Interval:

@@ -173,10 +173,10 @@ def _with_summaries(frame: pd.DataFrame, summaries: pd.DataFrame,
 
 def _with_best_of(frame: pd.DataFrame) -> pd.DataFrame:
     """Mark the fastest of the m >= 2 variants of each campaign x model x GPU class: the row a
-    reader picks, so it gets a simultaneous interval (``farm.stats.best_of_interval``).
+    reader picks, so it gets a simultaneous interval (``farm.studentt.best_of_interval``).
     Control (A/A) and synthetic-acceptance jobs are not candidates: neither is a setting
     to pick."""
-    from farm.stats import best_of_interval
+    from farm.studentt import best_of_interval
 
     keys = ["campaign", "model", "gpu_class"]
     best = pd.DataFrame({"best_of": pd.Series(pd.NA, index=frame.index, dtype="Int64"),

@@ -16,7 +16,6 @@ from farm.stats import (
     Interval,
     acceptance,
     agreement,
-    best_of_interval,
     crossover,
     drift,
     estimate,
@@ -28,14 +27,17 @@ from farm.stats import (
     planned_pairs,
     pool_jobs,
     rate_interval,
-    regularized_incomplete_beta,
     speedup_by,
     speedup_interval,
     stop_decision,
     stop_mismatches,
+    summarize_job,
+)
+from farm.studentt import (
+    best_of_interval,
+    regularized_incomplete_beta,
     student_t_cdf,
     student_t_quantile,
-    summarize_job,
 )
 
 SpeedFn = Callable[[str, int, str, int], float]
