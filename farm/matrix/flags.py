@@ -146,3 +146,9 @@ def to_argv(flags: Iterable[tuple[str, FlagValue]]) -> list[str]:
         if value is not True:
             argv.append(str(value))
     return argv
+
+
+def varying_text(varying: dict[str, str | None]) -> str:
+    """``spec-type=ngram-simple ctx-size=-``: a job's varying flags, ``-`` for one removed."""
+    return " ".join(f"{name}={'-' if value is None else value}"
+                    for name, value in varying.items())

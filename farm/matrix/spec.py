@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict
 
 from farm.errors import ConfigError
 from farm.matrix.flags import FlagValue, to_argv
+
+# Re-exported: farm.report.recommend names settings with it beside JobSpec.
+from farm.matrix.flags import varying_text as varying_text
 from farm.matrix.schema import StopMode
 
 ArmRole = Literal["baseline", "variant"]
@@ -168,14 +171,8 @@ class JobSpec(Frozen):
 
     @property
     def varying_text(self) -> str:
-        """What this job changes, for humans (see ``varying_text``)."""
+        """What this job changes, for humans (``farm.matrix.flags.varying_text``)."""
         return varying_text(self.varying)
-
-
-def varying_text(varying: dict[str, str | None]) -> str:
-    """``spec-type=ngram-simple ctx-size=-``: a job's varying flags, ``-`` for one removed."""
-    return " ".join(f"{name}={'-' if value is None else value}"
-                    for name, value in varying.items())
 
 
 def _sha256(identity: dict[str, Any]) -> str:
