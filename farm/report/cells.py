@@ -8,10 +8,9 @@ writes ``MISSING`` for them.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
-
-import pandas as pd
 
 MISSING = "\u2013"  # en dash
 TIMES = "\u00d7"  # multiplication sign, as in "1.42\u00d7"
@@ -19,9 +18,12 @@ TIMES = "\u00d7"  # multiplication sign, as in "1.42\u00d7"
 
 def missing(value: Any) -> bool:
     """None, NaN or pandas' NA."""
-    if value is None or value is pd.NA:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return True
-    return isinstance(value, float) and math.isnan(value)
+    # Only a frame holds NA, so pandas is loaded when it can occur: rows printed without
+    # pandas (``farm report --format json``) do not load it for this test.
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and value is pandas.NA
 
 
 def as_float(value: Any) -> float:

@@ -1,4 +1,9 @@
-"""Tidy pandas frames of the store, and the per-job comparison the report shows.
+"""The store read for reports: the per-job report as plain rows, and pandas frames.
+
+``job_rows`` is the per-job report in plain Python (no pandas, no numpy: loading them took
+0.4 s of a cold ``farm report --format json``, which prints the rows as they are);
+``job_report`` is the same rows as the frame every other report works on. Functions that
+return a frame load pandas themselves, so that importing this module does not.
 
 ``runs_frame`` is the entry point for notebooks: one row per run, with its job's
 identity and every measurement and provenance column.
@@ -8,16 +13,21 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
-from sqlalchemy import Connection, CursorResult, Engine, bindparam, select, text
+from sqlalchemy import Connection, Engine, RowMapping, bindparam, select, text
 
 from farm.errors import ConfigError
 from farm.gpus import bandwidth_bound_share
-from farm.matrix.spec import varying_text
+from farm.matrix.flags import varying_text
 from farm.report.sql import RUN_FACTS, job_report_sql, run_facts_sql
+from farm.studentt import best_of_interval
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Row = dict[str, Any]
 
 REPORT_COLUMNS = [
     "campaign", "job_key", "model", "variant", "build", "varying", "varying_flags", "gpu_class",
@@ -30,6 +40,25 @@ REPORT_COLUMNS = [
     "throttled_runs", "spilled_runs", "gpu_name", "bandwidth_bound", "runs", "incomplete_pairs",
     "invalid_runs", "degenerate", "best_of", "best_low", "best_high", "draft_ms_per_token",
     "verify_ms_per_token"]
+
+# What a report row takes from the job's row as it is.
+JOB_COLUMNS = ("campaign", "job_key", "model", "variant", "build", "gpu_class", "worker",
+               "state", "error", "failure_class", "speculation", "pairs", "stop_reason",
+               "log_se", "df")
+# What it takes from the statistics a job kept in its summary when it finished.
+SUMMARY_COLUMNS = ("kind", "ci_low", "ci_high", "agreement", "agreement_suspect", "drift_flag",
+                   "incomplete_pairs", "invalid_runs", "degenerate",
+                   "mean_accepted_length", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
+                   "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant",
+                   "e2e_p99_ms_variant")
+# Measures: a float or None in rows, NaN in the frame.
+FLOAT_COLUMNS = ("speedup", "ci_low", "ci_high", "log_se", "agreement", "mean_accepted_length",
+                 "baseline_tok_s", "variant_tok_s", "sd_log_speedup", "draft_ms_per_token",
+                 "verify_ms_per_token", "acceptance_rate", "best_low", "best_high")
+# Counters: 0 when nothing was counted.
+COUNT_COLUMNS = ("drafted", "accepted", "runs", "throttled_runs", "spilled_runs")
+# Whole numbers that may be unknown: pandas' nullable integers in the frame.
+OPTIONAL_COUNT_COLUMNS = ("pairs", "best_of")
 
 
 def latest_campaign(engine: Engine) -> str:
@@ -54,6 +83,8 @@ def _campaign_id(engine: Engine, name: str) -> int:
 
 def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
     """Every run of ``campaign`` (default: all), one row each, with its job's identity."""
+    import pandas as pd
+
     # Here, not at the top: the ORM takes a tenth of a second to load, and reports of jobs
     # query without it.
     from farm.store.models import Campaign, Job, Run
@@ -69,34 +100,40 @@ def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
         return pd.DataFrame(connection.execute(query).mappings().all())
 
 
-def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
-    """One row per job (of ``campaign``, or of all campaigns): what each finished job kept
-    in its summary; for the others, what SQL finds in their runs."""
+def job_rows(engine: Engine, campaign: str | None) -> list[Row]:
+    """One row per job (of ``campaign``, or of all campaigns), its values under
+    ``REPORT_COLUMNS`` in order, None where one is missing: what each finished job kept in
+    its summary; for the others, what SQL finds in their runs."""
     jobs, params = "1 = 1", {}
     if campaign is not None:
         jobs, params = "job.campaign_id = :campaign_id", {
             "campaign_id": _campaign_id(engine, campaign)}
     with engine.connect() as connection:
-        frame = _frame(connection.execute(text(job_report_sql(jobs)), params))
-        if frame.empty:
-            return pd.DataFrame(columns=REPORT_COLUMNS)
-        summaries = _summaries(frame)
-        lacking = summaries["runs"].isna() & frame["has_runs"].astype(bool)
-        facts = _run_facts(connection, engine.dialect.name,
-                           frame.loc[lacking, "job_id"].tolist())
-    frame["varying"] = frame["varying"].map(_load_json)
-    frame["varying_flags"] = frame["varying"].map(varying_text)
-    frame = _with_summaries(frame, summaries, facts)
-    frame["bandwidth_bound"] = [
-        bandwidth_bound_share(float(tok_s), gpu, int(size))
-        if pd.notna(tok_s) and pd.notna(size) else None
-        for tok_s, gpu, size in zip(frame["variant_tok_s"], frame["gpu_name"],
-                                    frame["model_size"], strict=True)]
-    frame["acceptance_rate"] = (frame["accepted"] / frame["drafted"].where(frame["drafted"] > 0))
-    # A variant that asked for speculation and drafted nothing is not a speedup to quote.
-    frame.loc[frame["speculation"] == "none", "speedup"] = float("nan")
-    frame = _with_best_of(frame)
-    return frame[REPORT_COLUMNS]
+        found = connection.execute(text(job_report_sql(jobs)), params).mappings().all()
+        summaries = [_load_json(job["summary"]) if job["summary"] else {} for job in found]
+        lacking = [job["job_id"] for job, summary in zip(found, summaries, strict=True)
+                   if not _kept_facts(summary) and job["has_runs"]]
+        facts = _run_facts(connection, engine.dialect.name, lacking)
+    rows = [_row(job, summary, facts.get(job["job_id"], {}))
+            for job, summary in zip(found, summaries, strict=True)]
+    best = _best_of(rows)
+    return [{**row, **best[index]} if index in best else row for index, row in enumerate(rows)]
+
+
+def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
+    """``job_rows`` as a frame (``report_frame``)."""
+    return report_frame(job_rows(engine, campaign))
+
+
+def report_frame(rows: Sequence[Row]) -> pd.DataFrame:
+    """Rows of ``job_rows`` as a frame: NaN for a missing measure, nullable integers for
+    pairs."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows, columns=REPORT_COLUMNS)
+    return frame.astype({**dict.fromkeys(FLOAT_COLUMNS, float),
+                         **dict.fromkeys(COUNT_COLUMNS, int),
+                         **dict.fromkeys(OPTIONAL_COUNT_COLUMNS, "Int64")})
 
 
 def run_facts(engine: Engine, job_id: int) -> dict[str, Any]:
@@ -112,85 +149,88 @@ def run_facts(engine: Engine, job_id: int) -> dict[str, Any]:
 _IDS_PER_QUERY = 10_000
 
 
-def _run_facts(connection: Connection, dialect: str, job_ids: list[int]) -> pd.DataFrame:
-    """The ``RUN_FACTS`` of ``job_ids`` from their runs, indexed by job id."""
+def _run_facts(connection: Connection, dialect: str, job_ids: list[int]) -> dict[int, Row]:
+    """The ``RUN_FACTS`` of ``job_ids`` from their runs, by job id."""
     query = text(run_facts_sql("job.id IN :ids", dialect)).bindparams(
         bindparam("ids", expanding=True))
     # The ids are listed, not selected by a condition, so the planner knows how many jobs
     # it aggregates: an estimate of one job for thousands turns its joins quadratic.
-    parts = [_frame(connection.execute(query, {"ids": job_ids[start:start + _IDS_PER_QUERY]}))
-             for start in range(0, len(job_ids), _IDS_PER_QUERY)]
-    if not parts:
-        return pd.DataFrame(columns=RUN_FACTS, index=pd.Index([], name="job_id"))
-    return pd.concat(parts).set_index("job_id")
+    facts: dict[int, Row] = {}
+    for start in range(0, len(job_ids), _IDS_PER_QUERY):
+        batch = {"ids": job_ids[start:start + _IDS_PER_QUERY]}
+        facts |= {row["job_id"]: dict(row) for row in connection.execute(query, batch).mappings()}
+    return facts
 
 
-def _frame(result: CursorResult[Any]) -> pd.DataFrame:
-    return pd.DataFrame(result.all(), columns=list(result.keys()))
+def _kept_facts(summary: Mapping[str, Any]) -> bool:
+    # ``runs`` marks a summary with the run facts; jobs finished before they were kept
+    # have a summary without them.
+    return _number(summary.get("runs")) is not None
 
 
-SUMMARY_COLUMNS = ("kind", "ci_low", "ci_high", "agreement", "agreement_suspect", "drift_flag",
-                   "incomplete_pairs", "invalid_runs", "degenerate",
-                   "mean_accepted_length", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
-                   "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant",
-                   "e2e_p99_ms_variant")
+def _number(value: Any) -> float | None:
+    """A measure as a float; None when missing (NaN included)."""
+    if value is None:
+        return None
+    number = float(value)
+    return None if math.isnan(number) else number
 
 
-def _summaries(frame: pd.DataFrame) -> pd.DataFrame:
-    """The jobs' summaries as columns (missing values where a job has none)."""
-    parsed = [_load_json(value) if value else {} for value in frame["summary"]]
-    return pd.DataFrame.from_records(parsed, index=frame.index,
-                                     columns=["speedup", *SUMMARY_COLUMNS, *RUN_FACTS])
+def _row(job: RowMapping, summary: Mapping[str, Any], found: Mapping[str, Any]) -> Row:
+    """A job's report row. Prefer the statistics written when it finished (speedup over
+    block pairs, its interval, agreement, drift, and the run facts); a job without them
+    gets the facts of its runs (``found``: its speedup the geometric mean of per-prompt
+    medians, nothing counted for a job without runs) and no interval."""
+    facts = summary if _kept_facts(summary) else found
+    varying = _load_json(job["varying"])
+    values: Row = {
+        **{name: job[name] for name in JOB_COLUMNS},
+        **{name: summary.get(name) for name in SUMMARY_COLUMNS},
+        **{name: facts.get(name) for name in RUN_FACTS},
+        "varying": varying, "varying_flags": varying_text(varying),
+        # Jobs that have not finished (or finished before kinds were kept) read as variants.
+        "kind": summary.get("kind") or "variant",
+        "speedup": _number(summary.get("speedup")),
+        "acceptance_rate": None, "best_of": None, "best_low": None, "best_high": None,
+    }
+    if values["speedup"] is None:
+        values["speedup"] = _number(facts.get("median_speedup"))
+    # A variant that asked for speculation and drafted nothing is not a speedup to quote.
+    if job["speculation"] == "none":
+        values["speedup"] = None
+    for name in FLOAT_COLUMNS:
+        values[name] = _number(values[name])
+    for name in COUNT_COLUMNS:
+        values[name] = int(_number(values[name]) or 0)
+    if values["drafted"] > 0:
+        values["acceptance_rate"] = values["accepted"] / values["drafted"]
+    tok_s, size = values["variant_tok_s"], _number(facts.get("model_size"))
+    values["bandwidth_bound"] = (bandwidth_bound_share(tok_s, values["gpu_name"], int(size))
+                                 if tok_s is not None and size is not None else None)
+    return {name: values[name] for name in REPORT_COLUMNS}
 
 
-def _with_summaries(frame: pd.DataFrame, summaries: pd.DataFrame,
-                    facts: pd.DataFrame) -> pd.DataFrame:
-    """Prefer the statistics written when a job finished (speedup over block pairs, its
-    interval, agreement, drift, and the run facts); the other jobs get the ``facts`` of
-    their runs (their speedup the geometric mean of per-prompt medians, nothing counted
-    for a job without runs) and no interval."""
-    stored = summaries["runs"].notna()
-    found = facts.reindex(frame["job_id"]).set_axis(frame.index)
-    for column in RUN_FACTS:
-        frame[column] = summaries[column].where(stored, found[column])
-    pair_speedup = summaries["speedup"].astype(float)
-    frame["speedup"] = pair_speedup.where(pair_speedup.notna(), frame["median_speedup"])
-    for column in SUMMARY_COLUMNS:
-        frame[column] = summaries[column]
-    # Jobs that have not finished (or finished before kinds were kept) read as variants.
-    frame["kind"] = frame["kind"].fillna("variant")
-    for column in ("speedup", "ci_low", "ci_high", "agreement", "mean_accepted_length",
-                   "baseline_tok_s", "variant_tok_s", "sd_log_speedup", "draft_ms_per_token",
-                   "verify_ms_per_token"):
-        frame[column] = frame[column].astype(float)
-    for column in ("drafted", "accepted", "runs", "throttled_runs", "spilled_runs"):
-        frame[column] = frame[column].astype(float).fillna(0).astype(int)
-    frame["pairs"] = frame["pairs"].astype("Int64")
-    # A summary without a GPU name reads back as NaN; the name is text or nothing.
-    frame["gpu_name"] = frame["gpu_name"].astype(object).where(frame["gpu_name"].notna(), None)
-    return frame
-
-
-def _with_best_of(frame: pd.DataFrame) -> pd.DataFrame:
+def _best_of(rows: Sequence[Row]) -> dict[int, Row]:
     """Mark the fastest of the m >= 2 variants of each campaign x model x GPU class: the row a
     reader picks, so it gets a simultaneous interval (``farm.studentt.best_of_interval``).
     Control (A/A) and synthetic-acceptance jobs are not candidates: neither is a setting
-    to pick."""
-    from farm.studentt import best_of_interval
-
-    keys = ["campaign", "model", "gpu_class"]
-    best = pd.DataFrame({"best_of": pd.Series(pd.NA, index=frame.index, dtype="Int64"),
-                         "best_low": float("nan"), "best_high": float("nan")})
-    measured = frame.loc[frame["speedup"].notna() & frame["log_se"].notna()
-                         & (frame["kind"] == "variant"), [*keys, "speedup", "log_se", "df"]]
-    variants = measured.groupby(keys, dropna=False)["speedup"].transform("size")
-    measured = measured[variants >= 2]
-    for index in measured.groupby(keys, dropna=False)["speedup"].idxmax():
-        job = measured.loc[index]
-        low, high = best_of_interval(math.log(float(job["speedup"])), float(job["log_se"]),
-                                     int(job["df"]), int(variants[index]))
-        best.loc[index] = [variants[index], low, high]
-    return frame.assign(**best)
+    to pick. The marks by row index."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for index, row in enumerate(rows):
+        if row["kind"] == "variant" and None not in (row["speedup"], row["log_se"]):
+            groups.setdefault((row["campaign"], row["model"], row["gpu_class"]), []).append(index)
+    marks: dict[int, Row] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        # The first of equally fast jobs, in report order.
+        index = max(members, key=lambda member: rows[member]["speedup"])
+        job = rows[index]
+        low, high = best_of_interval(math.log(job["speedup"]), job["log_se"],
+                                     int(job["df"] or 0), len(members))
+        marks[index] = {"best_of": len(members), "best_low": _number(low),
+                        "best_high": _number(high)}
+    return marks
 
 
 def _load_json(value: Any) -> dict[str, Any]:
@@ -202,6 +242,9 @@ def _pooled(frame: pd.DataFrame, keys: list[str], estimate: str) -> pd.DataFrame
     """Per group of ``keys``: the typical speedup with its random-effects interval and the
     between-job spread tau (``farm.stats.pool_jobs``), from each job's ``estimate``, the
     standard error of its log (``log_se``) and its degrees of freedom (``df``)."""
+    import numpy as np
+    import pandas as pd
+
     from farm.stats import pool_jobs
 
     rows = []
@@ -219,6 +262,8 @@ def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
     """Jobs grouped by a column: the typical speedup with its random-effects interval and
     between-job spread (tau), the range, counters, runs. Kinds of job never pool together:
     an A/A control or a synthetic arm is a group of its own beside the variants."""
+    import pandas as pd
+
     keys = [by] if by == "kind" else [by, "kind"]
     grouped = report.groupby(keys, dropna=False)
     totals = pd.DataFrame({
@@ -233,6 +278,8 @@ def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
 
 def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
     """The report plus what plots sweep over: the spec type and the draft length."""
+    import pandas as pd
+
     spec_type = report["varying"].map(lambda v: v.get("spec-type") or "")
     draft = report["varying"].map(lambda v: v.get("spec-draft-n-max"))
     return report.assign(spec_type=spec_type,
@@ -241,6 +288,8 @@ def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
 
 def category_report(runs: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
     """Per job and prompt category: speedup with its interval over block pairs."""
+    import pandas as pd
+
     from farm.stats import speedup_by
 
     columns = ["job_key", "model", "variant", "category", "estimate", "low", "high", "pairs",

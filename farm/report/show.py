@@ -1,5 +1,9 @@
 """What ``farm report``, ``farm compare`` and ``farm export`` print or write: frames loaded
-from the store, rendered in the format asked for."""
+from the store, rendered in the format asked for.
+
+``farm report --format json`` prints the per-job rows without pandas, numpy, rich or yaml
+(most of its time in a cold process was loading them): they load where they are used.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
-
-import pandas as pd
-import yaml
-from rich.console import Console
-from rich.table import Table
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING, cast
 
 from farm.errors import ConfigError
 from farm.report.frames import (
@@ -21,7 +19,9 @@ from farm.report.frames import (
     category_summary,
     group_report,
     job_report,
+    job_rows,
     latest_campaign,
+    report_frame,
     runs_frame,
     with_design_columns,
 )
@@ -35,11 +35,17 @@ from farm.report.text import (
     print_wide,
     recommendation_tables,
     render,
+    rows_to_json,
     to_json,
     wide_console,
 )
 from farm.settings import Settings
 from farm.store.db import open_store
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.table import Table
+    from sqlalchemy import Engine
 
 
 def show_report(settings: Settings, campaign: str | None, fmt: str, *,
@@ -49,9 +55,13 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
     """The jobs of ``campaign`` (default the latest) per job, per group or per category."""
     with open_store(settings) as engine:
         name = None if all_campaigns else (campaign or latest_campaign(engine))
-        report = job_report(engine, name)
+        rows = job_rows(engine, name)
         runs = runs_frame(engine, name) if by_category or fmt == "html" else None
         evidence = _recommendation_evidence(engine, name) if fmt == "html" else (None, None)
+    if fmt == "json" and group_by is None and not by_category:
+        print(rows_to_json(rows))
+        return
+    report = report_frame(rows)
     console = wide_console()
     title = "all campaigns" if name is None else f"campaign {name}"
     if fmt == "html":
@@ -94,6 +104,8 @@ def _recommendation_evidence(engine: Engine, campaign: str | None
 def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
                 output: Path | None, candidates: pd.DataFrame | None = None,
                 curve: pd.DataFrame | None = None) -> None:
+    import pandas as pd
+
     # Here, not at the top: matplotlib takes most of a second to load, and only HTML plots.
     from farm.report.html import render_html
 
@@ -110,6 +122,8 @@ def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
 def show_comparison(settings: Settings, a: str, b: str, fmt: str, *,
                     build_a: str | None = None, build_b: str | None = None) -> None:
     """Campaigns (or builds) A and B side by side, as a table, CSV or JSON."""
+    from rich.console import Console
+
     from farm.report.compare import compare
 
     with open_store(settings) as engine:
@@ -204,6 +218,8 @@ def _write_verify_matrix(engine: Engine, campaign: str, candidates: pd.DataFrame
                          output: Path) -> None:
     """The recommended and runner-up settings of every row vs baseline, as a matrix file
     (written whole or not at all)."""
+    import yaml
+
     from farm.report.recommend import verify_matrix
 
     top = candidates[candidates["rank"] <= 2]

@@ -3,23 +3,27 @@
 The per-job table fits the console: when it has no room for every column, the least
 needed ones are hidden (named under the table) instead of every cell being cut to "…";
 ``wide`` shows them all at their natural width. CSV and JSON always carry every column.
+
+pandas and rich load where a frame or a table is used, not with this module: ``farm report
+--format json`` prints plain rows (``rows_to_json``) without either.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import sys
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import pandas as pd
-from rich.cells import cell_len
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, Literal
 
 from farm.report import cells
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.console import Console
+    from rich.table import Table
 
 ReportFormat = Literal["table", "csv", "json", "html"]
 Row = Mapping[Hashable, Any]
@@ -43,6 +47,8 @@ class Column:
 
 def wide_console() -> Console:
     """The terminal's width (or ``COLUMNS``), or wide enough for tables in a pipe."""
+    from rich.console import Console
+
     if sys.stdout.isatty() or "COLUMNS" in os.environ:
         return Console()
     return Console(width=200)
@@ -59,7 +65,25 @@ def to_json(report: pd.DataFrame) -> str:
     """A JSON list, one object per line; NaN and missing values are null."""
     lines = report.to_json(orient="records", lines=True, double_precision=15)
     # The encoder escapes newlines inside strings: each one left ends a record.
-    return "[\n" + lines.rstrip("\n").replace("\n", ",\n") + "\n]"
+    return _json_list(lines.rstrip("\n").split("\n"))
+
+
+def rows_to_json(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``to_json`` of plain rows (``farm.report.frames.job_rows``), without pandas."""
+    return _json_list([_json_object(row) for row in rows])
+
+
+def _json_list(objects: Sequence[str]) -> str:
+    return "[\n" + ",\n".join(objects) + "\n]"
+
+
+def _json_object(row: Mapping[str, Any]) -> str:
+    try:
+        return json.dumps(row, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        # JSON has no NaN or infinity: such a value reads null, as in ``to_json``.
+        return json.dumps({key: None if isinstance(value, float) and not math.isfinite(value)
+                           else value for key, value in row.items()}, separators=(",", ":"))
 
 
 def render(report: pd.DataFrame, title: str, fmt: ReportFormat, console: Console, *,
@@ -96,7 +120,7 @@ def _flags(row: Row) -> str:
         flags.append(f"GPU throttled in {row['throttled_runs']} runs")
     if row["spilled_runs"]:
         flags.append("weights not all on GPU")
-    if pd.notna(row.get("best_of")):
+    if not cells.missing(row.get("best_of")):
         flags.append(f"best of {int(row['best_of'])}: "
                      f"{cells.bracket(row['best_low'], row['best_high'])} together")
     return ", ".join(flags)
@@ -146,6 +170,8 @@ def job_table(report: pd.DataFrame, title: str, width: int | None = None) -> Tab
 def _need(column: Column, texts: list[str]) -> int:
     """Columns of console a column needs, borders included, not to cut a cell nor stack
     wrapped text into a tall strip: its longest word, or up to ``_WRAP_MIN``, if it wraps."""
+    from rich.cells import cell_len
+
     pieces = [column.header, *texts]
     longest = max(map(cell_len, pieces))
     if not (column.numeric or column.no_wrap):
@@ -156,6 +182,9 @@ def _need(column: Column, texts: list[str]) -> int:
 
 def _table(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]],
            caption: str | None = None) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     # Text, not markup: a variant named "ngram[spec-draft-n-max=8]" is not a style tag.
     table = Table(title=Text(title), title_justify="left", caption=caption,
                   caption_justify="left")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 from collections.abc import Hashable
 from typing import Any
@@ -125,6 +126,22 @@ def test_cells_format_present_values() -> None:
     assert cells.bracket(1.351, 1.4999) == "[1.35, 1.50]"
 
 
+def test_plain_rows_print_as_the_frames_json() -> None:
+    from farm.report.text import rows_to_json, to_json
+
+    rows: list[dict[str, Any]] = [
+        {"job": "a/b", "speedup": 1.5, "low": math.inf, "high": NAN, "pairs": 3},
+        {"job": "é\nx", "speedup": None, "low": 0.25, "high": 2.0, "pairs": None}]
+    printed = rows_to_json(rows)
+    # One object per line; JSON has no NaN or infinity: both read null.
+    assert printed.splitlines()[1] == (
+        '{"job":"a/b","speedup":1.5,"low":null,"high":null,"pairs":3},')
+    frame = pd.DataFrame(rows).astype({"pairs": "Int64"})
+    assert printed.count("\n") == to_json(frame).count("\n") == 3
+    assert json.loads(printed) == json.loads(to_json(frame))
+    assert rows_to_json([]) == to_json(pd.DataFrame()) == "[\n\n]"
+
+
 def test_group_rows_pool_jobs_with_a_random_effects_interval_and_tau() -> None:
     from farm.report.frames import category_summary, group_report
     from farm.stats import log_standard_error, speedup_interval
@@ -155,24 +172,25 @@ def test_group_rows_pool_jobs_with_a_random_effects_interval_and_tau() -> None:
 
 
 def test_the_best_of_several_variants_is_marked_with_its_simultaneous_interval() -> None:
-    from farm.report.frames import _with_best_of
+    from farm.report.frames import _best_of
     from farm.report.text import _flags
 
-    report = pd.DataFrame({
-        "campaign": ["c"] * 5 + ["d"], "model": ["m"] * 6, "gpu_class": ["a"] * 6,
-        "kind": ["variant"] * 3 + ["control", "synthetic", "variant"],
-        "speedup": [1.10, 1.30, 1.20, 1.40, 2.00, 1.50], "log_se": [0.02] * 6, "df": [5] * 6})
-    marked = _with_best_of(report)
-    best_of = marked["best_of"].tolist()
+    rows: list[dict[str, Any]] = [
+        {"campaign": campaign, "model": "m", "gpu_class": "a", "kind": kind,
+         "speedup": speedup, "log_se": 0.02, "df": 5}
+        for campaign, kind, speedup in (("c", "variant", 1.10), ("c", "variant", 1.30),
+                                        ("c", "variant", 1.20), ("c", "control", 1.40),
+                                        ("c", "synthetic", 2.00), ("d", "variant", 1.50))]
+    marks = _best_of(rows)
     # The fastest of campaign c's three variants (an A/A control and a synthetic arm are no
     # settings to pick); d's one job is alone: nothing picked there.
-    assert best_of[1] == 3 and all(pd.isna(best_of[i]) for i in (0, 2, 3, 4, 5))
-    low, high = float(marked["best_low"].iloc[1]), float(marked["best_high"].iloc[1])
+    assert list(marks) == [1] and marks[1]["best_of"] == 3
+    low, high = marks[1]["best_low"], marks[1]["best_high"]
     assert low < 1.30 < high and (high - low) > 2 * 1.3 * 0.02 * 2.571  # wider than plain
     row: dict[Hashable, Any] = dict.fromkeys(("speculation", "agreement_suspect", "drift_flag",
                                             "failure_class", "throttled_runs",
                                             "spilled_runs"))
-    row.update(marked.iloc[1].to_dict())
+    row.update(rows[1] | marks[1])
     assert "best of 3: [" in _flags(row)
 
 
