@@ -82,7 +82,8 @@ def _campaign_id(engine: Engine, name: str) -> int:
 
 
 def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
-    """Every run of ``campaign`` (default: all), one row each, with its job's identity."""
+    """Every run of ``campaign`` (default: all), one row each, with its job's identity and
+    kind ("variant", "control" or "synthetic")."""
     import pandas as pd
 
     # Here, not at the top: the ORM takes a tenth of a second to load, and reports of jobs
@@ -94,10 +95,32 @@ def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
                     *[column for column in Run.__table__.columns])
              .join(Job, Run.job_id == Job.id).join(Campaign, Job.campaign_id == Campaign.id)
              .order_by(Run.job_id, Run.block, Run.prompt_id, Run.repetition))
+    jobs = select(Job.id, Job.summary, Job.spec)
     if campaign is not None:
-        query = query.where(Campaign.id == _campaign_id(engine, campaign))
+        campaign_id = _campaign_id(engine, campaign)
+        query = query.where(Campaign.id == campaign_id)
+        jobs = jobs.where(Job.campaign_id == campaign_id)
     with engine.connect() as connection:
-        return pd.DataFrame(connection.execute(query).mappings().all())
+        runs = pd.DataFrame(connection.execute(query).mappings().all())
+        kinds = {job_id: _job_kind(summary, spec)
+                 for job_id, summary, spec in connection.execute(jobs)}
+    return runs.assign(kind=runs["job_id"].map(kinds)) if not runs.empty else runs
+
+
+def _job_kind(summary: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> str:
+    """What a job measures (``JobSpec.kind``): "variant", "control" or "synthetic", as its
+    summary kept it, else from its spec. A spec this farm cannot read is a variant's, as
+    reports read a job without a kind."""
+    from pydantic import ValidationError
+
+    from farm.matrix.spec import JobSpec
+
+    if summary and summary.get("kind"):
+        return str(summary["kind"])
+    try:
+        return JobSpec.model_validate(spec).kind
+    except ValidationError:
+        return "variant"
 
 
 def job_rows(engine: Engine, campaign: str | None) -> list[Row]:

@@ -55,6 +55,7 @@ def test_by_category_html_and_exports(two_campaigns: Path) -> None:
     runs = pd.read_parquet(parquet)
     assert len(runs) == len(pd.read_csv(csv)) == 2 * 2 * 2
     assert {"decode_tok_s", "prompt_category", "text", "model_sha256"} <= set(runs.columns)
+    assert set(runs["kind"]) == set(pd.read_csv(csv)["kind"]) == {"variant"}
 
 
 def test_compare_matches_jobs_across_campaigns(two_campaigns: Path) -> None:

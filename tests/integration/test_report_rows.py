@@ -1,5 +1,6 @@
 """The per-job report as plain rows (what ``farm report --format json`` prints, without
-pandas) and as the frame every other report works on: the same values from one store."""
+pandas) and as the frame every other report works on: the same values from one store;
+and ``farm export``'s runs with their job's kind."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from sqlalchemy import Engine, update
 from sqlalchemy.orm import Session
@@ -26,7 +28,7 @@ from farm.stats import Design
 from farm.store import repo
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Job, Run
-from tests.helpers import matrix_dict, write_matrix
+from tests.helpers import matrix_dict, run_cli, write_matrix
 from workers.sinks import job_runs, summary_values
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,3 +173,23 @@ def test_report_json_loads_neither_pandas_nor_numpy(sqlite_engine: Engine,
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == expected
     assert result.stderr.splitlines()[-1] == "[]"
+
+
+def test_export_gives_each_run_its_jobs_kind(engine: Engine, tmp_path: Path) -> None:
+    ids = _fill(engine, tmp_path)
+    # The synthetic arm's kind comes from its summary, even when its spec cannot be read
+    # (a much older farm's); the running A/A control's from its spec; a job with neither
+    # reads as a variant, as in reports.
+    with engine.begin() as connection:
+        for name in ("engine-curve-n2[spec-synth-len=1.5]", "ngram[spec-draft-n-max=8]"):
+            connection.execute(update(Job).where(Job.id == ids[name]).values(spec={}))
+    output = tmp_path / "runs.csv"
+    result = run_cli("export", "rows", "-o", str(output),
+                     env={"FARM_DATABASE_URL": _url(engine)})
+    assert result.exit_code == 0, result.output
+    runs = pd.read_csv(output)
+    kinds = runs.groupby("variant")["kind"].agg(set).to_dict()
+    assert kinds == {"ngram[spec-draft-n-max=2]": {"variant"},
+                     "ngram[spec-draft-n-max=4]": {"variant"},
+                     "ngram[spec-draft-n-max=8]": {"variant"}, "aa": {"control"},
+                     "engine-curve-n2[spec-synth-len=1.5]": {"synthetic"}}
