@@ -130,6 +130,10 @@ class JobsFailed(RuntimeFarmError):
         self.campaign = campaign
 
 
+class SelftestFailed(RuntimeFarmError):
+    """A known truth did not hold on this node (``farm selftest``): exit 1."""
+
+
 def first_line(error: BaseException | None) -> str:
     """The gist of an error: drivers explain over several lines ("Is the server running")."""
     return next(iter(str(error).strip().splitlines()), type(error).__name__)

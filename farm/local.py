@@ -25,7 +25,7 @@ from workers.node import NodeFiles, NotOnThisNode, local_files, resolve, resolve
 from workers.paths import NodePaths
 from workers.runtime.server import HOST
 from workers.sinks import DbRunSink, job_summary
-from workers.telemetry import all_gpus
+from workers.telemetry import GpuInfo, all_gpus
 
 
 def arm_command(spec: JobSpec, role: ArmRole) -> list[str]:
@@ -120,7 +120,7 @@ class _Progress:
 
 
 def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings: Settings,
-             console: Console) -> int:
+             console: Console, gpus: list[GpuInfo]) -> int:
     pending = [(spec, job_id) for spec, job_id in zip(specs, job_ids, strict=True)
                if repo.job_state(engine, job_id) != JobState.DONE]
     if len(pending) < len(specs):
@@ -129,7 +129,6 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings:
     runs_each = [2 * job_design(s).least_pairs * len(s.prompts) * s.repetitions
                  for s, _ in pending]
     failed = 0
-    gpus = all_gpus()
     progress = _Progress(console, sum(runs_each))
     with progress.bar:
         for index, (spec, job_id) in enumerate(pending, start=1):
@@ -190,9 +189,11 @@ def dry_run_as_worker(path: Path, matrix: Matrix, specs: list[JobSpec], paths: N
 
 
 def run_local(path: Path, settings: Settings, console: Console, *, dry_run: bool,
-              gpu_class: str | None = None, allow_file_flags: bool = False) -> str | None:
+              gpu_class: str | None = None, allow_file_flags: bool = False,
+              gpus: list[GpuInfo] | None = None) -> str | None:
     """Validate, resolve, check, store and execute; returns the campaign, or None for a dry
-    run (every check made, nothing written or started).
+    run (every check made, nothing written or started). ``gpus``: the GPUs runs are pinned
+    to and sampled on (default every GPU NVML sees).
 
     Raises ``FarmError`` subclasses; a failed job is reported and counted, not raised.
     """
@@ -209,7 +210,8 @@ def run_local(path: Path, settings: Settings, console: Console, *, dry_run: bool
     with connected(settings.database_url) as engine:
         upgrade(engine)
         job_ids = repo.register(engine, matrix.campaign, str(path.resolve()), specs)
-        failed = _execute(engine, specs, job_ids, settings, console)
+        failed = _execute(engine, specs, job_ids, settings, console,
+                          all_gpus() if gpus is None else gpus)
     if failed:
         raise JobsFailed(f"{failed} of {len(specs)} jobs failed; see `farm report "
                          f"{matrix.campaign}` and the server logs in {settings.logs_dir}",

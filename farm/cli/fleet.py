@@ -101,7 +101,8 @@ def cancel(campaign: str) -> None:
     click.echo(f"campaign {campaign}: {count} jobs cancelled")
 
 
-def _devices(value: str | None) -> list[int] | None:
+def parse_devices(value: str | None) -> list[int] | None:
+    """``--devices 0,1`` as indices."""
     if value is None:
         return None
     try:
@@ -116,7 +117,11 @@ def _devices(value: str | None) -> list[int] | None:
 @click.option("--devices", help="GPU indices, e.g. 0 or 0,1 for a tensor-split set.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="Worker config: name, gpu-class, devices, models-dir, builds.")
-def worker(gpu_class: str | None, devices: str | None, config_path: Path | None) -> None:
+@click.option("--selftest", "check_first", is_flag=True,
+              help="Run `farm selftest` on this worker's devices and first build before "
+                   "registering; a node that fails never joins.")
+def worker(gpu_class: str | None, devices: str | None, config_path: Path | None,
+           check_first: bool) -> None:
     """Run a Celery worker for one GPU (or GPU set): concurrency 1, late acks."""
     from workers.config import load_worker_config
     from workers.daemon import run_worker
@@ -126,7 +131,15 @@ def worker(gpu_class: str | None, devices: str | None, config_path: Path | None)
         raise click.UsageError("give --gpu-class or a --config that names one")
     settings = load_settings()
     config = load_worker_config(config_path, NodePaths.of(settings), gpu_class=gpu_class,
-                                devices=_devices(devices))
+                                devices=parse_devices(devices))
+    if check_first:
+        from rich.console import Console
+
+        from farm.selftest import node_for, report_failures, selftest
+
+        name, binary = next(iter(config.builds.items()))
+        node = node_for({"name": name, "path": str(binary)}, config.devices or None)
+        report_failures(selftest(settings, node, Console()))
     run_worker(settings, config)
 
 

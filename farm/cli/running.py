@@ -43,3 +43,25 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_file_flags: bo
         raise
     if campaign is not None:
         show_report(settings, campaign, "table")
+
+
+@cli.command()
+@click.option("--gpu-class", help="The class this node serves (a label in the output).")
+@click.option("--devices", help="GPU indices, e.g. 0 or 0,1: the checks run on these, with "
+                                "every layer offloaded (-ngl 99).")
+@click.option("--build", "build_name", default="cpu", show_default=True,
+              help="The llama-server build to check (a `farm build` name).")
+def selftest(gpu_class: str | None, devices: str | None, build_name: str) -> None:
+    """Check this node and the farm against known answers: the MTP oracle accepts every
+    draft with identical text, the anti-oracle none, synthetic rates read back, MTP beats
+    the baseline on the oracle, an A/A control covers 1, GPUs report telemetry. Exits 1 on
+    any failure."""
+    from farm.cli.fleet import parse_devices
+    from farm.selftest import node_for, report_failures
+    from farm.selftest import selftest as run_checks
+
+    console = Console()
+    node = node_for({"name": build_name}, parse_devices(devices))
+    if gpu_class:
+        console.print(f"selftest of GPU class {gpu_class}", markup=False)
+    report_failures(run_checks(load_settings(), node, console))

@@ -118,7 +118,20 @@ HELP: dict[tuple[str, ...], Help] = {
         "Run a Celery worker for one GPU (or GPU set): concurrency 1, late acks.",
         {"--gpu-class TEXT": "The class this worker serves (queue gpu.CLASS).",
          "--devices TEXT": "GPU indices, e.g. 0 or 0,1 for a tensor-split set.",
-         "--config PATH": "Worker config: name, gpu-class, devices, models-dir, builds."}),
+         "--config PATH": "Worker config: name, gpu-class, devices, models-dir, builds.",
+         "--selftest": "Run `farm selftest` on this worker's devices and first build before "
+                       "registering; a node that fails never joins."}),
+    ("selftest",): Help(
+        "farm selftest [OPTIONS]",
+        "Check this node and the farm against known answers: the MTP oracle accepts every "
+        "draft with identical text, the anti-oracle none, synthetic rates read back, MTP beats "
+        "the baseline on the oracle, an A/A control covers 1, GPUs report telemetry. Exits 1 "
+        "on any failure.",
+        {"--gpu-class TEXT": "The class this node serves (a label in the output).",
+         "--devices TEXT": "GPU indices, e.g. 0 or 0,1: the checks run on these, with every "
+                           "layer offloaded (-ngl 99).",
+         "--build TEXT": "The llama-server build to check (a `farm build` name).  [default: "
+                         "cpu]"}),
     ("flower",): Help(
         "farm flower [OPTIONS]",
         "Start Flower on the farm's broker, with basic auth from FARM_FLOWER_AUTH.",
