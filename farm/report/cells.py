@@ -71,6 +71,15 @@ def time_split(draft: Any, verify: Any) -> str:
     return f"{number(draft, 3)} / {number(verify, 3)}"
 
 
+def memory_cost(extra: Any, draft_context: Any) -> str:
+    """``+22.3 (ctx 2.1)``: MiB the variant's server holds beyond the baseline's at their
+    peaks, and the draft context its log reported; missing when neither is known."""
+    if missing(extra) and missing(draft_context):
+        return MISSING
+    shown = MISSING if missing(extra) else f"{as_float(extra):+.1f}"
+    return shown if missing(draft_context) else f"{shown} (ctx {number(draft_context)})"
+
+
 def ratio(value: Any) -> str:
     """``1.42\u00d7``."""
     x = as_float(value)

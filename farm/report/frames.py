@@ -39,7 +39,8 @@ REPORT_COLUMNS = [
     "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant", "e2e_p99_ms_variant",
     "throttled_runs", "spilled_runs", "gpu_name", "bandwidth_bound", "runs", "incomplete_pairs",
     "invalid_runs", "degenerate", "best_of", "best_low", "best_high", "draft_ms_per_token",
-    "verify_ms_per_token"]
+    "verify_ms_per_token", "stop_mismatch", "peak_rss_mb_baseline", "peak_rss_mb_variant",
+    "peak_vram_mb_baseline", "peak_vram_mb_variant", "draft_context_mib", "memory_cost_mb"]
 
 # What a report row takes from the job's row as it is.
 JOB_COLUMNS = ("campaign", "job_key", "model", "variant", "build", "gpu_class", "worker",
@@ -50,15 +51,17 @@ SUMMARY_COLUMNS = ("kind", "ci_low", "ci_high", "agreement", "agreement_suspect"
                    "incomplete_pairs", "invalid_runs", "degenerate",
                    "mean_accepted_length", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
                    "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant",
-                   "e2e_p99_ms_variant")
+                   "e2e_p99_ms_variant", "stop_mismatch")
 # Measures: a float or None in rows, NaN in the frame.
 FLOAT_COLUMNS = ("speedup", "ci_low", "ci_high", "log_se", "agreement", "mean_accepted_length",
                  "baseline_tok_s", "variant_tok_s", "sd_log_speedup", "draft_ms_per_token",
-                 "verify_ms_per_token", "acceptance_rate", "best_low", "best_high")
+                 "verify_ms_per_token", "acceptance_rate", "best_low", "best_high",
+                 "peak_rss_mb_baseline", "peak_rss_mb_variant", "peak_vram_mb_baseline",
+                 "peak_vram_mb_variant", "draft_context_mib", "memory_cost_mb")
 # Counters: 0 when nothing was counted.
 COUNT_COLUMNS = ("drafted", "accepted", "runs", "throttled_runs", "spilled_runs")
 # Whole numbers that may be unknown: pandas' nullable integers in the frame.
-OPTIONAL_COUNT_COLUMNS = ("pairs", "best_of")
+OPTIONAL_COUNT_COLUMNS = ("pairs", "best_of", "stop_mismatch")
 
 
 def latest_campaign(engine: Engine) -> str:
@@ -199,6 +202,17 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(number) else number
 
 
+def _memory_cost(facts: Mapping[str, Any]) -> float | None:
+    """What the variant's server holds beyond the baseline's at their peaks: VRAM where the
+    runs had GPUs, else RSS (MiB)."""
+    for kind in ("vram", "rss"):
+        base, variant = (_number(facts.get(f"peak_{kind}_mb_{arm}"))
+                         for arm in ("baseline", "variant"))
+        if base is not None and variant is not None:
+            return variant - base
+    return None
+
+
 def _row(job: RowMapping, summary: Mapping[str, Any], found: Mapping[str, Any]) -> Row:
     """A job's report row. Prefer the statistics written when it finished (speedup over
     block pairs, its interval, agreement, drift, and the run facts); a job without them
@@ -215,6 +229,7 @@ def _row(job: RowMapping, summary: Mapping[str, Any], found: Mapping[str, Any]) 
         "kind": summary.get("kind") or "variant",
         "speedup": _number(summary.get("speedup")),
         "acceptance_rate": None, "best_of": None, "best_low": None, "best_high": None,
+        "memory_cost_mb": _memory_cost(facts),
     }
     if values["speedup"] is None:
         values["speedup"] = _number(facts.get("median_speedup"))

@@ -119,6 +119,8 @@ def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
         ("variant tok/s", _number("variant_tok_s", cells.number), True),
         ("draft / verify ms per token", lambda row: escape(cells.time_split(
             row.get("draft_ms_per_token"), row.get("verify_ms_per_token"))), True),
+        ("memory MiB (+variant, draft context)", lambda row: escape(cells.memory_cost(
+            row.get("memory_cost_mb"), row.get("draft_context_mib"))), True),
     ]
     return columns
 

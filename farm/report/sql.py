@@ -58,9 +58,13 @@ SD_LOG_SPEEDUP = """CASE WHEN s.prompts > 1 AND s.sum_sq - s.prompts * s.mean_lo
 # summary that has them (jobs finished before they were kept have not). The variant's
 # decode time per token (after the first) is split into ``draft_ms_per_token`` (llama.cpp's
 # draft timer) and ``verify_ms_per_token`` (the rest, less its accept timer: see run.spec_*).
+# Memory per arm: the server's peak RSS and (on GPUs) VRAM over its runs, and the size of the
+# variant's draft context as its server logged it.
 RUN_FACTS = ("baseline_tok_s", "variant_tok_s", "median_speedup", "sd_log_speedup",
              "drafted", "accepted", "runs", "gpu_name", "model_size", "throttled_runs",
-             "spilled_runs", "draft_ms_per_token", "verify_ms_per_token")
+             "spilled_runs", "draft_ms_per_token", "verify_ms_per_token",
+             "peak_rss_mb_baseline", "peak_rss_mb_variant", "peak_vram_mb_baseline",
+             "peak_vram_mb_variant", "draft_context_mib")
 
 
 def run_facts_sql(jobs: str, dialect: str) -> str:
@@ -72,7 +76,8 @@ def run_facts_sql(jobs: str, dialect: str) -> str:
 WITH r AS (
     SELECT run.job_id, run.arm, run.prompt_id, run.decode_tok_s, run.spec_drafted,
            run.spec_accepted, run.gpu_name, run.model_size, run.throttled,
-           run.weights_spilled, run.spec_draft_ms, run.spec_accept_ms,
+           run.weights_spilled, run.spec_draft_ms, run.spec_accept_ms, run.rss_mb,
+           run.max_vram_used_mb, run.draft_context_mib,
            CASE WHEN run.spec_draft_ms IS NOT NULL AND run.decode_tok_s > 0
                 THEN run.generated_tokens - 1 END AS timed_tokens
     FROM run JOIN job ON job.id = run.job_id WHERE {jobs}),
@@ -88,7 +93,9 @@ arm_counts AS (
            SUM(CASE WHEN timed_tokens IS NOT NULL THEN spec_draft_ms END) AS draft_ms,
            SUM(CASE WHEN timed_tokens IS NOT NULL
                     THEN timed_tokens * 1000.0 / decode_tok_s - spec_draft_ms - spec_accept_ms
-               END) AS verify_ms
+               END) AS verify_ms,
+           MAX(rss_mb) AS peak_rss_mb, MAX(max_vram_used_mb) AS peak_vram_mb,
+           MAX(draft_context_mib) AS draft_context_mib
     FROM r GROUP BY job_id, arm),
 stats AS ({speedup_stats("prompt_med")})
 SELECT job.id AS job_id, bm.median_tok_s AS baseline_tok_s, vm.median_tok_s AS variant_tok_s,
@@ -98,7 +105,10 @@ SELECT job.id AS job_id, bm.median_tok_s AS baseline_tok_s, vm.median_tok_s AS v
        COALESCE(bc.throttled_runs, 0) + COALESCE(vc.throttled_runs, 0) AS throttled_runs,
        COALESCE(bc.spilled_runs, 0) + COALESCE(vc.spilled_runs, 0) AS spilled_runs,
        vc.draft_ms / NULLIF(vc.timed_tokens, 0) AS draft_ms_per_token,
-       vc.verify_ms / NULLIF(vc.timed_tokens, 0) AS verify_ms_per_token
+       vc.verify_ms / NULLIF(vc.timed_tokens, 0) AS verify_ms_per_token,
+       bc.peak_rss_mb AS peak_rss_mb_baseline, vc.peak_rss_mb AS peak_rss_mb_variant,
+       bc.peak_vram_mb AS peak_vram_mb_baseline, vc.peak_vram_mb AS peak_vram_mb_variant,
+       vc.draft_context_mib
 FROM job
 LEFT JOIN stats s ON s.job_id = job.id
 LEFT JOIN arm_med bm ON bm.job_id = job.id AND bm.arm = 'baseline'

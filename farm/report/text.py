@@ -120,6 +120,8 @@ def _flags(row: Row) -> str:
         flags.append(f"GPU throttled in {row['throttled_runs']} runs")
     if row["spilled_runs"]:
         flags.append("weights not all on GPU")
+    if not cells.missing(row.get("stop_mismatch")) and int(row["stop_mismatch"]) > 0:
+        flags.append(f"{int(row['stop_mismatch'])} runs stopped at another length")
     if not cells.missing(row.get("best_of")):
         flags.append(f"best of {int(row['best_of'])}: "
                      f"{cells.bracket(row['best_low'], row['best_high'])} together")
@@ -143,6 +145,8 @@ JOB_COLUMNS = (
     Column("drafted", lambda row: str(row["drafted"]), True, rank=9),
     Column("draft / verify ms/tok", lambda row: cells.time_split(
         row["draft_ms_per_token"], row["verify_ms_per_token"]), True, rank=11),
+    Column("memory MiB", lambda row: cells.memory_cost(
+        row["memory_cost_mb"], row["draft_context_mib"]), True, rank=12),
     Column("runs", lambda row: str(row["runs"]), True, rank=8),
     Column("flags", _flags),
 )

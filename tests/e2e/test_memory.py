@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_farm_run import farm
+from tests.e2e.test_farm_run import farm, report_rows
 from tests.helpers import write_matrix
 from workers.provision import Provisioned
 
@@ -38,3 +38,7 @@ def test_runs_keep_rss_and_context_sizes_and_only_mtp_has_a_draft_context(
     print(f"peak RSS baseline {base_rss:.1f} MiB, MTP {mtp_rss:.1f} MiB "
           f"(+{mtp_rss - base_rss:.1f}); the server says: KV {base_kv:.2f} -> "
           f"{mtp_kv:.2f} MiB, draft context {mtp_draft:.2f} MiB")
+    # The report shows the MTP arm's extra memory beside the draft context its log gave.
+    [job] = report_rows("memory")
+    assert job["draft_context_mib"] == pytest.approx(mtp_draft)
+    assert job["memory_cost_mb"] == pytest.approx(mtp_rss - base_rss)

@@ -21,7 +21,7 @@ NAN = math.nan
 # Every column of the per-job table, in order: what --wide shows.
 WIDE_HEADERS = ["job", "model", "variant", "varying flags", "class", "state", "base tok/s",
                 "var tok/s", "speedup [95% CI]", "pairs", "accept", "agree", "drafted",
-                "draft / verify ms/tok", "runs", "flags"]
+                "draft / verify ms/tok", "memory MiB", "runs", "flags"]
 
 
 def _job(variant: str, **values: object) -> dict[str, object]:
@@ -33,7 +33,8 @@ def _job(variant: str, **values: object) -> dict[str, object]:
         "speculation": "ok", "pairs": 8, "acceptance_rate": 0.8123, "agreement": 0.98,
         "drafted": 12345, "runs": 96, "agreement_suspect": False, "drift_flag": False,
         "failure_class": None, "throttled_runs": 0, "spilled_runs": 0,
-        "draft_ms_per_token": 0.105, "verify_ms_per_token": 6.84}
+        "draft_ms_per_token": 0.105, "verify_ms_per_token": 6.84, "memory_cost_mb": 22.3,
+        "draft_context_mib": 2.13, "stop_mismatch": 0}
     return {**job, **values}
 
 
