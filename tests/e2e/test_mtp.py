@@ -1,8 +1,9 @@
 """The farm's real subject: baseline vs draft-mtp on generated MTP models, known answers.
 
 By construction the oracle's drafts are all right (acceptance 1.0) and the anti-oracle's all
-wrong (none accepted at any position), both with the baseline's text (one trunk); SmolLM2 has
-no MTP heads. The tutorial's old command line is translated. The generated models are
+wrong (none accepted at any position), both with the baseline's text (one trunk); so are the
+CPU oracle's, at a size where drafting pays (its speed: tests/bench/bench_oracle.py); SmolLM2
+has no MTP heads. The tutorial's old command line is translated. The generated models are
 pinned by sha256, so these answers hold on every machine.
 """
 
@@ -18,12 +19,13 @@ import pytest
 
 from tests.e2e.test_farm_run import farm, report_rows
 from tests.helpers import matrix_dict, write_matrix
-from workers.mtp_fixture import ANTI_ORACLE_NAME, ORACLE_NAME
+from workers.mtp_fixture import ANTI_ORACLE_NAME, CPU_ORACLE_NAME, ORACLE_NAME
 from workers.paths import NodePaths, file_sha256
 from workers.provision import (
     PINNED_SHA256,
     QWEN35_NAME,
     Provisioned,
+    generate_cpu_oracle,
     generate_mtp_twins,
     generate_qwen35,
 )
@@ -83,14 +85,35 @@ def test_tutorial_command_line_runs_mtp_with_known_answers(
     assert per_pos["anti"] and all(not any(counts) for counts in per_pos["anti"])
 
 
+def test_cpu_oracle_accepts_every_draft_with_the_baseline_s_text(
+        tmp_path: Path, provisioned: Provisioned, isolated_data_dir: Path) -> None:
+    matrix = {"campaign": "cpu-oracle", "prompt-mode": "completion",
+              "models": [{"name": "oracle-cpu",
+                          "path": str(provisioned.models["qwen35-mtp-oracle-cpu"])}],
+              "prompts": ["hello speculative world"], "n-predict": 48, "repetitions": 1,
+              "pairs": 1, "max-pairs": 1, "flags": {"ctx-size": 256, "threads": 2},
+              "variants": [{"name": "mtp", "flags": {"spec-type": "draft-mtp",
+                                                     "spec-draft-n-max": 3}}]}
+    result = farm("run", str(write_matrix(tmp_path, matrix)))
+    assert result.returncode == 0, result.stderr
+    [row] = report_rows()
+    assert row["drafted"] > 0 and row["acceptance_rate"] == 1.0
+    with sqlite3.connect(isolated_data_dir / "farm.db") as db:
+        texts = db.execute("select arm, text from run").fetchall()
+    assert {arm for arm, _ in texts} == {"baseline", "variant"}
+    assert len({text for _, text in texts}) == 1
+
+
 def test_a_cached_model_without_its_pinned_hash_is_generated_again(
         tmp_path: Path, provisioned: Provisioned, node_paths: NodePaths) -> None:
     node = replace(node_paths, models_dir=tmp_path)
-    paths = [tmp_path / name for name in (QWEN35_NAME, ORACLE_NAME, ANTI_ORACLE_NAME)]
+    paths = [tmp_path / name
+             for name in (QWEN35_NAME, ORACLE_NAME, ANTI_ORACLE_NAME, CPU_ORACLE_NAME)]
     for path in paths:
         path.write_bytes(b"made when test-llama-archs drew a random seed")
     assert generate_qwen35(provisioned.archs_tool, node) == paths[0]
     assert generate_mtp_twins(paths[0], node) == (paths[1], paths[2])
+    assert generate_cpu_oracle(paths[0], node) == paths[3]
     for path in paths:  # made again, in another dir: the same bytes as the provisioned ones
         assert file_sha256(path) == PINNED_SHA256[path.name]
 
