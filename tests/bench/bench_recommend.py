@@ -1,0 +1,126 @@
+"""Recommendation benchmark (a script, not a test): `farm recommend` on this CPU, its
+predictions beside what a verification campaign measures.
+
+For the MTP oracle that pays on a CPU (draft-mtp) and for SmolLM2 with n-gram drafting
+(ngram-simple), on a private data dir:
+
+1. an engine cost curve (``engine-curve``: synthetic acceptance per draft length);
+2. a drafter campaign (the real drafter at its longest draft length);
+3. ``farm recommend -o verify.yaml``, the verification campaign it writes (default
+   two-stage design, ±3% target), and ``farm recommend --check``.
+
+It prints the curves, the recommendations and predicted vs measured per row, and exits 0
+whatever the verdicts (non-zero only when a command fails). About 30-40 minutes on 2 idle
+cores; never run it beside another llama-server.
+
+    .venv/bin/python tests/bench/bench_recommend.py [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from farm.settings import load_settings
+from workers.paths import NodePaths
+from workers.provision import provision
+
+FARM = Path(sys.executable).with_name("farm")
+ORACLE_PROMPTS = [{"id": "count", "category": "code", "text": "one two three four five"},
+                  {"id": "read", "category": "chat", "text": "the farm reads the log and"}]
+
+
+def _smollm2_prompts() -> list[dict[str, str]]:
+    example = Path(__file__).resolve().parents[2] / "examples" / "smollm2-ngram.yaml"
+    prompts: list[dict[str, str]] = yaml.safe_load(example.read_text())["prompts"]
+    return [prompt for prompt in prompts if prompt["category"] in ("rewrite", "code")]
+
+
+def farm(env: dict[str, str], *args: str) -> str:
+    started = time.perf_counter()
+    proc = subprocess.run([str(FARM), *args], env=env, capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"farm {' '.join(args)} exited {proc.returncode}:\n"
+                         f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    print(f"  farm {' '.join(args)}: {time.perf_counter() - started:.0f} s", flush=True)
+    return proc.stdout
+
+
+def engines(models: dict[str, Path]) -> list[dict[str, Any]]:
+    """Per engine: the model, its prompts and design, the curve, the drafter."""
+    oracle = {"name": "oracle-cpu", "path": str(models["qwen35-mtp-oracle-cpu"])}
+    smollm2 = {"name": "smollm2-135m", "path": str(models["smollm2"])}
+    return [
+        {"key": "oracle", "model": oracle, "prompt-mode": "completion",
+         "prompts": ORACLE_PROMPTS, "n-predict": 96,
+         "curve": {"spec-type": "draft-mtp", "draft-n-max": [1, 2, 3],
+                   "synth-len": [1, 1.5, 2, 2.5, 3, 3.5, 4]},
+         "drafter": {"spec-type": "draft-mtp", "spec-draft-n-max": 3}},
+        {"key": "smollm2", "model": smollm2, "prompt-mode": "chat",
+         "prompts": _smollm2_prompts(), "n-predict": 48,
+         "curve": {"spec-type": "ngram-simple", "draft-n-max": [2, 4, 8],
+                   "synth-len": [1, 1.5, 2, 3, 4, 5]},
+         "drafter": {"spec-type": "ngram-simple", "spec-draft-n-max": 8}},
+    ]
+
+
+def matrix(engine: dict[str, Any], campaign: str, **extra: Any) -> dict[str, Any]:
+    return {"campaign": campaign, "build": "cpu", "models": [engine["model"]],
+            "prompt-mode": engine["prompt-mode"], "prompts": engine["prompts"],
+            "n-predict": engine["n-predict"], "repetitions": 2, "pairs": 3, "max-pairs": 3,
+            "flags": {"ctx-size": 2048, "threads": 2}, **extra}
+
+
+def run_engine(env: dict[str, str], workdir: Path, engine: dict[str, Any]) -> None:
+    key = engine["key"]
+    for name, extra in ((f"{key}-curve", {"engine-curve": engine["curve"]}),
+                        (f"{key}-drafter", {"variants": [{"name": "drafter",
+                                                          "flags": engine["drafter"]}]})):
+        path = workdir / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(matrix(engine, name, **extra), sort_keys=False))
+        farm(env, "run", str(path))
+    print(farm(env, "curve", f"{key}-curve"))
+    print(farm(env, "recommend", f"{key}-drafter"))
+    verify = workdir / f"{key}-verify.yaml"
+    farm(env, "recommend", f"{key}-drafter", "-o", str(verify))
+    farm(env, "run", str(verify))
+    print(farm(env, "recommend", f"{key}-drafter", "--check", f"{key}-drafter-verify"))
+    rows = json.loads(farm(env, "recommend", f"{key}-drafter", "--check",
+                           f"{key}-drafter-verify", "--format", "json"))
+    agreed = sum(row["verdict"] != "off" for row in rows)
+    widest = max(row["half_width"] for row in rows)
+    print(f"{key}: {agreed} of {len(rows)} predictions inside the measured interval or "
+          f"within 5%; widest measured half-width ±{100 * widest:.1f}%\n", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--keep", type=Path, help="use and keep this data dir")
+    args = parser.parse_args(argv)
+    models = provision(NodePaths.of(load_settings())).models
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="specfarm-bench-recommend-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "FARM_DATA_DIR": str(workdir / "data")}
+    env.pop("FARM_DATABASE_URL", None)
+    try:
+        for engine in engines(models):
+            run_engine(env, workdir, engine)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
