@@ -274,10 +274,10 @@ class Qwen35Dims:
     n_layer: int  # the template's blocks repeated: recurrent, full attention, recurrent, ...
 
 
-# Measured on 2 cores (-t 2, 256 tokens, every draft accepted): draft-mtp pays once the
-# weights read per token pass ~150 MB. F16 at these dims (164 MB, ~100 tok/s) gave 1.7x at
-# n-max 2 and 1.9x at n-max 3; F32 files of that size gave 1.2-2.1x from one session to the
-# next (they nearly fit a 300 MB L3 cache), F16 at the same dims as F32 only 1.1x.
+# Measured through `farm run` on 2 cores (-t 2, 256 tokens, every draft accepted): ~100
+# tok/s baseline, draft-mtp 1.7x at n-max 2 and 1.9x at n-max 3 (tests/bench/bench_oracle.py).
+# F32 models of 120-190 MB (512/4/1408/8-12, 640/4/1792/8) swung between 1.1x and 2.1x from
+# one session to the next; F16 ones of 90-95 MB (512/4/1408/12, 640/4/1792/8) gave 0.8-1.1x.
 CPU_ORACLE_DIMS = Qwen35Dims(n_embd=768, n_head=6, n_ff=2048, n_layer=10)
 CPU_ORACLE_TYPE = F16
 # test-llama-archs writes 256; a trunk that passes the residual through works at any length.
