@@ -120,12 +120,14 @@ WHERE {jobs}"""
 
 def job_report_sql(jobs: str) -> str:
     """One row per job meeting ``jobs`` (a condition on ``job``): its columns, its campaign,
-    its summary and whether it has runs (an index lookup; no run is read)."""
+    its summary and whether it has runs (an index lookup; no run is read). The varying
+    flags and the summary come as JSON text, for the caller to parse all at once."""
     return f"""
 SELECT job.id AS job_id, c.name AS campaign, job.job_key, job.model_name AS model,
-       job.variant_name AS variant, job.build_name AS build, job.varying, job.gpu_class,
-       job.lease_owner AS worker,
-       job.state, job.error, job.failure_class, job.speculation, job.summary,
+       job.variant_name AS variant, job.build_name AS build,
+       CAST(job.varying AS TEXT) AS varying, job.gpu_class, job.lease_owner AS worker,
+       job.state, job.error, job.failure_class, job.speculation,
+       CAST(job.summary AS TEXT) AS summary,
        job.pairs, job.stop_reason, job.log_se, job.df,
        EXISTS (SELECT 1 FROM run WHERE run.job_id = job.id) AS has_runs
 FROM job
