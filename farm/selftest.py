@@ -32,8 +32,8 @@ from rich.console import Console
 from farm.errors import SelftestFailed
 from farm.local import run_local
 from farm.settings import Settings
-from farm.stats import student_t_quantile
 from farm.store.db import connected
+from farm.studentt import student_t_quantile
 from workers.paths import NodePaths
 from workers.provision import Provisioned, provision
 from workers.telemetry import GpuInfo, gpus_for_devices

@@ -24,7 +24,7 @@ import pandas as pd
 from farm.matrix.schema import MIN_SECOND_STAGE
 
 # Re-exported: callers take the t quantile from here with the rest of the statistics.
-from farm.studentt import student_t_quantile as student_t_quantile
+from farm.studentt import student_t_quantile
 
 NAN = float("nan")
 ARMS = ("baseline", "variant")

@@ -10,10 +10,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from farm.errors import ConfigError
-from farm.matrix.flags import FlagValue, to_argv
 
 # Re-exported: farm.report.recommend names settings with it beside JobSpec.
-from farm.matrix.flags import varying_text as varying_text
+from farm.matrix.flags import FlagValue, to_argv, varying_text
 from farm.matrix.schema import StopMode
 
 ArmRole = Literal["baseline", "variant"]

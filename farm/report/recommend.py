@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, select
 
-from farm.matrix.spec import JobSpec, varying_text
+from farm.matrix.flags import varying_text
+from farm.matrix.spec import JobSpec
 from farm.report.curve import ENGINE_KEYS, cost_curves, curve_points
 from farm.report.frames import job_report, runs_frame
 from farm.stats import CostCurve, Prediction, Profile, predict_speedup
@@ -96,12 +97,20 @@ def _row(job: pd.Series, category: str, profile: Profile, curve: CostCurve,
             "source_job": job["job_key"]}
 
 
-def predictions(engine: Engine, campaign: str) -> pd.DataFrame:
+def store_curve_points(engine: Engine) -> pd.DataFrame:
+    """The synthetic-acceptance points of every campaign in the store: the engine cost
+    curves a recommendation may use."""
+    return curve_points(job_report(engine, None))
+
+
+def predictions(engine: Engine, campaign: str,
+                points: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every candidate's predicted speedup: per drafter setting of ``campaign``, GPU class,
     model, prompt category (and all categories together) and draft length of a matching
-    engine cost curve; ``rank`` 1 is the best of its row."""
+    engine cost curve (from ``points``, default ``store_curve_points``); ``rank`` 1 is the
+    best of its row."""
     report = job_report(engine, campaign)
-    curves = cost_curves(curve_points(job_report(engine, None)))
+    curves = cost_curves(store_curve_points(engine) if points is None else points)
     drafters = _drafters(report)
     runs = runs_frame(engine, campaign)
     rows = []

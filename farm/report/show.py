@@ -89,13 +89,12 @@ def _recommendation_evidence(engine: Engine, campaign: str | None
     """A campaign's ``farm recommend`` candidates and the engine curve points they used."""
     if campaign is None:
         return None, None
-    from farm.report.curve import curve_points
-    from farm.report.recommend import predictions
+    from farm.report.recommend import predictions, store_curve_points
 
-    candidates = predictions(engine, campaign)
+    points = store_curve_points(engine)
+    candidates = predictions(engine, campaign, points)
     if candidates.empty:
         return None, None
-    points = curve_points(job_report(engine, None))
     used = points.merge(candidates[["model", "gpu_class", "build", "spec_type"]]
                         .drop_duplicates(), on=["model", "gpu_class", "build", "spec_type"])
     return candidates, used
