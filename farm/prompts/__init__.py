@@ -1,4 +1,5 @@
-"""The built-in prompt suite (``suite.yaml``) and a small loader for it."""
+"""The built-in prompt suite (``suite.yaml``) and a small loader for it; the bundled
+document that ``prompt-length`` tiers put before a prompt (``documents/README.md``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,12 @@ from typing import Any
 import yaml
 
 SUITE_PATH: Path = Path(__file__).with_name("suite.yaml")
+DOCUMENTS_DIR: Path = Path(__file__).with_name("documents")
+# The long-prompt document's parts, in order (documents/README.md says what and whose).
+DOCUMENT_PARTS = ("GPL-3.txt", "GPL-2.txt", "LGPL-2.1.txt", "GFDL-1.3.txt")
+# English characters per token, roughly (BPE vocabularies of 49k to 150k tokens read 4 to
+# 4.5): what a tier's excerpt is sized by. The server counts the tokens each run really had.
+CHARS_PER_TOKEN = 4
 
 CATEGORIES: tuple[str, ...] = (
     "chat",
@@ -54,3 +61,30 @@ def load_suite(categories: Sequence[str] | None = None) -> list[dict[str, str]]:
         return prompts
     wanted = set(categories)
     return [prompt for prompt in prompts if prompt["category"] in wanted]
+
+
+def document_text() -> str:
+    """The bundled long-prompt document: its parts, one after another."""
+    return "\n\n".join((DOCUMENTS_DIR / name).read_text(encoding="utf-8")
+                       for name in DOCUMENT_PARTS)
+
+
+def document_tokens() -> int:
+    """About how many tokens the bundled document holds: the longest tier it can give."""
+    return len(document_text()) // CHARS_PER_TOKEN
+
+
+def with_document(prompt: str, tokens: int, index: int, document: str) -> str:
+    """``prompt`` after an excerpt of about ``tokens`` tokens of ``document``, starting at a
+    line that differs with ``index`` (the prompt's place), so that prompts of one tier do
+    not share their context. ValueError if the document is too short for it."""
+    length = tokens * CHARS_PER_TOKEN
+    room = len(document) - length
+    if room < 0:
+        raise ValueError(f"{tokens} tokens is more than the bundled document holds (about "
+                         f"{len(document) // CHARS_PER_TOKEN})")
+    # A stride coprime with most lengths spreads the excerpts over the document.
+    start = (index * 7919) % (room + 1)
+    line = document.rfind("\n", 0, start) + 1
+    excerpt = document[line:line + length]
+    return f"Read this document:\n\n{excerpt}\n\n{prompt}"
