@@ -51,13 +51,21 @@ class Generation:
     draft_n: int
     draft_accepted: int
     chunk_gaps_ms: list[float] = field(default_factory=list)
+    # The client's monotonic clock (time.perf_counter, s) when the request was sent and its
+    # first and last pieces of text came: what overlap between streams is measured from.
+    sent_at: float = 0.0
+    first_at: float = 0.0
+    last_at: float = 0.0
+    slot: int | None = None  # the server slot it ran on, where the request named one
+    streams: int = 1  # more for the figures of N simultaneous streams (executor.merge)
 
     @property
     def tpot_ms(self) -> float | None:
-        """Time per output token after the first: (E2E - TTFT) / (n - 1)."""
-        if self.generated_tokens < 2:
+        """Time per output token after the first: (E2E - TTFT) / (n - 1), n per stream."""
+        per_stream = self.generated_tokens / self.streams
+        if per_stream < 2:
             return None
-        return (self.e2e_ms - self.ttft_ms) / (self.generated_tokens - 1)
+        return (self.e2e_ms - self.ttft_ms) / (per_stream - 1)
 
     def chunk_gap(self, quantile: float) -> float | None:
         """A quantile of the gaps between streamed chunks (None with under two chunks)."""
@@ -156,6 +164,29 @@ class ServerClient:
         slots = response.json()
         return bool(slots[0].get("speculative")) if slots else None
 
+    def slot_contexts(self) -> list[int]:
+        """Each slot's context in tokens (/slots n_ctx): ctx-size shared among the slots,
+        capped by the model's training context."""
+        response = self._get("/slots")
+        if response.status_code != 200:
+            raise BenchmarkError(f"/slots answered {response.status_code}")
+        return [int(slot["n_ctx"]) for slot in response.json()]
+
+    def prompt_tokens(self, prompt: str, mode: Literal["chat", "completion"]) -> int:
+        """How many tokens the server reads for ``prompt``: in chat mode with its template."""
+        text = prompt
+        if mode == "chat":
+            response = self._request("POST", "/apply-template",
+                                     json={"messages": [{"role": "user", "content": prompt}]})
+            if response.status_code != 200:
+                raise BenchmarkError(f"/apply-template answered {response.status_code}")
+            text = str(response.json()["prompt"])
+        response = self._request("POST", "/tokenize", json={"content": text,
+                                                            "add_special": True})
+        if response.status_code != 200:
+            raise BenchmarkError(f"/tokenize answered {response.status_code}")
+        return len(response.json()["tokens"])
+
     def tokenize(self, text: str) -> list[int] | None:
         """The token ids of ``text`` (to find where two outputs first differ)."""
         response = self._request("POST", "/tokenize", json={"content": text})
@@ -171,11 +202,15 @@ class ServerClient:
         return parse_metrics(response.text)
 
     def generate(self, prompt: str, *, mode: Literal["chat", "completion"], n_predict: int,
-                 sampling: dict[str, Any], ignore_eos: bool = True) -> Generation:
+                 sampling: dict[str, Any], ignore_eos: bool = True,
+                 slot: int | None = None) -> Generation:
         """One streamed request without the prompt cache: exactly ``n_predict`` tokens, or
-        at most that many where ``ignore_eos`` is False (the model may stop first)."""
+        at most that many where ``ignore_eos`` is False (the model may stop first); on the
+        server slot ``slot`` where given (its own stream of N simultaneous ones)."""
         body: dict[str, Any] = {**sampling, "stream": True, "ignore_eos": ignore_eos,
                                 "cache_prompt": False, "n_predict": n_predict}
+        if slot is not None:
+            body["id_slot"] = slot
         if mode == "chat":
             path = "/v1/chat/completions"
             body |= {"messages": [{"role": "user", "content": prompt}],
@@ -184,11 +219,11 @@ class ServerClient:
             path = "/completion"
             body["prompt"] = prompt
         try:
-            return self._stream(path, body)
+            return self._stream(path, body, slot)
         except _StaleConnection:
-            return self._stream(path, body)
+            return self._stream(path, body, slot)
 
-    def _stream(self, path: str, body: dict[str, Any]) -> Generation:
+    def _stream(self, path: str, body: dict[str, Any], slot: int | None) -> Generation:
         pieces: list[str] = []
         gaps: list[float] = []
         timings: dict[str, Any] | None = None
@@ -211,6 +246,7 @@ class ServerClient:
                         last = now
                         pieces.append(piece)
                     timings = event.get("timings") or timings
+                    slot = int(event["id_slot"]) if "id_slot" in event else slot
         except httpx.RemoteProtocolError as exc:
             if first is None and timings is None:
                 raise _StaleConnection from exc
@@ -220,11 +256,13 @@ class ServerClient:
         ended = time.perf_counter()
         if timings is None:
             raise BenchmarkError(f"POST {path}: the stream ended without `timings`")
-        return _generation("".join(pieces), timings, started, first or ended, ended, gaps)
+        return _generation("".join(pieces), timings, (started, first or ended, last or ended,
+                                                       ended), gaps, slot)
 
 
-def _generation(text: str, timings: dict[str, Any], started: float, first: float,
-                ended: float, gaps: list[float]) -> Generation:
+def _generation(text: str, timings: dict[str, Any], times: tuple[float, float, float, float],
+                gaps: list[float], slot: int | None) -> Generation:
+    started, first, last, ended = times
     return Generation(
         text=text,
         prompt_tokens=int(timings.get("prompt_n", 0)),
@@ -236,4 +274,8 @@ def _generation(text: str, timings: dict[str, Any], started: float, first: float
         draft_n=int(timings.get("draft_n", 0)),
         draft_accepted=int(timings.get("draft_n_accepted", 0)),
         chunk_gaps_ms=gaps,
+        sent_at=started,
+        first_at=first,
+        last_at=last,
+        slot=slot,
     )

@@ -59,9 +59,10 @@ class LlamaServer:
     """One server process for one arm. Use as a context manager: it always stops."""
 
     def __init__(self, binary: str, model: str, arm_argv: list[str], log_path: Path,
-                 *, startup_timeout: float = 180.0, bind_attempts: int = 5,
+                 *, parallel: int = 1, startup_timeout: float = 180.0, bind_attempts: int = 5,
                  env: dict[str, str] | None = None) -> None:
         self.binary, self.model, self.arm_argv = binary, model, arm_argv
+        self.parallel = parallel  # slots: one per simultaneous stream
         self.env = _child_env(env)
         self.log_path = log_path
         self.startup_timeout = startup_timeout
@@ -84,8 +85,8 @@ class LlamaServer:
     def argv(self, port: int) -> list[str]:
         """The full command line: the farm's own flags, then the arm's."""
         return [self.binary, "--model", self.model, "--host", HOST, "--port", str(port),
-                "--log-verbosity", str(LOG_VERBOSITY), "--parallel", "1", "--metrics",
-                *self.arm_argv]
+                "--log-verbosity", str(LOG_VERBOSITY), "--parallel", str(self.parallel),
+                "--metrics", *self.arm_argv]
 
     def __enter__(self) -> LlamaServer:
         self.start()

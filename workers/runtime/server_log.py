@@ -173,10 +173,12 @@ class SpecStatsLog:
             log.seek(self.start)
             return log.read().decode("utf-8", errors="replace")
 
-    def request(self, index: int) -> SpecStats | None:
+    def request(self, index: int, count: int = 1) -> SpecStats | None:
         """The statistics of the server's ``index``-th finished request (0 is the first),
-        summed over its methods; None for a server that does not speculate, or when the
-        print never came."""
+        summed over its methods, or of the ``count`` requests from it on (simultaneous
+        streams: the server's statistics are shared by its slots, so only the whole group's
+        are known); None for a server that does not speculate, or when a print never came."""
+        last = index + count - 1
         deadline = time.monotonic() + self.wait
         while True:
             text = self._text()
@@ -184,13 +186,13 @@ class SpecStatsLog:
             if not methods:
                 return None
             prints = spec_stats_prints(text)
-            if len(prints) > index and set(prints[index]) == methods:
+            if len(prints) > last and set(prints[last]) == methods:
                 break
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.01)
         before = sum(prints[index - 1].values(), SpecStats()) if index else SpecStats()
-        return sum(prints[index].values(), SpecStats()) - before
+        return sum(prints[last].values(), SpecStats()) - before
 
 
 # What llama.cpp logs of each context's memory at start (b11434), e.g.
