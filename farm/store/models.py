@@ -220,11 +220,49 @@ class Run(Base):
     # the target's KV cache and recurrent state, and the whole speculative draft context.
     kv_mib: Mapped[float | None] = mapped_column(Float)
     draft_context_mib: Mapped[float | None] = mapped_column(Float)
+    # A run of N simultaneous streams (the job's concurrency, N server slots) holds their
+    # totals (tokens, drafts) and means (speeds, latencies, per request) above, the first
+    # stream's text, and here what they delivered together over their decode window (the
+    # first stream's first token to the last one's last): tokens after each stream's first
+    # per second, and the share of the window in which every stream was decoding (null for
+    # one stream). Each stream's own figures are in `stream`.
+    # No default on this side: an INSERT from an older farm's columns must not name it.
+    concurrency: Mapped[int] = mapped_column(Integer, server_default="1")
+    aggregate_tok_s: Mapped[float | None] = mapped_column(Float)
+    overlap: Mapped[float | None] = mapped_column(Float)
     worker_name: Mapped[str | None] = mapped_column(String(255))
     attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     job: Mapped[Job] = relationship(back_populates="runs")
+    streams: Mapped[list[Stream]] = relationship(back_populates="run")
+
+
+class Stream(Base):
+    """One of a run's simultaneous streams (runs of concurrency > 1 only): the slot it ran
+    on, its own figures, and its client times in ms from the run's first request."""
+
+    __tablename__ = "stream"
+    __table_args__ = (UniqueConstraint("run_id", "stream"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), index=True)
+    stream: Mapped[int] = mapped_column(Integer)
+    slot: Mapped[int | None] = mapped_column(Integer)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    generated_tokens: Mapped[int] = mapped_column(Integer)
+    prompt_tok_s: Mapped[float | None] = mapped_column(Float)
+    decode_tok_s: Mapped[float] = mapped_column(Float)
+    ttft_ms: Mapped[float] = mapped_column(Float)
+    e2e_ms: Mapped[float] = mapped_column(Float)
+    draft_n: Mapped[int] = mapped_column(Integer)
+    draft_accepted: Mapped[int] = mapped_column(Integer)
+    sent_ms: Mapped[float] = mapped_column(Float)
+    first_ms: Mapped[float] = mapped_column(Float)
+    last_ms: Mapped[float] = mapped_column(Float)
+
+    run: Mapped[Run] = relationship(back_populates="streams")
 
 
 class Model(Base):
