@@ -551,6 +551,65 @@ def acceptance(runs: pd.DataFrame) -> Acceptance:
                       _ratio(accepted + drafts, drafts), per_position)
 
 
+# A slot is flagged when its acceptance is below the other slots' by more than this (in
+# acceptance rate, 0.05 = 5 points) at the family-wise level SLOT_TEST_LEVEL: a real fault
+# (one user saw ~3% on every slot but 0), not the last bit of batched arithmetic.
+SLOT_MARGIN = 0.05
+SLOT_TEST_LEVEL = 0.05
+
+
+@dataclass(frozen=True)
+class SlotCheck:
+    """The variant's acceptance on each server slot of a run of simultaneous streams, and
+    the slots whose acceptance is below the others' (``slot_acceptance``)."""
+
+    rates: dict[int, float]  # slot -> accepted / drafted over its streams (slots that drafted)
+    low: list[int]  # slots flagged
+    runs: int  # runs in which every slot drafted: the test's sample
+
+
+def slot_acceptance(streams: pd.DataFrame, margin: float = SLOT_MARGIN,
+                    level: float = SLOT_TEST_LEVEL) -> SlotCheck:
+    """Per slot, the variant's acceptance, and a test of each slot against the others.
+
+    ``streams`` holds one row per stream (``arm``, ``block``, ``prompt_id``, ``repetition``,
+    ``slot``, ``draft_n``, ``draft_accepted``). Every stream of a run reads the same prompt,
+    so within a run the slots are compared on equal terms: per run, slot s's rate less the
+    mean of the other slots' rates. A slot is flagged when a one-sided t test over the runs
+    rejects "that difference is at least -``margin``" at ``level`` / slots (Bonferroni:
+    ``level`` bounds the chance of flagging any slot of a sound server; the simulation
+    measures it). Runs where a slot drafted nothing are left out; fewer than three runs
+    test nothing.
+    """
+    variant = streams[(streams["arm"] == "variant") & streams["slot"].notna()]
+    totals = variant.groupby("slot")[["draft_n", "draft_accepted"]].sum()
+    rates = {int(slot): _ratio(float(accepted), float(drafted))
+             for slot, drafted, accepted in zip(totals.index, totals["draft_n"],
+                                                totals["draft_accepted"], strict=True)
+             if drafted > 0}
+    rate = variant["draft_accepted"] / variant["draft_n"].where(variant["draft_n"] > 0)
+    per_run = (rate.groupby([variant["block"], variant["prompt_id"], variant["repetition"],
+                             variant["slot"]]).mean().unstack("slot").dropna())
+    slots = [int(slot) for slot in per_run.columns]
+    if len(slots) < 2 or len(per_run) < 3:
+        return SlotCheck(rates, [], len(per_run))
+    table = per_run.to_numpy(dtype=float)
+    flagged = []
+    for column, slot in enumerate(slots):
+        others = np.delete(table, column, axis=1).mean(axis=1)
+        gap = table[:, column] - others + margin  # >= 0 under the null
+        spread = float(np.std(gap, ddof=1))
+        mean = float(np.mean(gap))
+        if spread == 0.0:
+            low = mean < 0.0
+        else:
+            critical = student_t_quantile(1.0 - level / len(slots), len(gap) - 1)
+            low = mean / (spread / math.sqrt(len(gap))) < -critical
+        if low:
+            flagged.append(slot)
+    return SlotCheck(rates, flagged, len(per_run))
+
+
 def _has_tokens(value: object) -> bool:
     return isinstance(value, list | tuple | np.ndarray)
 
@@ -688,12 +747,50 @@ def latency(runs: pd.DataFrame) -> pd.DataFrame:
     return frame.rename_axis("arm")
 
 
+def prompt_summary(runs: pd.DataFrame) -> dict[str, object]:
+    """The prompts' length as the server counted it (median tokens per run) and each arm's
+    prompt processing speed (median tok/s): what long prompts change. Empty for a frame
+    without them."""
+    if "prompt_tokens" not in runs.columns:
+        return {}
+    # Older builds' runs may lack the speed: None, so the column may hold objects.
+    speeds = pd.to_numeric(runs["prompt_tok_s"], errors="coerce").groupby(runs["arm"]).median()
+    tokens = pd.to_numeric(runs["prompt_tokens"], errors="coerce")
+    return {"prompt_tokens": float(tokens.median()) if tokens.notna().any() else NAN,
+            **{f"prompt_tok_s_{arm}": float(speeds.get(arm, NAN)) for arm in ARMS}}
+
+
+def concurrency_summary(runs: pd.DataFrame, streams: pd.DataFrame | None,
+                        design: Design | None = None) -> dict[str, object]:
+    """What a job of simultaneous streams adds to its summary (nothing for one stream): the
+    speedup of the aggregate tok/s over the decode window, estimated like the per-request
+    one (pairs, crossover, the job's design); how much the streams overlapped; the
+    variant's acceptance per slot and the slots ``slot_acceptance`` flags."""
+    if "concurrency" not in runs.columns or not (runs["concurrency"].fillna(1) > 1).any():
+        return {"concurrency": 1} if "concurrency" in runs.columns else {}
+    aggregate = runs.assign(decode_tok_s=runs["aggregate_tok_s"].astype(float))
+    found = estimate(pair_log_ratios(aggregate), pair_orders(aggregate), design).speedup
+    overlap = runs["overlap"].astype(float)
+    summary: dict[str, object] = {
+        "concurrency": int(runs["concurrency"].max()),
+        "aggregate_speedup": found.estimate, "aggregate_ci_low": found.low,
+        "aggregate_ci_high": found.high,
+        "overlap_min": float(overlap.min()), "overlap_mean": float(overlap.mean())}
+    if streams is not None and not streams.empty:
+        slots = slot_acceptance(streams)
+        summary |= {"slot_acceptance": {str(slot): rate for slot, rate in slots.rates.items()},
+                    "low_slots": slots.low}
+    return summary
+
+
 def summarize_job(runs: pd.DataFrame, design: Design | None = None,
-                  no_agreement: str | None = None) -> dict[str, object]:
+                  no_agreement: str | None = None,
+                  streams: pd.DataFrame | None = None) -> dict[str, object]:
     """The job's headline numbers, JSON-friendly (plain floats, ints and bools; NaN allowed).
 
     ``design`` is the job's (its interval is the two-stage one when it has a second stage);
-    ``no_agreement`` says why output agreement does not apply to it (see ``agreement``).
+    ``no_agreement`` says why output agreement does not apply to it (see ``agreement``);
+    ``streams`` are its runs' simultaneous streams, if any (``concurrency_summary``).
     """
     ratios = pair_log_ratios(runs)
     found = estimate(ratios, pair_orders(runs), design)
@@ -733,6 +830,8 @@ def summarize_job(runs: pd.DataFrame, design: Design | None = None,
         "acceptance_low": accepted.rate_low,
         "acceptance_high": accepted.rate_high,
         "mean_accepted_length": accepted.mean_accepted_length,
+        **concurrency_summary(runs, streams, design),
+        **prompt_summary(runs),
     }
 
 

@@ -1,7 +1,8 @@
 """Simulations with fixed seeds that measure the error rates farm.stats claims (README,
 "What the numbers mean"): the two-stage rule's coverage per scenario and for the jobs that
-stop earliest, an A/A control, the drift test, the agreement control and the acceptance
-interval. 4,000 simulated jobs per cell, so a rate's standard error is about 0.0035.
+stop earliest, an A/A control, the drift test, the agreement control, the acceptance
+interval and the per-slot acceptance test. 4,000 simulated jobs per cell (1,000 for the
+slot test), so a rate's standard error is about 0.0035 (0.007).
 
 Run with ``-s`` to see the figures.
 """
@@ -16,6 +17,7 @@ import pandas as pd
 import pytest
 
 from farm.stats import (
+    SLOT_MARGIN,
     Design,
     agreement,
     drift,
@@ -23,6 +25,7 @@ from farm.stats import (
     pair_log_ratios,
     planned_pairs,
     rate_interval,
+    slot_acceptance,
 )
 
 JOBS = 4000
@@ -249,3 +252,50 @@ def test_acceptance_interval_covers_with_runs_as_clusters() -> None:
     binomial = np.mean(np.abs(pooled - truth) <= margin)
     print(f"acceptance interval: coverage {coverage:.3f} (binomial over drafts {binomial:.3f})")
     assert 0.93 <= coverage <= 0.97 and binomial < 0.9
+
+
+# --- Per-slot acceptance ---------------------------------------------------------------------
+
+
+def _slot_jobs(rng: np.random.Generator, gaps: list[float], runs: int = 12) -> list[pd.DataFrame]:
+    """Simulated variants' streams of 4-slot jobs: per run one prompt (its own acceptance,
+    shared by every slot), each slot's rate shifted by ``gaps`` and drafts binomial."""
+    slots = len(gaps)
+    frames = []
+    for _ in range(JOBS // 4):
+        prompt = rng.beta(7.0, 3.0, runs)  # the run's text: 0.7 on average
+        rates = np.clip(prompt[:, None] + np.asarray(gaps)[None, :], 0.0, 1.0)
+        drafted = rng.integers(30, 90, (runs, slots))
+        accepted = rng.binomial(drafted, rates)
+        frames.append(pd.DataFrame({
+            "arm": "variant", "block": np.repeat(np.arange(runs) // 2, slots),
+            "prompt_id": "p", "repetition": np.repeat(np.arange(runs) % 2, slots),
+            "slot": np.tile(np.arange(slots), runs), "draft_n": drafted.ravel(),
+            "draft_accepted": accepted.ravel()}))
+    return frames
+
+
+def test_the_slot_test_false_alarms_at_most_5_percent_and_finds_a_dead_slot() -> None:
+    rng = np.random.default_rng(11)
+    equal = np.mean([bool(slot_acceptance(job).low) for job in _slot_jobs(rng, [0.0] * 4)])
+    # At the margin: slot 3 is exactly 5 points below, the most the test lets pass.
+    margin = [0.0, 0.0, 0.0, -SLOT_MARGIN]
+    boundary = np.mean([bool(slot_acceptance(job).low) for job in _slot_jobs(rng, margin)])
+    # The fork's bug: every slot but 0 at about 3%.
+    dead = [slot_acceptance(job).low for job in _slot_jobs(rng, [0.0, -0.67, -0.67, -0.67])]
+    # One slot 20 points low: found, and only that one.
+    low = [slot_acceptance(job).low for job in _slot_jobs(rng, [0.0, 0.0, -0.2, 0.0])]
+    found = np.mean([flagged == [2] for flagged in low])
+    print(f"slot test: false alarms {equal:.3f} (equal slots), {boundary:.3f} (at the "
+          f"margin); finds slots 1-3 dead {np.mean([f == [1, 2, 3] for f in dead]):.3f}, "
+          f"one slot 20 points low {found:.3f}")
+    assert equal <= 0.01 and boundary <= 0.05
+    assert np.mean([flagged == [1, 2, 3] for flagged in dead]) >= 0.99 and found >= 0.9
+
+
+def test_the_slot_test_needs_three_runs_and_reads_rates_per_slot() -> None:
+    frame = pd.DataFrame({"arm": "variant", "block": [0, 0, 0, 0], "prompt_id": "p",
+                          "repetition": [0, 0, 1, 1], "slot": [0, 1, 0, 1],
+                          "draft_n": [10, 10, 10, 0], "draft_accepted": [8, 1, 6, 0]})
+    check = slot_acceptance(frame)
+    assert check.rates == {0: 0.7, 1: 0.1} and check.low == [] and check.runs == 1
