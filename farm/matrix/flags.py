@@ -39,15 +39,15 @@ SHORT_NAMES: dict[str, str] = {
 _READS_LOG = ("the farm logs at --log-verbosity 4 and reads the log: why a start failed, "
               "each request's speculative statistics")
 
-# Flags the farm sets itself: where the server listens, what it loads, how many slots, what
-# it logs.
+# Flags the farm sets itself: where the server listens, what it loads, how many slots (from
+# `concurrency`), what it logs.
 FARM_OWNED: dict[str, str] = {
     "host": "the farm binds every server to 127.0.0.1",
     "port": "the farm picks a free port for every server",
     "model": "models come from the matrix's `models:` list",
     "m": "models come from the matrix's `models:` list",
-    "parallel": "the farm always runs one slot (-np 1) so both arms are comparable",
-    "np": "the farm always runs one slot (-np 1) so both arms are comparable",
+    **dict.fromkeys(("parallel", "np"), "the farm runs one slot per stream, the same in "
+                    "both arms; set the matrix's `concurrency:` for N simultaneous streams"),
     "metrics": "the farm always enables /metrics",
     **dict.fromkeys(("log-verbosity", "verbosity", "lv", "log-verbose", "verbose", "v",
                      "log-disable", "log-jsonl"), _READS_LOG),

@@ -18,7 +18,7 @@ from farm.errors import ConfigError
 from farm.matrix.flags import FlagMap, FlagValue, normalise_name, parse_args, scalar
 from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, PromptEntry, Variant
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
-from farm.prompts import load_suite
+from farm.prompts import document_text, document_tokens, load_suite, with_document
 
 
 class _DuplicateKey(yaml.YAMLError):
@@ -221,6 +221,21 @@ def _prompts(matrix: Matrix, path: Path) -> tuple[Prompt, ...]:
     return tuple(prompts.values())
 
 
+def _tier(prompts: tuple[Prompt, ...], length: int, path: Path) -> tuple[Prompt, ...]:
+    """The prompts of one ``prompt-length`` tier: each after its own excerpt of the bundled
+    document (``farm.prompts.with_document``); as written for 0."""
+    if not length:
+        return prompts
+    document = document_text()
+    try:
+        return tuple(prompt.model_copy(update={"text": with_document(prompt.text, length, index,
+                                                                     document)})
+                     for index, prompt in enumerate(prompts))
+    except ValueError as exc:
+        raise ConfigError(f"{path}: prompt-length: {exc}; give at most "
+                          f"{document_tokens()}") from exc
+
+
 def _models(matrix: Matrix, path: Path) -> list[ModelRef]:
     """Models as written: a ``file`` name, or a ``path`` the node that runs the job resolves
     (``workers.node.resolve``)."""
@@ -247,8 +262,19 @@ def _variant_arms(variant: Variant, prefix: str, baseline: FlagMap,
         yield (f"{variant.name}[{suffix}]" if suffix else variant.name), merged
 
 
+# Matrix keys swept like a flag, the same in both arms: a job's `varying` names them when
+# the matrix lists more than one value.
+_AXES = ("concurrency", "prompt-length")
+
+
+def _axes(values: dict[str, tuple[int, list[int]]]) -> dict[str, str | None]:
+    """The swept axes' values of one job, for its ``varying``: those with several values."""
+    return {name: str(value) for name, (value, choices) in values.items() if len(choices) > 1}
+
+
 def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
-    """Every job of the matrix, deterministically: GPU class x model x baseline x variant.
+    """Every job of the matrix, deterministically: GPU class x build x model x baseline x
+    concurrency x prompt length x variant.
 
     Pure: builds and models stay as the matrix names them; the node that runs a job
     resolves them to files (``workers.node.resolve``).
@@ -259,9 +285,11 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
     baselines = _flag_choices(matrix.flags, matrix.args, f"{path}: ")
     swept = set(_swept(matrix.flags))
     sampling = matrix.sampling.request_fields()  # once: each JobSpec validates its own copy
+    concurrencies, lengths = matrix.concurrencies(), matrix.prompt_lengths()
+    tiers = {length: _tier(prompts, length, path) for length in lengths}
     jobs: dict[str, JobSpec] = {}
-    for gpu_class, build, model, baseline in itertools.product(matrix.gpu_classes, builds, models,
-                                                               baselines):
+    for gpu_class, build, model, baseline, streams, length in itertools.product(
+            matrix.gpu_classes, builds, models, baselines, concurrencies, lengths):
         for index, variant in enumerate(matrix.all_variants()):
             where = (f"variants[{index}]" if index < len(matrix.variants)
                      else f"engine-curve ({variant.name})")
@@ -272,7 +300,10 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
                     varying["build"] = variant_build.name
                 elif len(builds) > 1:
                     varying.setdefault("build", build.name)
-                same = not set(varying) - swept - {"build"} and variant_build.name == build.name
+                varying |= _axes({"concurrency": (streams, concurrencies),
+                                  "prompt-length": (length, lengths)})
+                same = (not set(varying) - swept - {"build", *_AXES}
+                        and variant_build.name == build.name)
                 if variant.control and not same:
                     raise ConfigError(f"{path}: {where} ({variant.name}): a control arm runs "
                                       "the baseline again; remove its `flags`, `args` and "
@@ -287,11 +318,12 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
                                  flags=_arm_flags(baseline)),
                     variant=Arm(role="variant", name=name, build=variant_build,
                                 flags=_arm_flags(flags)),
-                    varying=varying, prompt_mode=matrix.prompt_mode, prompts=prompts,
+                    varying=varying, prompt_mode=matrix.prompt_mode, prompts=tiers[length],
                     n_predict=matrix.n_predict, sampling=sampling,
                     repetitions=matrix.repetitions, pairs=matrix.pairs,
                     max_pairs=matrix.max_pairs, target_ci=matrix.target_ci,
-                    control=variant.control, stop=matrix.stop)
+                    control=variant.control, stop=matrix.stop, concurrency=streams,
+                    prompt_length=length)
                 if job.job_key in jobs:
                     raise ConfigError(f"{path}: {where} ({name}): same job as variant "
                                       f"{jobs[job.job_key].variant.name!r}; remove one")

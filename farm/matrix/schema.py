@@ -10,6 +10,8 @@ from pydantic.alias_generators import to_snake
 # Pairs a second stage adds at least: its crossover fit needs two pairs of each order for a
 # residual df of 2 (t 4.30 at 95%); farm.stats plans with it.
 MIN_SECOND_STAGE = 4
+# Most simultaneous streams one run sends (one server slot each).
+MAX_CONCURRENCY = 64
 
 
 def _kebab(name: str) -> str:
@@ -145,6 +147,14 @@ class Matrix(Strict):
     stop: StopMode = Field("fixed", description="fixed: exactly n-predict tokens per run (EOS "
                            "ignored); natural: the model stops at EOS, n-predict is a cap.")
     repetitions: int = Field(3, ge=1, le=1000, description="Runs per prompt per block.")
+    prompt_length: Annotated[int, Field(ge=0)] | Annotated[
+        list[Annotated[int, Field(ge=0)]], Field(min_length=1)] = Field(
+        0, description="About this many tokens of a bundled document (farm/prompts/documents) "
+                       "before every prompt, 0 for none; a list sweeps it, one job per value.")
+    concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] | Annotated[
+        list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]], Field(min_length=1)] = Field(
+        1, description="Simultaneous streams per run, against a server with as many slots "
+                       "(--parallel); a list sweeps it, one job per value.")
     # The two-stage rule (farm.stats.planned_pairs, README "How many pairs"): the first
     # stage's spread fixes the number of pairs, the second stage's measures the interval.
     pairs: int = Field(4, ge=1, le=100, description="First stage: block pairs (AB, BA, ...) "
@@ -179,6 +189,14 @@ class Matrix(Strict):
                              "second: set pairs to 3 or more, or max-pairs equal to pairs")
         return self
 
+    def concurrencies(self) -> list[int]:
+        """``concurrency`` as a list of distinct values, in the order written."""
+        return _distinct(self.concurrency)
+
+    def prompt_lengths(self) -> list[int]:
+        """``prompt-length`` as a list of distinct values, in the order written."""
+        return _distinct(self.prompt_length)
+
     def all_variants(self) -> list[Variant]:
         """``variants``, then the arms ``engine-curve`` expands to."""
         return [*self.variants, *(self.engine_curve.arms() if self.engine_curve else [])]
@@ -188,3 +206,7 @@ class Matrix(Strict):
         builds = self.build if isinstance(self.build, list) else [self.build]
         return [entry if isinstance(entry, BuildEntry) else BuildEntry(name=entry)
                 for entry in builds]
+
+
+def _distinct(value: int | list[int]) -> list[int]:
+    return list(dict.fromkeys(value if isinstance(value, list) else [value]))

@@ -98,6 +98,8 @@ class JobSpec(Frozen):
     target_ci: float
     control: bool = False  # an A/A job: the variant is the baseline again
     stop: StopMode = "fixed"  # natural: no ignore_eos, n_predict a cap
+    concurrency: int = 1  # simultaneous streams per run, one server slot each
+    prompt_length: int = 0  # tokens of the bundled document before each prompt, about
 
     @property
     def synthetic(self) -> bool:
@@ -143,6 +145,7 @@ class JobSpec(Frozen):
             "sampling": self.sampling,
             # Only when not the default, so that every fixed-length job keeps its keys.
             **({"stop": self.stop} if self.stop != "fixed" else {}),
+            **({"concurrency": self.concurrency} if self.concurrency != 1 else {}),
         }
 
     @cached_property

@@ -285,3 +285,61 @@ def test_natural_stop_is_another_experiment(files: dict[str, Any]) -> None:
     assert natural.stop == "natural"
     assert natural.job_key != fixed.job_key and natural.comparable_key != fixed.comparable_key
     assert "stop: Input should be 'fixed' or 'natural'" in error_of(files, stop="eos")
+
+
+def test_concurrency_sweeps_one_job_per_value_and_one_stream_keeps_the_keys(
+        files: dict[str, Any]) -> None:
+    [single] = load(files)
+    [one] = load(files, concurrency=1)
+    assert one.concurrency == 1 and one.job_key == single.job_key
+    jobs = load(files, concurrency=[1, 2, 4])
+    assert [job.concurrency for job in jobs] == [1, 2, 4]
+    assert [job.varying["concurrency"] for job in jobs] == ["1", "2", "4"]
+    # One stream is the experiment it always was, swept or not.
+    assert len({job.job_key for job in jobs}) == 3 and jobs[0].job_key == single.job_key
+    [four] = load(files, concurrency=4)
+    assert four.concurrency == 4 and "concurrency" not in four.varying
+    assert four.comparable_key != single.comparable_key
+    assert "concurrency" in error_of(files, concurrency=0)
+    assert "concurrency" in error_of(files, concurrency=[])
+
+
+def test_parallel_stays_the_farms_and_points_at_concurrency(files: dict[str, Any]) -> None:
+    message = error_of(files, flags={"parallel": 4})
+    assert "--parallel belongs to the farm" in message and "`concurrency:`" in message
+
+
+def test_concurrency_alone_is_no_variant(files: dict[str, Any]) -> None:
+    message = error_of(files, concurrency=[1, 4], variants=[{"name": "same", "flags": {}}])
+    assert "changes no flag of the baseline" in message
+
+
+def test_prompt_length_tiers_put_a_document_excerpt_before_each_prompt(
+        files: dict[str, Any]) -> None:
+    short, thousand, four = load(files, **{"prompt-length": [0, 1000, 4000]})
+    assert [job.prompt_length for job in (short, thousand, four)] == [0, 1000, 4000]
+    assert [job.varying["prompt-length"] for job in (short, thousand, four)] == [
+        "0", "1000", "4000"]
+    base = short.prompts[0].text
+    for job, length in ((thousand, 1000), (four, 4000)):
+        prompt = job.prompts[0]
+        assert prompt.id == short.prompts[0].id and prompt.text.endswith(base)
+        # About `length` tokens at 4 characters each, cut at a line's start.
+        assert length * 4 <= len(prompt.text) <= length * 4 + len(base) + 40
+        assert "GNU" in prompt.text
+    # Deterministic: the same matrix gives the same prompts, hence the same keys.
+    assert [job.job_key for job in load(files, **{"prompt-length": [0, 1000, 4000]})] == [
+        short.job_key, thousand.job_key, four.job_key]
+
+
+def test_prompts_of_one_tier_read_different_excerpts(files: dict[str, Any]) -> None:
+    [job] = load(files, prompts=["one", "two", "three"], **{"prompt-length": 2000})
+    excerpts = [prompt.text.rsplit("\n\n", 1)[0] for prompt in job.prompts]
+    assert len(set(excerpts)) == 3
+
+
+def test_a_tier_longer_than_the_document_is_refused(files: dict[str, Any]) -> None:
+    too_long: dict[str, Any] = {"prompt-length": 100_000}
+    message = error_of(files, **too_long)
+    assert "prompt-length" in message and "bundled document" in message
+    assert "give at most" in message
