@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import random
 import socket
+import statistics
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from farm.errors import ConfigError
 from farm.matrix.spec import ArmRole, JobSpec, Prompt
 from farm.stats import Design, StopDecision, pair_log_ratios, pair_orders, stop_decision
 from workers.checks import Preflight, preflight
@@ -65,10 +68,12 @@ class RunResult:
     prompt: Prompt
     arm_name: str
     build_name: str
-    generation: Generation
-    seed: int  # the request's (run_sampling)
+    generation: Generation  # the run's figures: its one stream's, or its streams' merged
+    streams: tuple[Generation, ...]  # each simultaneous stream's own, by slot
+    seeds: tuple[int, ...]  # each stream's request's (run_sampling)
     counters: SpecCounters
-    spec_stats: SpecStats | None  # the server's own, from its log; None when not speculating
+    # The server's own, from its log (the streams' together); None when not speculating.
+    spec_stats: SpecStats | None
     memory: ContextMemory | None  # its contexts' sizes, from its log
     argv: list[str]
     server_log: str
@@ -78,6 +83,53 @@ class RunResult:
     weights_spilled: bool
     tokens: list[int] | None
     gpu_name: str | None
+
+    @property
+    def window(self) -> Window:
+        """The streams' decode window: aggregate tok/s and overlap (``stream_window``)."""
+        return stream_window(self.streams)
+
+
+@dataclass(frozen=True)
+class Window:
+    """What N simultaneous streams delivered together over their decode window, from the
+    first stream's first token to the last stream's last (the client's clock)."""
+
+    aggregate_tok_s: float | None  # tokens after each stream's first, per second of window
+    overlap: float | None  # share of the window in which every stream was decoding
+
+
+def stream_window(streams: Sequence[Generation]) -> Window:
+    """The ``Window`` of a run's streams; overlap is None for a single stream."""
+    start, end = min(g.first_at for g in streams), max(g.last_at for g in streams)
+    span = end - start
+    if span <= 0:
+        return Window(None, None)
+    tokens = sum(max(g.generated_tokens - 1, 0) for g in streams)
+    together = min(g.last_at for g in streams) - max(g.first_at for g in streams)
+    return Window(tokens / span, None if len(streams) == 1 else max(together, 0.0) / span)
+
+
+def merge_streams(streams: Sequence[Generation]) -> Generation:
+    """A run's figures from its simultaneous streams: totals of tokens and drafts, means of
+    the per-request speeds and latencies, the first stream's text (what agreement compares:
+    every stream of a run reads the same prompt)."""
+    if len(streams) == 1:
+        return streams[0]
+    first = streams[0]
+    prompt_speeds = [g.prompt_tok_s for g in streams if g.prompt_tok_s is not None]
+    return Generation(
+        text=first.text, prompt_tokens=first.prompt_tokens,
+        generated_tokens=sum(g.generated_tokens for g in streams),
+        prompt_tok_s=statistics.fmean(prompt_speeds) if prompt_speeds else None,
+        decode_tok_s=statistics.fmean(g.decode_tok_s for g in streams),
+        ttft_ms=statistics.fmean(g.ttft_ms for g in streams),
+        e2e_ms=statistics.fmean(g.e2e_ms for g in streams),
+        draft_n=sum(g.draft_n for g in streams),
+        draft_accepted=sum(g.draft_accepted for g in streams),
+        chunk_gaps_ms=[gap for g in streams for gap in g.chunk_gaps_ms],
+        sent_at=min(g.sent_at for g in streams), first_at=min(g.first_at for g in streams),
+        last_at=max(g.last_at for g in streams), streams=len(streams))
 
 
 @dataclass(frozen=True)
@@ -128,14 +180,17 @@ def pair_slots(pair: int, variant_first: bool = False) -> list[Slot]:
             for position, role in enumerate(order)]
 
 
-def run_sampling(sampling: dict[str, Any], prompt_id: str, repetition: int) -> dict[str, Any]:
-    """The request's sampling for one run: the matrix's seed mixed with the prompt and the
-    repetition, the same in both arms. Repetitions then draw afresh where a seed matters (at
-    temperature > 0, and the synthetic-acceptance draws llama-server seeds with it), while
-    greedy outputs do not depend on it."""
-    key = f"{sampling.get('seed', 0)}:{prompt_id}:{repetition}".encode()
+def run_sampling(sampling: dict[str, Any], prompt_id: str, repetition: int,
+                 stream: int = 0) -> dict[str, Any]:
+    """The request's sampling for one run: the matrix's seed mixed with the prompt, the
+    repetition and (after the first) the stream, the same in both arms. Repetitions and
+    streams then draw afresh where a seed matters (at temperature > 0, and the
+    synthetic-acceptance draws llama-server seeds with it), while greedy outputs do not
+    depend on it."""
+    key = f"{sampling.get('seed', 0)}:{prompt_id}:{repetition}{f':{stream}' if stream else ''}"
+    key_bytes = key.encode()
     # 0xFFFFFFFF is llama.cpp's "pick a random seed".
-    seed = int.from_bytes(hashlib.sha256(key).digest()[:4], "big") % 0xFFFFFFFF
+    seed = int.from_bytes(hashlib.sha256(key_bytes).digest()[:4], "big") % 0xFFFFFFFF
     return {**sampling, "seed": seed}
 
 
@@ -197,34 +252,71 @@ def execute_job(spec: JobSpec, sink: RunSink, *, paths: NodePaths,
     return Outcome(checked, spec.max_pairs, f"max pairs ({spec.max_pairs}) reached")
 
 
+def check_fit(client: ServerClient, spec: JobSpec, prompts: Sequence[Prompt]) -> None:
+    """ConfigError unless every prompt and its generation fit one slot's context, as the
+    started server reports it (ctx-size shared among the slots, capped by the model's
+    training context): past it, llama-server would cut the generation short."""
+    contexts = client.slot_contexts()
+    n_ctx = min(contexts)
+    for prompt in {prompt.id: prompt for prompt in prompts}.values():
+        needed = client.prompt_tokens(prompt.text, spec.prompt_mode) + spec.n_predict
+        if needed > n_ctx:
+            raise ConfigError(
+                f"prompt {prompt.id!r}: its {needed - spec.n_predict} tokens and n-predict "
+                f"{spec.n_predict} do not fit the {n_ctx} tokens of context each of the "
+                f"server's {len(contexts)} slot(s) has (ctx-size is shared among the "
+                f"`concurrency` slots and capped by the model's training context): set the "
+                f"matrix's ctx-size flag to at least {len(contexts) * needed}, or lower "
+                "concurrency, n-predict or the prompt's length")
+
+
+def run_streams(client: ServerClient, spec: JobSpec, prompt: str, n_predict: int,
+                samplings: Sequence[dict[str, Any]], *, ignore_eos: bool) -> list[Generation]:
+    """One request per sampling, all sent at once, the i-th on slot i (one alone is sent as
+    before, without naming a slot)."""
+    def stream(index: int) -> Generation:
+        return client.generate(prompt, mode=spec.prompt_mode, n_predict=n_predict,
+                               sampling=samplings[index], ignore_eos=ignore_eos,
+                               slot=index if len(samplings) > 1 else None)
+
+    if len(samplings) == 1:
+        return [stream(0)]
+    with ThreadPoolExecutor(max_workers=len(samplings)) as pool:
+        return list(pool.map(stream, range(len(samplings))))
+
+
 def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuInfo],
                on_run: ProgressFn) -> None:
     spec, arm = block.spec, block.spec.arm(block.slot.role)
+    width = spec.concurrency
     server = LlamaServer(arm.build.local_path, spec.model.local_path, arm.argv, block.log_path,
-                         env=cuda_env(gpus) if gpus else None)
+                         parallel=width, env=cuda_env(gpus) if gpus else None)
     with server, ServerClient(server.base_url) as client, Sampler(gpus, server.pid) as sampler:
         argv = server.argv(server.port)
         speculative = client.slot_speculative()
         started_log = server.log_text()
         spilled, memory = weights_spilled(started_log), context_memory(started_log)
+        check_fit(client, spec, [prompt for prompt, _ in block.todo])
         spec_log = SpecStatsLog(block.log_path, server.log_offset)
-        client.generate(block.todo[0][0].text, mode=spec.prompt_mode,
-                        n_predict=WARMUP_TOKENS, sampling=spec.sampling)
-        # The warm-up was the server's request 0.
+        # The warm-up, one request per slot, was the server's requests 0 .. width - 1.
+        run_streams(client, spec, block.todo[0][0].text, WARMUP_TOKENS,
+                    [spec.sampling] * width, ignore_eos=True)
         for request, (prompt, repetition) in enumerate(block.todo, start=1):
             started, began = datetime.now(UTC), sampler.mark()
             before = client.spec_counters()
-            sampling = run_sampling(spec.sampling, prompt.id, repetition)
-            generation = client.generate(prompt.text, mode=spec.prompt_mode,
-                                         n_predict=spec.n_predict, sampling=sampling,
-                                         ignore_eos=spec.stop == "fixed")
+            samplings = [run_sampling(spec.sampling, prompt.id, repetition, stream)
+                         for stream in range(width)]
+            streams = run_streams(client, spec, prompt.text, spec.n_predict, samplings,
+                                  ignore_eos=spec.stop == "fixed")
             counters = client.spec_counters() - before
+            generation = merge_streams(streams)
             result = RunResult(
                 key=RunKey(block.slot.role, block.slot.block, prompt.id, repetition),
                 slot=block.slot, prompt=prompt, arm_name=arm.name, build_name=arm.build.name,
-                generation=generation, seed=sampling["seed"], counters=counters,
-                spec_stats=spec_log.request(request), memory=memory, argv=argv,
-                server_log=str(block.log_path), started_at=started,
+                generation=generation, streams=tuple(streams),
+                seeds=tuple(sampling["seed"] for sampling in samplings),
+                counters=counters, spec_stats=spec_log.request(request * width, width),
+                memory=memory, argv=argv, server_log=str(block.log_path), started_at=started,
                 telemetry=sampler.summarize(began, sampler.mark()),
                 slot_speculative=speculative, weights_spilled=spilled,
                 tokens=client.tokenize(generation.text), gpu_name=gpus[0].name if gpus else None)

@@ -21,7 +21,7 @@ from farm import stats
 from farm.report.frames import run_facts
 from farm.retry import retrying
 from farm.store import leases, repo
-from farm.store.models import GpuSample, Job, Run
+from farm.store.models import GpuSample, Job, Run, Stream
 from workers.checks import Preflight, asks_for_speculation
 from workers.executor import Outcome, RunKey, RunResult, Slot, host_name, job_design
 from workers.runtime.server_log import SpecStats
@@ -35,11 +35,22 @@ def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:
     columns = [Run.arm, Run.block, Run.pair, Run.position, Run.prompt_id, Run.prompt_category,
                Run.repetition, Run.decode_tok_s, Run.generated_tokens, Run.ttft_ms, Run.e2e_ms,
                Run.tpot_ms, Run.spec_drafts, Run.spec_drafted, Run.spec_accepted,
-               Run.spec_accepted_per_pos, Run.text, Run.tokens]
+               Run.spec_accepted_per_pos, Run.text, Run.tokens, Run.concurrency,
+               Run.aggregate_tok_s, Run.overlap, Run.prompt_tokens, Run.prompt_tok_s]
     with engine.connect() as connection:
         rows = connection.execute(select(*columns).where(Run.job_id == job_id)).mappings()
         frame = pd.DataFrame(rows.all(), columns=[column.key for column in columns])
     return frame.assign(job_key=str(job_id))
+
+
+def job_streams(engine: Engine, job_id: int) -> pd.DataFrame:
+    """One job's simultaneous streams (``farm.stats.slot_acceptance``'s frame)."""
+    columns = [Run.arm, Run.block, Run.prompt_id, Run.repetition, Stream.slot, Stream.draft_n,
+               Stream.draft_accepted]
+    with engine.connect() as connection:
+        rows = connection.execute(select(*columns).join(Stream, Stream.run_id == Run.id)
+                                  .where(Run.job_id == job_id)).mappings()
+        return pd.DataFrame(rows.all(), columns=[column.key for column in columns])
 
 
 def job_summary(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]:
@@ -53,12 +64,14 @@ def job_summary(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]
                           kind=spec.kind, asked=asks_for_speculation(spec.variant),
                           pairs=outcome.pairs,
                           stop_reason=outcome.stop_reason, design=job_design(spec),
-                          no_agreement=spec.outputs_differ)
+                          no_agreement=spec.outputs_differ,
+                          streams=job_streams(engine, job_id) if spec.concurrency > 1 else None)
 
 
 def summary_values(runs: pd.DataFrame, facts: dict[str, Any], *, kind: str, asked: bool,
                    pairs: int, stop_reason: str, design: stats.Design,
-                   no_agreement: str | None) -> dict[str, Any]:
+                   no_agreement: str | None,
+                   streams: pd.DataFrame | None = None) -> dict[str, Any]:
     """A job's row values from its runs and their ``run_facts``: design, statistics, the
     facts reports would otherwise read from its runs, and whether speculation happened.
 
@@ -66,7 +79,7 @@ def summary_values(runs: pd.DataFrame, facts: dict[str, Any], *, kind: str, aske
     ``none``; reports never show its speedup. ``kind`` (``JobSpec.kind``) is kept for the
     reports' labels.
     """
-    summary = stats.summarize_job(runs, design, no_agreement)
+    summary = stats.summarize_job(runs, design, no_agreement, streams)
     for arm, row in stats.latency(runs).iterrows():
         summary |= {f"{name}_{arm}": float(value) for name, value in row.items()
                     if name in LATENCY_SUMMARY}
@@ -136,6 +149,7 @@ def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
             worker_name: str | None = None, attempt: int = 1) -> Run:
     """The row of one run: its measurements, telemetry, and where and how it ran."""
     gen, counters, tele = result.generation, result.counters, result.telemetry
+    window = result.window
     return Run(
         job_id=job_id, arm=result.key.arm, arm_name=result.arm_name, block=result.slot.block,
         pair=result.slot.pair, position=result.slot.position, prompt_id=result.prompt.id,
@@ -157,11 +171,30 @@ def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
         mean_power_w=tele.mean_power_w, max_vram_used_mb=tele.max_vram_used_mb,
         mean_sm_clock_mhz=tele.mean_sm_clock_mhz, max_temperature_c=tele.max_temperature_c,
         throttled=tele.throttled if tele.max_vram_used_mb is not None else None,
-        throttle_reasons=tele.throttle_reasons or None, tokens=result.tokens, seed=result.seed,
+        throttle_reasons=tele.throttle_reasons or None, tokens=result.tokens,
+        seed=result.seeds[0],
         gpu_name=result.gpu_name, chunk_gap_p50_ms=gen.chunk_gap(0.5),
         chunk_gap_max_ms=gen.chunk_gap(1.0), **_spec_stats_values(result.spec_stats),
         kv_mib=result.memory.kv_mib if result.memory else None,
-        draft_context_mib=result.memory.draft_context_mib if result.memory else None)
+        draft_context_mib=result.memory.draft_context_mib if result.memory else None,
+        concurrency=len(result.streams), aggregate_tok_s=window.aggregate_tok_s,
+        overlap=window.overlap, streams=stream_rows(result))
+
+
+def stream_rows(result: RunResult) -> list[Stream]:
+    """The rows of a run's simultaneous streams, timed in ms from its first request (none
+    for a run of one stream: its row is the stream's)."""
+    if len(result.streams) == 1:
+        return []
+    origin = min(stream.sent_at for stream in result.streams)
+    return [Stream(stream=index, slot=gen.slot, seed=seed, prompt_tokens=gen.prompt_tokens,
+                   generated_tokens=gen.generated_tokens, prompt_tok_s=gen.prompt_tok_s,
+                   decode_tok_s=gen.decode_tok_s, ttft_ms=gen.ttft_ms, e2e_ms=gen.e2e_ms,
+                   draft_n=gen.draft_n, draft_accepted=gen.draft_accepted,
+                   sent_ms=(gen.sent_at - origin) * 1000.0,
+                   first_ms=(gen.first_at - origin) * 1000.0,
+                   last_ms=(gen.last_at - origin) * 1000.0)
+            for index, (gen, seed) in enumerate(zip(result.streams, result.seeds, strict=True))]
 
 
 def _spec_stats_values(spec: SpecStats | None) -> dict[str, int | float | None]:
