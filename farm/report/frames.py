@@ -41,7 +41,10 @@ REPORT_COLUMNS = [
     "throttled_runs", "spilled_runs", "gpu_name", "bandwidth_bound", "runs", "incomplete_pairs",
     "invalid_runs", "degenerate", "best_of", "best_low", "best_high", "draft_ms_per_token",
     "verify_ms_per_token", "stop_mismatch", "peak_rss_mb_baseline", "peak_rss_mb_variant",
-    "peak_vram_mb_baseline", "peak_vram_mb_variant", "draft_context_mib", "memory_cost_mb"]
+    "peak_vram_mb_baseline", "peak_vram_mb_variant", "draft_context_mib", "memory_cost_mb",
+    "concurrency", "aggregate_speedup", "aggregate_ci_low", "aggregate_ci_high", "overlap_min",
+    "slot_acceptance", "low_slots", "prompt_tokens", "prompt_tok_s_baseline",
+    "prompt_tok_s_variant"]
 
 # What a report row takes from the job's row as it is.
 JOB_COLUMNS = ("campaign", "job_key", "model", "variant", "build", "gpu_class", "worker",
@@ -52,19 +55,24 @@ SUMMARY_COLUMNS = ("kind", "ci_low", "ci_high", "agreement", "agreement_suspect"
                    "incomplete_pairs", "invalid_runs", "degenerate",
                    "mean_accepted_length", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
                    "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant",
-                   "e2e_p99_ms_variant", "stop_mismatch")
+                   "e2e_p99_ms_variant", "stop_mismatch", "concurrency", "aggregate_speedup",
+                   "aggregate_ci_low", "aggregate_ci_high", "overlap_min", "slot_acceptance",
+                   "low_slots", "prompt_tokens", "prompt_tok_s_baseline",
+                   "prompt_tok_s_variant")
 # Measures: a float or None in rows, NaN in the frame.
 FLOAT_COLUMNS = ("speedup", "ci_low", "ci_high", "log_se", "agreement", "mean_accepted_length",
                  "baseline_tok_s", "variant_tok_s", "sd_log_speedup", "draft_ms_per_token",
                  "verify_ms_per_token", "acceptance_rate", "best_low", "best_high",
                  "peak_rss_mb_baseline", "peak_rss_mb_variant", "peak_vram_mb_baseline",
-                 "peak_vram_mb_variant", "draft_context_mib", "memory_cost_mb")
+                 "peak_vram_mb_variant", "draft_context_mib", "memory_cost_mb",
+                 "aggregate_speedup", "aggregate_ci_low", "aggregate_ci_high", "overlap_min",
+                 "prompt_tokens", "prompt_tok_s_baseline", "prompt_tok_s_variant")
 # The run facts a row shows (the median speedup and the model's size feed others).
 SHOWN_FACTS = tuple(name for name in RUN_FACTS if name in REPORT_COLUMNS)
 # Counters: 0 when nothing was counted.
 COUNT_COLUMNS = ("drafted", "accepted", "runs", "throttled_runs", "spilled_runs")
 # Whole numbers that may be unknown: pandas' nullable integers in the frame.
-OPTIONAL_COUNT_COLUMNS = ("pairs", "best_of", "stop_mismatch")
+OPTIONAL_COUNT_COLUMNS = ("pairs", "best_of", "stop_mismatch", "concurrency")
 
 
 def latest_campaign(engine: Engine) -> str:

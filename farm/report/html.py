@@ -239,6 +239,55 @@ _RECOMMENDATION_NOTE = (
     "verify.yaml` writes the matrix that checks it; `farm recommend --check` compares.")
 
 
+def _traffic(jobs: pd.DataFrame) -> str:
+    """Speedup against concurrency and prompt length, for campaigns that sweep either."""
+    streams = "concurrency" in jobs and bool((jobs["concurrency"].fillna(1) > 1).any())
+    lengths = "varying" in jobs and bool(jobs["varying"].map(
+        lambda varying: "prompt-length" in (varying or {})).any())
+    if not (streams or lengths):
+        return ""
+
+    def interval(value: str, low: str, high: str) -> _Cell:
+        return lambda row: escape(cells.interval(row.get(value), row.get(low), row.get(high)))
+
+    columns: list[tuple[str, _Cell, bool]] = [
+        ("model", _plain("model"), False), ("variant", _plain("variant"), False),
+        ("varying flags", lambda row: f"<code>{_plain('varying_flags')(row)}</code>", False),
+        ("streams", _number("concurrency", cells.count), True),
+        ("prompt tokens", _number("prompt_tokens", lambda v: cells.number(v, 0)), True),
+        ("per request", interval("speedup", "ci_low", "ci_high"), True),
+        ("aggregate", interval("aggregate_speedup", "aggregate_ci_low", "aggregate_ci_high"),
+         True),
+        ("overlap (least)", _number("overlap_min", cells.percent), True),
+        ("prompt tok/s base / var", lambda row: escape(
+            f"{cells.number(row.get('prompt_tok_s_baseline'), 0)} / "
+            f"{cells.number(row.get('prompt_tok_s_variant'), 0)}"), True),
+        ("slots low", lambda row: escape(", ".join(map(str, row.get("low_slots") or []))),
+         False),
+    ]
+    shown = jobs[jobs["kind"] == "variant"] if "kind" in jobs else jobs
+    figures = [plots.speedup_vs_traffic(jobs, axis) for axis, swept in
+               (("concurrency", streams), ("prompt_tokens", lengths)) if swept]
+    images = "\n".join(
+        f'<figure><img src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}" '
+        f'alt="traffic" width="{plots.WIDTH_PX}"></figure>' for png in figures)
+    return f"""<section>
+<h2>Traffic: concurrency and prompt length</h2>
+<p>{escape(_TRAFFIC_NOTE)}</p>
+{_table(shown, columns, "No jobs.")}
+{images}
+</section>"""
+
+
+_TRAFFIC_NOTE = (
+    "Per request: the speedup of each stream's decode tok/s (the mean over a run's "
+    "streams), what one user feels. Aggregate: the speedup of the tokens all streams "
+    "delivered per second of their decode window, what the server delivers. Both are 95% "
+    "intervals over block pairs. Overlap: the least share of a run's window in which every "
+    "stream was decoding. A slot is listed low when its acceptance is below the other "
+    "slots' by more than 5 points (a test at 5% over all slots).")
+
+
 def _guide() -> str:
     items = "".join(f"<dt>{escape(term)}</dt><dd>{escape(text)}</dd>" for term, text in _GUIDE)
     return f"<dl>{items}</dl>"
@@ -285,6 +334,7 @@ def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: 
 <h2>Plots</h2>
 {_figures(jobs, runs)}
 </section>
+{_traffic(jobs)}
 {_engine_curve(jobs)}
 {_recommendation(candidates, curve)}
 <section>

@@ -360,6 +360,51 @@ def recommendation(candidates: pd.DataFrame, path: Path | str | None = None) -> 
     return _png(fig, path)
 
 
+def speedup_vs_traffic(jobs: pd.DataFrame, axis: str, path: Path | str | None = None) -> bytes:
+    """Speedup (with interval) against ``axis``, "concurrency" (streams at once; the
+    aggregate tok/s speedup dashed beside the per-request one) or "prompt_tokens" (the
+    prompts' median length), one line per model and variant with the other settings equal."""
+    title = ("Speedup vs concurrency (solid: per request, dashed: aggregate)"
+             if axis == "concurrency" else "Speedup vs prompt length")
+    if not _has(jobs, "speedup", axis):
+        return _no_data(title, path)
+    frame = jobs[jobs[axis].astype(float).notna() & jobs["speedup"].astype(float).notna()
+                 & (jobs["kind"] == "variant")].copy()
+    if frame.empty:
+        return _no_data(title, path)
+    swept = "concurrency" if axis == "concurrency" else "prompt-length"
+    frame["line"] = [" · ".join(part for part in (
+        cells.text(row["model"]), cells.text(row["variant"]),
+        " ".join(f"{name}={value}" for name, value in (row["varying"] or {}).items()
+                 if name != swept)) if part) for row in frame.to_dict(orient="records")]
+    fig = _figure()
+    ax = fig.add_subplot()
+    for number, (line, group) in enumerate(frame.groupby("line", sort=True)):
+        group = group.sort_values(axis, kind="stable")
+        colour = f"C{number % 10}"
+        x = group[axis].astype(float)
+        ax.errorbar(x, group["speedup"].astype(float), yerr=_error_bars(group), fmt="o-",
+                    color=colour, capsize=3, label=_short(str(line), 60))
+        if axis == "concurrency" and group["aggregate_speedup"].astype(float).notna().any():
+            # One stream's aggregate is its own speed: the per-request point.
+            aggregate = pd.DataFrame({
+                name: group[f"aggregate_{name}"].astype(float).fillna(group[name].astype(float))
+                for name in ("speedup", "ci_low", "ci_high")})
+            ax.errorbar(x, aggregate["speedup"].astype(float), yerr=_error_bars(aggregate),
+                        fmt="s--", color=colour, capsize=3, alpha=0.7)
+    ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
+    ax.set_xlabel("simultaneous streams (server slots)" if axis == "concurrency"
+                  else "prompt tokens (median per run)")
+    if axis == "concurrency":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("speedup (\u00d7)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return _png(fig, path)
+
+
 # --------------------------------------------------------------------------- all four
 
 def render_all(jobs: pd.DataFrame, runs: pd.DataFrame) -> dict[str, bytes]:

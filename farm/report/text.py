@@ -122,10 +122,41 @@ def _flags(row: Row) -> str:
         flags.append("weights not all on GPU")
     if not cells.missing(row.get("stop_mismatch")) and int(row["stop_mismatch"]) > 0:
         flags.append(f"{int(row['stop_mismatch'])} runs stopped at another length")
+    flags += _stream_flags(row)
     if not cells.missing(row.get("best_of")):
         flags.append(f"best of {int(row['best_of'])}: "
                      f"{cells.bracket(row['best_low'], row['best_high'])} together")
     return ", ".join(flags)
+
+
+# Below this share of their decode window together, simultaneous streams were not really
+# simultaneous: the aggregate then measures streams taking turns.
+OVERLAP_FLOOR = 0.8
+
+
+def _stream_flags(row: Row) -> list[str]:
+    """What to doubt in a job of simultaneous streams: streams that took turns more than
+    they ran together, and slots of low acceptance."""
+    flags = []
+    if not cells.missing(row.get("overlap_min")) and row["overlap_min"] < OVERLAP_FLOOR:
+        flags.append(f"streams overlapped {cells.percent(row['overlap_min'], 0)} at least")
+    if isinstance(row.get("low_slots"), list) and row["low_slots"]:
+        flags.append(_low_slots(row["low_slots"], row.get("slot_acceptance") or {}))
+    return flags
+
+
+def _low_slots(slots: list[int], rates: dict[str, float]) -> str:
+    others = [rate for slot, rate in rates.items() if int(slot) not in slots]
+    named = ", ".join(f"{slot} ({cells.percent(rates.get(str(slot)), 0)})" for slot in slots)
+    typical = f" vs {cells.percent(sum(others) / len(others), 0)}" if others else ""
+    return f"acceptance low on slot {named}{typical}"
+
+
+def _aggregate_cell(row: Row) -> str:
+    if cells.missing(row.get("aggregate_speedup")):
+        return ""
+    return (f"{int(row['concurrency'])}x: " + cells.interval(
+        row["aggregate_speedup"], row["aggregate_ci_low"], row["aggregate_ci_high"]))
 
 
 # The order of the wide table; `rank` says what a narrow console keeps first.
@@ -139,6 +170,8 @@ JOB_COLUMNS = (
     Column("base tok/s", lambda row: cells.number(row["baseline_tok_s"]), True, rank=2),
     Column("var tok/s", lambda row: cells.number(row["variant_tok_s"]), True, rank=2),
     Column("speedup [95% CI]", _speedup_cell, True),
+    Column("aggregate [95% CI]", _aggregate_cell, True, rank=13),
+    Column("prompt tok", lambda row: cells.number(row.get("prompt_tokens"), 0), True, rank=14),
     Column("pairs", lambda row: cells.count(row["pairs"]), True, rank=6),
     Column("accept", lambda row: cells.percent(row["acceptance_rate"], 0), True),
     Column("agree", lambda row: cells.percent(row["agreement"], 0), True, rank=1),

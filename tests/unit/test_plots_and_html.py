@@ -164,3 +164,48 @@ def test_tables_handle_empty_frames_and_missing_optional_columns() -> None:
     assert "mean accepted length" not in table
     page = render_html("empty", pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
     assert page.count("data:image/png;base64,") == 4
+
+
+def _traffic_jobs() -> pd.DataFrame:
+    rows = []
+    for streams, speedup, aggregate in ((1, 1.3, NAN), (2, 1.2, 1.15), (4, 1.05, 0.98)):
+        rows.append({"job_key": f"c{streams}", "model": "smollm2", "variant": "ngram",
+                     "varying": {"spec-type": "ngram-simple", "concurrency": str(streams)},
+                     "varying_flags": f"spec-type=ngram-simple concurrency={streams}",
+                     "kind": "variant", "concurrency": streams, "speedup": speedup,
+                     "ci_low": speedup - 0.05, "ci_high": speedup + 0.05,
+                     "aggregate_speedup": aggregate, "aggregate_ci_low": aggregate - 0.04,
+                     "aggregate_ci_high": aggregate + 0.04, "overlap_min": 0.95,
+                     "low_slots": [] if streams > 1 else None, "prompt_tokens": 40.0,
+                     "prompt_tok_s_baseline": 900.0, "prompt_tok_s_variant": 880.0})
+    for length, tokens, speedup in ((1000, 1010.0, 1.1), (4000, 3950.0, 0.9)):
+        rows.append({"job_key": f"l{length}", "model": "smollm2", "variant": "ngram",
+                     "varying": {"spec-type": "ngram-simple", "prompt-length": str(length)},
+                     "varying_flags": f"spec-type=ngram-simple prompt-length={length}",
+                     "kind": "variant", "concurrency": 1, "speedup": speedup,
+                     "ci_low": speedup - 0.1, "ci_high": speedup + 0.1,
+                     "aggregate_speedup": NAN, "aggregate_ci_low": NAN,
+                     "aggregate_ci_high": NAN, "overlap_min": NAN, "low_slots": None,
+                     "prompt_tokens": tokens, "prompt_tok_s_baseline": 700.0,
+                     "prompt_tok_s_variant": 690.0})
+    frame = pd.DataFrame(rows)
+    frame["concurrency"] = frame["concurrency"].astype("Int64")
+    others = [column for column in _jobs().columns if column not in frame.columns]
+    return frame.reindex(columns=[*frame.columns, *others]).assign(
+        agreement_suspect=False, drift_flag=False, pairs=4)
+
+
+def test_speedup_against_concurrency_and_prompt_length_are_plotted() -> None:
+    jobs = _traffic_jobs()
+    for axis in ("concurrency", "prompt_tokens"):
+        png = plots.speedup_vs_traffic(jobs, axis)
+        assert png.startswith(PNG_MAGIC) and png != plots.speedup_vs_traffic(jobs.iloc[:0], axis)
+
+
+def test_the_page_has_a_traffic_section_only_for_campaigns_that_sweep_it() -> None:
+    page = render_html("t", _traffic_jobs(), _categories(), _runs())
+    section = page.split("<h2>Traffic: concurrency and prompt length</h2>", 1)[1]
+    section = section.split("</section>", 1)[0]
+    assert section.count("<img ") == 2 and f"1.15{TIMES} [1.11, 1.19]" in section
+    assert "3950" in section and "900 / 880" in section
+    assert "Traffic" not in render_html("t", _jobs(), _categories(), _runs())

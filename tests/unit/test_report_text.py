@@ -20,7 +20,8 @@ NAN = math.nan
 
 # Every column of the per-job table, in order: what --wide shows.
 WIDE_HEADERS = ["job", "model", "variant", "varying flags", "class", "state", "base tok/s",
-                "var tok/s", "speedup [95% CI]", "pairs", "accept", "agree", "drafted",
+                "var tok/s", "speedup [95% CI]", "aggregate [95% CI]", "prompt tok", "pairs",
+                "accept", "agree", "drafted",
                 "draft / verify ms/tok", "memory MiB", "runs", "flags"]
 
 
@@ -201,3 +202,19 @@ def test_control_and_synthetic_jobs_are_named_for_what_they_are() -> None:
     assert variant({"variant": "aa", "kind": "control"}) == "aa · control (A/A)"
     assert variant({"variant": "s", "kind": "synthetic"}) == "s · synthetic (engine cost)"
     assert variant({"variant": "ngram", "kind": "variant"}) == "ngram"
+
+
+def test_simultaneous_streams_show_their_aggregate_and_what_to_doubt() -> None:
+    report = pd.DataFrame([
+        _job("ngram", concurrency=4, aggregate_speedup=1.21, aggregate_ci_low=1.1,
+             aggregate_ci_high=1.3, overlap_min=0.62, low_slots=[2],
+             slot_acceptance={"0": 0.7, "1": 0.72, "2": 0.03, "3": 0.68}, prompt_tokens=1012.0),
+        _job("alone", concurrency=1, aggregate_speedup=NAN, overlap_min=NAN, low_slots=None,
+             slot_acceptance=None, prompt_tokens=NAN)])
+    text = _printed(job_table(report, "campaign x"), 400)
+    line = _row_lines(text, "ngram")
+    assert f"4x: 1.21{cells.TIMES} [1.10, 1.30]" in line and " 1012 " in line
+    assert "streams overlapped 62% at least" in line
+    assert "acceptance low on slot 2 (3%) vs 70%" in line
+    alone = _row_lines(text, "alone")
+    assert "overlapped" not in alone and "slot" not in alone and "4x" not in alone
