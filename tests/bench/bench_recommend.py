@@ -13,48 +13,23 @@ It prints the curves, the recommendations and predicted vs measured per row, and
 whatever the verdicts (non-zero only when a command fails). About 30-40 minutes on 2 idle
 cores; never run it beside another llama-server.
 
-    .venv/bin/python tests/bench/bench_recommend.py [--keep DIR]
+    .venv/bin/python -m tests.bench.bench_recommend [--keep DIR]    (from the checkout)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from farm.settings import load_settings
+from tests.bench.farm_cli import ORACLE_PROMPTS, farm, private_store, smollm2_prompts
 from workers.paths import NodePaths
 from workers.provision import provision
-
-FARM = Path(sys.executable).with_name("farm")
-ORACLE_PROMPTS = [{"id": "count", "category": "code", "text": "one two three four five"},
-                  {"id": "read", "category": "chat", "text": "the farm reads the log and"}]
-
-
-def _smollm2_prompts() -> list[dict[str, str]]:
-    example = Path(__file__).resolve().parents[2] / "examples" / "smollm2-ngram.yaml"
-    prompts: list[dict[str, str]] = yaml.safe_load(example.read_text())["prompts"]
-    return [prompt for prompt in prompts if prompt["category"] in ("rewrite", "code")]
-
-
-def farm(env: dict[str, str], *args: str) -> str:
-    started = time.perf_counter()
-    proc = subprocess.run([str(FARM), *args], env=env, capture_output=True, text=True,
-                          check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"farm {' '.join(args)} exited {proc.returncode}:\n"
-                         f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    print(f"  farm {' '.join(args)}: {time.perf_counter() - started:.0f} s", flush=True)
-    return proc.stdout
 
 
 def engines(models: dict[str, Path]) -> list[dict[str, Any]]:
@@ -68,7 +43,7 @@ def engines(models: dict[str, Path]) -> list[dict[str, Any]]:
                    "synth-len": [1, 1.5, 2, 2.5, 3, 3.5, 4]},
          "drafter": {"spec-type": "draft-mtp", "spec-draft-n-max": 3}},
         {"key": "smollm2", "model": smollm2, "prompt-mode": "chat",
-         "prompts": _smollm2_prompts(), "n-predict": 48,
+         "prompts": smollm2_prompts(), "n-predict": 48,
          "curve": {"spec-type": "ngram-simple", "draft-n-max": [2, 4, 8],
                    "synth-len": [1, 1.5, 2, 3, 4, 5]},
          "drafter": {"spec-type": "ngram-simple", "spec-draft-n-max": 8}},
@@ -109,16 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="use and keep this data dir")
     args = parser.parse_args(argv)
     models = provision(NodePaths.of(load_settings())).models
-    workdir = args.keep or Path(tempfile.mkdtemp(prefix="specfarm-bench-recommend-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "FARM_DATA_DIR": str(workdir / "data")}
-    env.pop("FARM_DATABASE_URL", None)
-    try:
+    with private_store("specfarm-bench-recommend-", args.keep) as (workdir, env):
         for engine in engines(models):
             run_engine(env, workdir, engine)
-    finally:
-        if args.keep is None:
-            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 
