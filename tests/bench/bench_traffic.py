@@ -7,9 +7,9 @@ Per model, on a private data dir, four campaigns of three block pairs each:
 - ``stop: natural`` (the model stops at EOS, n-predict a cap);
 - ``temperature: 0.7`` (a seed per run and stream; the oracle's drafts sampled and
   verified by rejection sampling, ``--spec-draft-sampling probabilistic``);
-- ``prompt-length``: two tiers of the bundled document before each prompt, 1000 and 4000
-  tokens for SmolLM2 (8192 of training context), 200 and 800 for the oracle (4096, and a
-  test vocabulary of 128 tokens that spends about one token per character).
+- ``prompt-length``: the prompts as written and two tiers of the bundled document before
+  each, 1000 and 4000 tokens for SmolLM2 (8192 of training context), 1000 and 3000 for
+  the oracle (4096).
 
 It prints the report of every job (per-request and aggregate speedup with intervals,
 overlap, acceptance per slot, prompt tokens and prompt tok/s, memory), writes the HTML
@@ -44,7 +44,7 @@ AXES: dict[str, dict[str, Any]] = {
     "sampled": {"sampling": {"temperature": 0.7, "seed": 42}},
     "long": {},  # each model's tiers: TIERS
 }
-TIERS = {"smollm2": [1000, 4000], "oracle": [200, 800]}
+TIERS = {"smollm2": [0, 1000, 4000], "oracle": [0, 1000, 3000]}
 
 
 def models(paths: dict[str, Path]) -> list[dict[str, Any]]:
