@@ -7,7 +7,7 @@ bare switch, a string otherwise. The same spelling is used in the store and in r
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from farm.errors import ConfigError
 
@@ -146,6 +146,28 @@ def to_argv(flags: Iterable[tuple[str, FlagValue]]) -> list[str]:
         if value is not True:
             argv.append(str(value))
     return argv
+
+
+# The flag that caps how many tokens a speculative type drafts (llama.cpp b11434,
+# common/speculative.cpp: each implementation's n_max). The draft types read
+# --spec-draft-n-max; each n-gram type its own size, which --spec-draft-n-max does not
+# touch (ngram-simple drafts up to 48 tokens by default, whatever it says).
+DRAFT_N_MAX = "spec-draft-n-max"
+DRAFT_LENGTH_FLAGS = {"ngram-simple": "spec-ngram-simple-size-m",
+                      "ngram-map-k": "spec-ngram-map-k-size-m",
+                      "ngram-map-k4v": "spec-ngram-map-k4v-size-m",
+                      "ngram-mod": "spec-ngram-mod-n-max"}
+LENGTH_FLAGS = frozenset({DRAFT_N_MAX, *DRAFT_LENGTH_FLAGS.values()})
+
+
+def draft_length_flag(spec_type: str) -> str:
+    """The flag that sets ``spec_type``'s draft length (``DRAFT_LENGTH_FLAGS``)."""
+    return DRAFT_LENGTH_FLAGS.get(spec_type, DRAFT_N_MAX)
+
+
+def draft_length(varying: Mapping[str, object]) -> object:
+    """The draft length a job's varying flags set for its spec type, None if they do not."""
+    return varying.get(draft_length_flag(str(varying.get("spec-type") or "")))
 
 
 def varying_text(varying: dict[str, str | None]) -> str:

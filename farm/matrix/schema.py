@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_snake
 
+from farm.matrix.flags import draft_length_flag
+
 # Pairs a second stage adds at least: its crossover fit needs two pairs of each order for a
 # residual df of 2 (t 4.30 at 95%); farm.stats plans with it.
 MIN_SECOND_STAGE = 4
@@ -106,7 +108,8 @@ class EngineCurve(Strict):
     spec_type: Annotated[str, Field(min_length=1, description="The speculation whose cost is "
                                     "measured, e.g. draft-mtp or ngram-simple.")]
     draft_n_max: Annotated[list[Annotated[int, Field(ge=1, le=64)]], Field(
-        min_length=1, description="Draft lengths (--spec-draft-n-max), one curve each.")]
+        min_length=1, description="Draft lengths, one curve each: --spec-draft-n-max, or "
+                                  "the n-gram type's own size (farm.matrix.flags).")]
     synth_len: Annotated[list[Annotated[float, Field(ge=1.0, le=65.0)]], Field(
         min_length=1, description="Mean acceptance lengths, the target token included "
                                   "(--spec-synth-len): 1 accepts nothing.")]
@@ -123,8 +126,8 @@ class EngineCurve(Strict):
                                          if length <= n_max + 1]
             if lengths:
                 arms.append(Variant(name=f"engine-curve-n{n_max}", flags={
-                    **self.flags, "spec-type": self.spec_type, "spec-draft-n-max": n_max,
-                    "spec-synth-len": lengths}))
+                    **self.flags, "spec-type": self.spec_type,
+                    draft_length_flag(self.spec_type): n_max, "spec-synth-len": lengths}))
         return arms
 
 

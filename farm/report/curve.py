@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from farm.matrix.flags import draft_length
 from farm.stats import CostCurve, cost_curve
 
 ENGINE_KEYS = ["model", "gpu_class", "build", "spec_type"]
@@ -47,7 +48,7 @@ def curve_points(report: pd.DataFrame) -> pd.DataFrame:
         "model": measured["model"], "gpu_class": measured["gpu_class"],
         "build": [v.get("build") or b for v, b in zip(varying, measured["build"], strict=True)],
         "spec_type": varying.map(lambda v: v.get("spec-type") or ""),
-        "draft_n_max": varying.map(lambda v: _number(v.get("spec-draft-n-max"))),
+        "draft_n_max": varying.map(lambda v: _number(draft_length(v))),
         "campaign": measured["campaign"], "job_key": measured["job_key"],
         "synth_len": varying.map(lambda v: _number(v.get("spec-synth-len"))),
         "acceptance_length": measured["mean_accepted_length"].astype(float),

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine, RowMapping, bindparam, select, text
 
 from farm.errors import ConfigError
 from farm.gpus import bandwidth_bound_share
-from farm.matrix.flags import varying_text
+from farm.matrix.flags import draft_length, varying_text
 from farm.report.sql import RUN_FACTS, job_report_sql, run_facts_sql
 from farm.studentt import best_of_interval
 
@@ -346,7 +346,7 @@ def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     spec_type = report["varying"].map(lambda v: v.get("spec-type") or "")
-    draft = report["varying"].map(lambda v: v.get("spec-draft-n-max"))
+    draft = report["varying"].map(draft_length)
     return report.assign(spec_type=spec_type,
                          draft_n_max=pd.to_numeric(draft, errors="coerce"))
 

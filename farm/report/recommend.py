@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, select
 
-from farm.matrix.flags import varying_text
+from farm.matrix.flags import LENGTH_FLAGS, draft_length, draft_length_flag, varying_text
 from farm.matrix.spec import JobSpec
 from farm.report.curve import ENGINE_KEYS, cost_curves, curve_points
 from farm.report.frames import job_report, runs_frame
@@ -29,7 +29,6 @@ from farm.stats import CostCurve, Prediction, Profile, predict_speedup
 
 ALL_CATEGORIES = "(all)"
 NO_SPECULATION = "no speculation"
-N_MAX = "spec-draft-n-max"
 ROW_KEYS = ["gpu_class", "model", "build", "category"]
 PREDICTION_COLUMNS = [*ROW_KEYS, "spec_type", "setting", "draft_n_max", "speedup", "low",
                       "high", "length", "rates", "draft_share", "break_even", "step_cost",
@@ -39,7 +38,7 @@ PREDICTION_COLUMNS = [*ROW_KEYS, "spec_type", "setting", "draft_n_max", "speedup
 def _setting(varying: dict[str, Any]) -> dict[str, str | None]:
     """What a variant changes apart from its draft length."""
     return {name: str(value) for name, value in varying.items()
-            if name != N_MAX and value is not None}
+            if name not in LENGTH_FLAGS and value is not None}
 
 
 def _setting_text(varying: dict[str, Any]) -> str:
@@ -72,7 +71,7 @@ def _drafters(report: pd.DataFrame) -> pd.DataFrame:
     jobs = jobs[jobs["spec_type"] != ""]
     jobs["setting"] = jobs["varying"].map(_setting_text)
     jobs["measured_n_max"] = jobs["varying"].map(
-        lambda v: float(v.get(N_MAX)) if v.get(N_MAX) else math.nan)
+        lambda v: float(str(draft_length(v))) if draft_length(v) else math.nan)
     jobs = jobs.sort_values(["measured_n_max", "drafted"], ascending=False, na_position="last")
     return jobs.drop_duplicates(["gpu_class", "model", "build", "setting"])
 
@@ -158,7 +157,7 @@ def recommendations(candidates: pd.DataFrame) -> pd.DataFrame:
 
 
 def _choice(row: pd.Series) -> str:
-    return f"{row['setting']} {N_MAX}={int(row['draft_n_max'])}"
+    return f"{row['setting']} {draft_length_flag(row['spec_type'])}={int(row['draft_n_max'])}"
 
 
 def _why(best: pd.Series, slower: bool) -> str:
@@ -192,8 +191,8 @@ def verify_matrix(engine: Engine, campaign: str, chosen: pd.DataFrame) -> dict[s
         source = specs[row["source_job"]]
         baseline = dict(source.baseline.flags)
         flags: dict[str, Any] = {name: value for name, value in source.variant.flags
-                                 if name != N_MAX and baseline.get(name) != value}
-        flags[N_MAX] = int(row["draft_n_max"])
+                                 if name not in LENGTH_FLAGS and baseline.get(name) != value}
+        flags[draft_length_flag(row["spec_type"])] = int(row["draft_n_max"])
         identity = tuple(sorted((name, str(value)) for name, value in flags.items()))
         if identity in seen:
             continue
@@ -234,7 +233,7 @@ def check(engine: Engine, candidates: pd.DataFrame, verify_campaign: str) -> pd.
     runs = runs_frame(engine, verify_campaign)
     measured = report[report["kind"] == "variant"].copy()
     measured["setting"] = measured["varying"].map(_setting_text)
-    measured["draft_n_max"] = measured["varying"].map(lambda v: int(v.get(N_MAX) or 0))
+    measured["draft_n_max"] = measured["varying"].map(lambda v: int(str(draft_length(v) or 0)))
     per_category = category_report(runs, report).rename(
         columns={"estimate": "speedup", "low": "ci_low", "high": "ci_high"})
     overall = measured[["job_key", "speedup", "ci_low", "ci_high"]].assign(

@@ -46,7 +46,7 @@ def engines(models: dict[str, Path]) -> list[dict[str, Any]]:
          "prompts": smollm2_prompts(), "n-predict": 48,
          "curve": {"spec-type": "ngram-simple", "draft-n-max": [2, 4, 8],
                    "synth-len": [1, 1.5, 2, 3, 4, 5]},
-         "drafter": {"spec-type": "ngram-simple", "spec-draft-n-max": 8}},
+         "drafter": {"spec-type": "ngram-simple", "spec-ngram-simple-size-m": 8}},
     ]
 
 
@@ -82,11 +82,13 @@ def run_engine(env: dict[str, str], workdir: Path, engine: dict[str, Any]) -> No
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--keep", type=Path, help="use and keep this data dir")
+    parser.add_argument("--engine", choices=("oracle", "smollm2"), help="only this one")
     args = parser.parse_args(argv)
     models = provision(NodePaths.of(load_settings())).models
     with private_store("specfarm-bench-recommend-", args.keep) as (workdir, env):
         for engine in engines(models):
-            run_engine(env, workdir, engine)
+            if args.engine in (None, engine["key"]):
+                run_engine(env, workdir, engine)
     return 0
 
 

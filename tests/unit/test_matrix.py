@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from farm.errors import ConfigError
+from farm.matrix.flags import draft_length
 from farm.matrix.load import load_matrix
 from farm.matrix.spec import JobSpec
 from tests.helpers import matrix_dict, write_matrix
@@ -252,6 +253,18 @@ def test_engine_curve_sits_beside_variants_and_takes_flags(files: dict[str, Any]
         "flags": {"spec-ngram-size-n": 3}}})
     assert [job.kind for job in jobs] == ["variant", "synthetic"]
     assert ("spec-ngram-size-n", "3") in jobs[1].variant.flags
+
+
+def test_an_n_gram_curve_sets_the_draft_length_its_type_reads(files: dict[str, Any]) -> None:
+    # ngram-simple drafts up to --spec-ngram-simple-size-m (48 by default): it never reads
+    # --spec-draft-n-max.
+    [job] = load(files, variants=[], **{"engine-curve": {
+        "spec-type": "ngram-simple", "draft-n-max": [4], "synth-len": [2]}})
+    assert job.varying == {"spec-type": "ngram-simple", "spec-ngram-simple-size-m": "4",
+                           "spec-synth-len": "2"}
+    assert draft_length(job.varying) == "4"
+    assert draft_length({"spec-type": "draft-mtp", "spec-draft-n-max": "3"}) == "3"
+    assert draft_length({"spec-type": "ngram-mod", "spec-draft-n-max": "3"}) is None
 
 
 def test_engine_curve_out_of_reach_or_missing_is_refused(files: dict[str, Any]) -> None:
