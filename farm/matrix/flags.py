@@ -158,6 +158,9 @@ DRAFT_LENGTH_FLAGS = {"ngram-simple": "spec-ngram-simple-size-m",
                       "ngram-map-k4v": "spec-ngram-map-k4v-size-m",
                       "ngram-mod": "spec-ngram-mod-n-max"}
 LENGTH_FLAGS = frozenset({DRAFT_N_MAX, *DRAFT_LENGTH_FLAGS.values()})
+# ngram-simple drafts the m-gram after a match of its lookup n-gram only when that m-gram is
+# at least n long (common/ngram-map.cpp): its drafts are n to m tokens, n 12 by default.
+NGRAM_SIMPLE_SIZE_N = ("spec-ngram-simple-size-n", 12)
 
 
 def draft_length_flag(spec_type: str) -> str:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_snake
 
-from farm.matrix.flags import draft_length_flag
+from farm.matrix.flags import NGRAM_SIMPLE_SIZE_N, draft_length_flag
 
 # Pairs a second stage adds at least: its crossover fit needs two pairs of each order for a
 # residual df of 2 (t 4.30 at 95%); farm.stats plans with it.
@@ -115,6 +115,19 @@ class EngineCurve(Strict):
                                   "(--spec-synth-len): 1 accepts nothing.")]
     flags: FlagSpec = Field(default_factory=dict, description="More flags for every arm of "
                             "the curve (e.g. the drafter's model).")
+
+    @model_validator(mode="after")
+    def _lengths_drafted(self) -> EngineCurve:
+        name, default = NGRAM_SIMPLE_SIZE_N
+        size_n = self.flags.get(name, default)
+        if self.spec_type == "ngram-simple" and isinstance(size_n, int | str) \
+                and min(self.draft_n_max) < int(size_n):
+            raise ValueError(
+                f"ngram-simple drafts only m-grams at least as long as its lookup n-gram "
+                f"(--{name}, {size_n}), so draft-n-max {min(self.draft_n_max)} would never "
+                f"draft: give draft lengths of {size_n} or more, or set {name} in the "
+                "curve's flags")
+        return self
 
     def arms(self) -> list[Variant]:
         """One variant per draft length, sweeping the acceptance lengths it can reach."""

@@ -44,9 +44,12 @@ def engines(models: dict[str, Path]) -> list[dict[str, Any]]:
          "drafter": {"spec-type": "draft-mtp", "spec-draft-n-max": 3}},
         {"key": "smollm2", "model": smollm2, "prompt-mode": "chat",
          "prompts": smollm2_prompts(), "n-predict": 48,
+         # A lookup n-gram of 2 tokens, so that drafts of 2 to 8 tokens can happen.
          "curve": {"spec-type": "ngram-simple", "draft-n-max": [2, 4, 8],
-                   "synth-len": [1, 1.5, 2, 3, 4, 5]},
-         "drafter": {"spec-type": "ngram-simple", "spec-ngram-simple-size-m": 8}},
+                   "synth-len": [1, 1.5, 2, 3, 4, 5],
+                   "flags": {"spec-ngram-simple-size-n": 2}},
+         "drafter": {"spec-type": "ngram-simple", "spec-ngram-simple-size-n": 2,
+                     "spec-ngram-simple-size-m": 8}},
     ]
 
 

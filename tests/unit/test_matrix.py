@@ -250,18 +250,23 @@ def test_engine_curve_expands_to_synthetic_arms_per_draft_length(files: dict[str
 def test_engine_curve_sits_beside_variants_and_takes_flags(files: dict[str, Any]) -> None:
     jobs = load(files, **{"engine-curve": {
         "spec-type": "ngram-simple", "draft-n-max": [2], "synth-len": [1.5],
-        "flags": {"spec-ngram-size-n": 3}}})
+        "flags": {"spec-ngram-simple-size-n": 2}}})
     assert [job.kind for job in jobs] == ["variant", "synthetic"]
-    assert ("spec-ngram-size-n", "3") in jobs[1].variant.flags
+    assert ("spec-ngram-simple-size-n", "2") in jobs[1].variant.flags
 
 
 def test_an_n_gram_curve_sets_the_draft_length_its_type_reads(files: dict[str, Any]) -> None:
     # ngram-simple drafts up to --spec-ngram-simple-size-m (48 by default): it never reads
-    # --spec-draft-n-max.
+    # --spec-draft-n-max. Its drafts are at least its lookup n-gram long (12 by default).
+    short: dict[str, Any] = {"engine-curve": {
+        "spec-type": "ngram-simple", "draft-n-max": [4, 16], "synth-len": [2]}}
+    message = error_of(files, variants=[], **short)
+    assert "draft-n-max 4 would never draft" in message and "spec-ngram-simple-size-n" in message
     [job] = load(files, variants=[], **{"engine-curve": {
-        "spec-type": "ngram-simple", "draft-n-max": [4], "synth-len": [2]}})
-    assert job.varying == {"spec-type": "ngram-simple", "spec-ngram-simple-size-m": "4",
-                           "spec-synth-len": "2"}
+        "spec-type": "ngram-simple", "draft-n-max": [4], "synth-len": [2],
+        "flags": {"spec-ngram-simple-size-n": 4}}})
+    assert job.varying == {"spec-type": "ngram-simple", "spec-ngram-simple-size-n": "4",
+                           "spec-ngram-simple-size-m": "4", "spec-synth-len": "2"}
     assert draft_length(job.varying) == "4"
     assert draft_length({"spec-type": "draft-mtp", "spec-draft-n-max": "3"}) == "3"
     assert draft_length({"spec-type": "ngram-mod", "spec-draft-n-max": "3"}) is None
