@@ -22,8 +22,6 @@ import numpy.typing as npt
 import pandas as pd
 
 from farm.matrix.schema import MIN_SECOND_STAGE
-
-# Re-exported: callers take the t quantile from here with the rest of the statistics.
 from farm.studentt import student_t_quantile
 
 NAN = float("nan")

@@ -10,8 +10,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from farm.errors import ConfigError
-
-# Re-exported: farm.report.recommend names settings with it beside JobSpec.
 from farm.matrix.flags import FlagValue, to_argv, varying_text
 from farm.matrix.schema import StopMode
 
