@@ -60,7 +60,9 @@ def _specs(tmp_path: Path) -> dict[str, JobSpec]:
         {"name": "ngram", "flags": {"spec-type": "ngram-simple",
                                     "spec-draft-n-max": [2, 4, 8, 16]}},
         {"name": "aa", "control": True}], **{"engine-curve": {
-            "spec-type": "ngram-simple", "draft-n-max": [2], "synth-len": [1.5]}})
+            "spec-type": "ngram-simple", "draft-n-max": [2], "synth-len": [1.5],
+            # Its lookup n-gram no longer than the draft: a curve that drafts.
+            "flags": {"spec-ngram-simple-size-n": 2}}})
     specs = load_matrix(write_matrix(tmp_path, matrix))[1]
     return {spec.variant.name: spec for spec in specs}
 
