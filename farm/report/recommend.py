@@ -174,17 +174,21 @@ def _why(best: pd.Series, slower: bool) -> str:
 
 # --- the matrix that checks a recommendation ---------------------------------------------
 
-# A verification's most block pairs: room for its first stage to plan a ±3% interval where
-# this machine's pairs spread more than 12 allow (on 2 CPU cores pairs spread ~9%: 12 pairs
-# gave ±4-5%, 24 ±3.5-4%; ±3% needs about 40).
+# A verification's design. Its first stage of 8 pairs (a crossover spread on 6 df: with 4
+# pairs, 2 df, the plan followed a lucky or unlucky start) plans for ±2.5%, so that the
+# half-width measured from the second stage's own spread stays within ±3%; up to 48 pairs
+# where pairs spread ~9%, as on 2 CPU cores (12 pairs gave ±4-5%; ±3% needs about 40).
+VERIFY_FIRST_STAGE = 8
+VERIFY_TARGET = 0.025
 VERIFY_MAX_PAIRS = 48
 
 
 def verify_matrix(engine: Engine, campaign: str, chosen: pd.DataFrame) -> dict[str, Any]:
     """A matrix that runs the recommended and runner-up settings of ``chosen`` (rows of
     ``predictions`` for one model and build) against the baseline, on the source jobs'
-    prompts, builds and flags, with a two-stage design that plans for ±3% and may run up to
-    ``VERIFY_MAX_PAIRS`` pairs to reach it (the default 12 stop short on a noisy machine)."""
+    prompts, builds and flags, with a two-stage design (``VERIFY_FIRST_STAGE``) that plans
+    for ``VERIFY_TARGET`` and may run up to ``VERIFY_MAX_PAIRS`` pairs to reach it (the
+    default 12 stop short on a noisy machine)."""
     from farm.store.models import Job
 
     keys = list(dict.fromkeys(chosen["source_job"]))
@@ -223,7 +227,7 @@ def verify_matrix(engine: Engine, campaign: str, chosen: pd.DataFrame) -> dict[s
         "n-predict": first.n_predict,
         "stop": first.stop,
         "repetitions": first.repetitions,
-        "pairs": 4, "max-pairs": VERIFY_MAX_PAIRS, "target-ci": 0.03,
+        "pairs": VERIFY_FIRST_STAGE, "max-pairs": VERIFY_MAX_PAIRS, "target-ci": VERIFY_TARGET,
         "sampling": {key.replace("_", "-"): value for key, value in first.sampling.items()},
         "flags": {name: value for name, value in first.baseline.flags},
         "variants": variants,
