@@ -175,11 +175,12 @@ def _why(best: pd.Series, slower: bool) -> str:
 # --- the matrix that checks a recommendation ---------------------------------------------
 
 # A verification's design. Its first stage of 8 pairs (a crossover spread on 6 df: with 4
-# pairs, 2 df, the plan followed a lucky or unlucky start) plans for ±2.5%, so that the
-# half-width measured from the second stage's own spread stays within ±3%; up to 48 pairs
-# where pairs spread ~9%, as on 2 CPU cores (12 pairs gave ±4-5%; ±3% needs about 40).
+# pairs, 2 df, the plan followed a lucky or unlucky start) plans for ±2%, so that the
+# half-width measured from the second stage's own spread stays within ±3% (planned for
+# ±2.5%, jobs measured ±1.6-5.0% on this CPU); up to 48 pairs where pairs spread ~9%, as
+# on 2 CPU cores (12 pairs gave ±4-5%; ±3% needs about 40).
 VERIFY_FIRST_STAGE = 8
-VERIFY_TARGET = 0.025
+VERIFY_TARGET = 0.02
 VERIFY_MAX_PAIRS = 48
 
 
