@@ -64,16 +64,24 @@ def _profile(runs: pd.DataFrame) -> Profile | None:
 
 def _drafters(report: pd.DataFrame) -> pd.DataFrame:
     """The campaign's real drafter jobs: variants (not controls, not synthetic) that ran a
-    spec type and measured a speedup; per setting, the job that measured most positions
-    (its draft length) stands for it."""
+    spec type and measured a speedup, those that measured most positions (their draft
+    length) first."""
     jobs = report[(report["kind"] == "variant") & report["speedup"].notna()].copy()
     jobs["spec_type"] = jobs["varying"].map(lambda v: v.get("spec-type") or "")
     jobs = jobs[jobs["spec_type"] != ""]
     jobs["setting"] = jobs["varying"].map(_setting_text)
     jobs["measured_n_max"] = jobs["varying"].map(
         lambda v: float(str(draft_length(v))) if draft_length(v) else math.nan)
-    jobs = jobs.sort_values(["measured_n_max", "drafted"], ascending=False, na_position="last")
-    return jobs.drop_duplicates(["gpu_class", "model", "build", "setting"])
+    return jobs.sort_values(["measured_n_max", "drafted"], ascending=False, na_position="last")
+
+
+def _sources(jobs: pd.DataFrame, draft_n_max: int) -> pd.Series:
+    """Which job's acceptance predicts draft length ``draft_n_max`` of one drafter setting
+    (``jobs``, longest first): the job run at that length, whose drafts started where drafts
+    of that length start (an n-gram drafter drafting 4 tokens at a time restarts after each
+    accepted 4, one drafting 8 does not), else the longest, its first positions."""
+    exact = jobs[jobs["measured_n_max"] == draft_n_max]
+    return exact.iloc[0] if not exact.empty else jobs.iloc[0]
 
 
 def _candidates(job: pd.Series, curves: dict[tuple[Any, ...], CostCurve]
@@ -110,19 +118,20 @@ def predictions(engine: Engine, campaign: str,
     best of its row."""
     report = job_report(engine, campaign)
     curves = cost_curves(store_curve_points(engine) if points is None else points)
-    drafters = _drafters(report)
     runs = runs_frame(engine, campaign)
     rows = []
-    for _, job in drafters.iterrows():
-        job_runs = runs[runs["job_key"] == job["job_key"]]
-        groups = [(ALL_CATEGORIES, job_runs),
-                  *((str(name), group) for name, group in job_runs.groupby("prompt_category"))]
-        for category, group in groups:
-            profile = _profile(group)
-            if profile is None:
-                continue
-            for curve in _candidates(job, curves):
-                rows.append(_row(job, category, profile, curve, predict_speedup(profile, curve)))
+    for _, jobs in _drafters(report).groupby(["gpu_class", "model", "build", "setting"],
+                                             sort=False):
+        for curve in _candidates(jobs.iloc[0], curves):
+            job = _sources(jobs, curve.draft_n_max)
+            job_runs = runs[runs["job_key"] == job["job_key"]]
+            groups = [(ALL_CATEGORIES, job_runs), *(
+                (str(name), group) for name, group in job_runs.groupby("prompt_category"))]
+            for category, group in groups:
+                profile = _profile(group)
+                if profile is not None:
+                    rows.append(_row(job, category, profile, curve,
+                                     predict_speedup(profile, curve)))
     frame = pd.DataFrame(rows, columns=PREDICTION_COLUMNS[:-1])
     frame["rank"] = (frame.groupby(ROW_KEYS)["speedup"].rank(ascending=False, method="first")
                      .astype("Int64") if not frame.empty else pd.Series(dtype="Int64"))

@@ -5,7 +5,8 @@ For the MTP oracle that pays on a CPU (draft-mtp) and for SmolLM2 with n-gram dr
 (ngram-simple), on a private data dir:
 
 1. an engine cost curve (``engine-curve``: synthetic acceptance per draft length);
-2. a drafter campaign (the real drafter at its longest draft length);
+2. a drafter campaign (the real drafter: the oracle at its longest draft length, SmolLM2
+   at each candidate length);
 3. ``farm recommend -o verify.yaml``, the verification campaign it writes (default
    two-stage design, ±3% target), and ``farm recommend --check``.
 
@@ -52,7 +53,8 @@ def engines(models: dict[str, Path]) -> list[dict[str, Any]]:
                    "synth-len": [1, 1.5, 2, 3, 4, 5, 7, 9],
                    "flags": {"spec-ngram-simple-size-n": 2}},
          "drafter": {"spec-type": "ngram-simple", "spec-ngram-simple-size-n": 2,
-                     "spec-ngram-simple-size-m": 8}},
+                     # Each candidate length run: its own acceptance predicts it.
+                     "spec-ngram-simple-size-m": [2, 4, 8]}},
     ]
 
 

@@ -49,8 +49,9 @@ def _matrix(campaign: str, **extra: Any) -> dict[str, Any]:
             "flags": {"ctx-size": 1024}, **extra}
 
 
-def _speed(spec: JobSpec) -> tuple[float, list[float]]:
-    """The variant's true speedup and its accepted drafts per position (per run)."""
+def _speed(spec: JobSpec, rates: dict[int, tuple[float, ...]]) -> tuple[float, list[float]]:
+    """The variant's true speedup and its accepted drafts per position (per run); a drafter
+    at draft length k accepts ``rates[k]`` per position (default ``RATES``)."""
     flags = dict(spec.variant.flags)
     k = int(flags["spec-draft-n-max"])
     if "spec-synth-len" in flags:
@@ -58,8 +59,9 @@ def _speed(spec: JobSpec) -> tuple[float, list[float]]:
         # Any split across positions: a synthetic job is read by its length only.
         per_position = [(length - 1.0) * DRAFTS / k] * k
     else:
-        per_position = [rate * DRAFTS for rate in RATES[:k]]
-        length = 1.0 + sum(RATES[:k])
+        own = rates.get(k, RATES)[:k]
+        per_position = [rate * DRAFTS for rate in own]
+        length = 1.0 + sum(own)
     return length / _cost(k), per_position
 
 
@@ -90,14 +92,15 @@ def _runs(job_id: int, spec: JobSpec, rng: random.Random, speedup: float,
     return runs
 
 
-def _store(engine: Engine, matrix_path: Path, speeds: dict[str, float] | None = None) -> None:
+def _store(engine: Engine, matrix_path: Path, speeds: dict[str, float] | None = None,
+           rates: dict[int, tuple[float, ...]] | None = None) -> None:
     """Register the matrix's jobs, write their runs and the summaries a worker writes."""
     specs = load_matrix(matrix_path)[1]
     job_ids = repo.register(engine, specs[0].campaign, str(matrix_path), specs)
     rng = random.Random(7)
     with Session(engine) as session, session.begin():
         for job_id, spec in zip(job_ids, specs, strict=True):
-            speedup, per_position = _speed(spec)
+            speedup, per_position = _speed(spec, rates or {})
             if speeds is not None:
                 speedup = speeds[spec.variant.name]
             session.add_all(_runs(job_id, spec, rng, speedup, per_position))
@@ -144,6 +147,30 @@ def test_recommend_picks_the_draft_length_the_construction_makes_best(
                    env=store).exit_code == 0
     html = page.read_text(encoding="utf-8")
     assert "<h2>Recommendation</h2>" in html and "spec-draft-n-max=2" in html
+
+
+def test_a_length_the_campaign_ran_is_predicted_from_its_own_acceptance(
+        store: dict[str, str], tmp_path: Path) -> None:
+    # A drafter swept over n-max 2 and 4 whose 2-token drafts accept more than the first two
+    # positions of its 4-token drafts (as an n-gram drafter restarting after each accepted
+    # draft does): n-max 2 reads its own job, 1 and 3 the longest's first positions.
+    engine = make_engine(store["FARM_DATABASE_URL"])
+    try:
+        _store(engine, write_matrix(tmp_path, _matrix("swept", variants=[
+            {"name": "mtp", "flags": {"spec-type": "draft-mtp",
+                                      "spec-draft-n-max": [2, 4]}}]), "swept.yaml"),
+               rates={2: (0.95, 0.95)})
+    finally:
+        engine.dispose()
+    result = run_cli("recommend", "swept", "--format", "json", env=store)
+    assert result.exit_code == 0, result.output
+    rows = {row["draft_n_max"]: row for row in json.loads(result.stdout)["candidates"]
+            if row["category"] == "(all)"}
+    assert rows[2]["rates"] == [0.95, 0.95] and rows[2]["source_job"] != rows[4]["source_job"]
+    assert rows[1]["source_job"] == rows[3]["source_job"] == rows[4]["source_job"]
+    assert rows[3]["rates"] == list(RATES)
+    # 2.9 tokens a step at 1.6 plain steps: the n-max 2 job's own figure, not 2.7 / 1.6.
+    assert rows[2]["low"] <= 2.9 / 1.6 <= rows[2]["high"] and rows[2]["rank"] == 1
 
 
 def test_the_verification_matrix_runs_the_picks_and_check_compares(
