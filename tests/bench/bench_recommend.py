@@ -7,8 +7,8 @@ For the MTP oracle that pays on a CPU (draft-mtp) and for SmolLM2 with n-gram dr
 1. an engine cost curve (``engine-curve``: synthetic acceptance per draft length);
 2. a drafter campaign (the real drafter: the oracle at its longest draft length, SmolLM2
    at each candidate length);
-3. ``farm recommend -o verify.yaml``, the verification campaign it writes (default
-   two-stage design, ±3% target), and ``farm recommend --check``.
+3. ``farm recommend -o verify.yaml``, the verification campaign it writes (two-stage: 8
+   pairs first, planned for ±2%, up to 48), and ``farm recommend --check``.
 
 It prints the curves, the recommendations and predicted vs measured per row, and exits 0
 whatever the verdicts (non-zero only when a command fails). About 30-40 minutes on 2 idle
