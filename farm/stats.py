@@ -22,7 +22,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from farm.matrix.schema import MIN_SECOND_STAGE
-from farm.studentt import student_t_quantile
+from farm.studentt import f_cdf, student_t_quantile
 
 NAN = float("nan")
 ARMS = ("baseline", "variant")
@@ -276,11 +276,16 @@ class Design:
     """How many block pairs a job runs: ``first_stage`` pairs always; then, when
     ``max_pairs`` leaves room for a second stage, as many as the first stage's spread says
     the ``target`` half-width needs (at most ``max_pairs``). ``max_pairs == first_stage``
-    is a fixed design."""
+    is a fixed design.
+
+    ``assurance`` (None, or a probability): None plans as if the first stage's spread were
+    the true one, which meets the target about six times in ten; a probability plans the
+    fewest pairs that meet it with that probability (``planned_pairs``)."""
 
     first_stage: int
     max_pairs: int
     target: float = 0.03
+    assurance: float | None = None
 
     def __post_init__(self) -> None:
         if self.two_stage and self.max_pairs < self.first_stage + MIN_SECOND_STAGE:
@@ -366,8 +371,12 @@ def planned_pairs(values: LogRatios, orders: Orders,
 
     The first stage's crossover spread (df first_stage - 2) predicts the half-width at each
     total; the plan is the smallest total whose predicted half-width, with the second
-    stage's own t quantile, is within the target. A first stage that is incomplete, or
-    whose pairs are identical (a fault, not certainty), plans the maximum.
+    stage's own t quantile, is within the target. With an ``assurance`` p, the half-width
+    is the second stage's, whose spread is not known yet: the ratio of its variance to the
+    first stage's follows F(second df, first df) (normal pairs, one noise level), so the
+    plan is the smallest total that meets the target with probability p or more. A first
+    stage that is incomplete, or whose pairs are identical (a fault, not certainty), plans
+    the maximum.
     """
     if not design.two_stage:
         return design.max_pairs
@@ -381,7 +390,12 @@ def planned_pairs(values: LogRatios, orders: Orders,
     limit = math.asinh(design.target)
     for total in range(design.first_stage + MIN_SECOND_STAGE, design.max_pairs + 1):
         second = total - design.first_stage - 2
-        if _margin(first.variance, _factor(pattern[:total]), second, level) <= limit:
+        margin = _margin(first.variance, _factor(pattern[:total]), second, level)
+        if design.assurance is None:
+            if margin <= limit:
+                return total
+        # The half-width meets the target when the variance ratio is below (limit/margin)^2.
+        elif f_cdf((limit / margin) ** 2, second, first.df) >= design.assurance:
             return total
     return design.max_pairs
 

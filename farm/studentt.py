@@ -61,6 +61,13 @@ def student_t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t >= 0 else tail
 
 
+def f_cdf(x: float, df1: float, df2: float) -> float:
+    """P(F <= x) for Fisher's F with ``df1`` and ``df2`` degrees of freedom."""
+    if x <= 0.0:
+        return 0.0
+    return regularized_incomplete_beta(df1 / 2.0, df2 / 2.0, df1 * x / (df1 * x + df2))
+
+
 @lru_cache(maxsize=4096)
 def student_t_quantile(p: float, df: float) -> float:
     """The ``p`` quantile of Student's t (bisection on the CDF; cached, as loops ask often)."""

@@ -195,8 +195,8 @@ def run_sampling(sampling: dict[str, Any], prompt_id: str, repetition: int,
 
 
 def job_design(spec: JobSpec) -> Design:
-    """How many block pairs the job runs: its first stage, maximum and target."""
-    return Design(spec.pairs, spec.max_pairs, spec.target_ci)
+    """How many block pairs the job runs: its first stage, maximum, target and assurance."""
+    return Design(spec.pairs, spec.max_pairs, spec.target_ci, spec.target_assurance)
 
 
 def stop_rule(spec: JobSpec, measured: dict[RunKey, float], pairs_done: int) -> StopDecision:

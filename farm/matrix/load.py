@@ -322,6 +322,7 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
                     n_predict=matrix.n_predict, sampling=sampling,
                     repetitions=matrix.repetitions, pairs=matrix.pairs,
                     max_pairs=matrix.max_pairs, target_ci=matrix.target_ci,
+                    target_assurance=matrix.target_assurance,
                     control=variant.control, stop=matrix.stop, concurrency=streams,
                     prompt_length=length)
                 if job.job_key in jobs:

@@ -179,6 +179,10 @@ class Matrix(Strict):
                            "`pairs` for a fixed number, else at least `pairs` + 4.")
     target_ci: float = Field(0.03, gt=0.0, lt=1.0, description="The speedup's 95% interval "
                              "half-width the first stage plans for (0.03 = ±3%).")
+    target_assurance: float | None = Field(
+        None, ge=0.5, lt=1.0, description="Plan the fewest pairs whose interval meets "
+        "`target-ci` with this probability (0.9: nine jobs in ten); unset plans as if the "
+        "first stage's spread were exact, which meets it about six times in ten.")
     sampling: Sampling = Field(default_factory=Sampling)
     flags: FlagSpec = Field(default_factory=dict, description="The baseline's flags.")
     args: str | None = None

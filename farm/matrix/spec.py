@@ -94,6 +94,7 @@ class JobSpec(Frozen):
     pairs: int  # the first stage: block pairs every job runs
     max_pairs: int
     target_ci: float
+    target_assurance: float | None = None  # None: plan from the first stage's spread as is
     control: bool = False  # an A/A job: the variant is the baseline again
     stop: StopMode = "fixed"  # natural: no ignore_eos, n_predict a cap
     concurrency: int = 1  # simultaneous streams per run, one server slot each
@@ -155,7 +156,10 @@ class JobSpec(Frozen):
             "build": self.build.name,
             "variant_build": self.variant.build.name,
             "design": {"repetitions": self.repetitions, "pairs": self.pairs,
-                       "max_pairs": self.max_pairs, "target_ci": self.target_ci},
+                       "max_pairs": self.max_pairs, "target_ci": self.target_ci,
+                       # Only when set, so that every other job keeps its key.
+                       **({"target_assurance": self.target_assurance}
+                          if self.target_assurance is not None else {})},
             # Only when set, so that the keys of every other job stay as they were.
             **({"control": True} if self.control else {}),
         })

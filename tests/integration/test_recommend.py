@@ -183,9 +183,11 @@ def test_the_verification_matrix_runs_the_picks_and_check_compares(
                                                                   "draft-mtp-n3"]
     assert matrix["prompts"] == PROMPTS and matrix["campaign"] == "drafter-verify"
     assert matrix["stop"] == "natural"  # the stop mode of the campaign it verifies
-    # Plans for ±2% from a first stage of 8 pairs, so the measurement holds ±3%; with
-    # room to reach it on a noisy machine.
-    assert (matrix["pairs"], matrix["max-pairs"], matrix["target-ci"]) == (8, 48, 0.02)
+    # Plans the pairs that meet ±2.5% nine times in ten from a first stage of 12, so the
+    # measurement holds ±3%; with room to reach it on a noisy machine.
+    assert (matrix["pairs"], matrix["max-pairs"], matrix["target-ci"],
+            matrix["target-assurance"]) == (12, 48, 0.025, 0.9)
+    assert job_design(load_matrix(verify)[1][0]).assurance == 0.9  # what the worker plans
     assert matrix["variants"][0]["flags"] == {"spec-type": "draft-mtp", "spec-draft-n-max": 2}
     # The verification measures 1.69x for n-max 2 (as predicted) and 1.30x for n-max 3
     # (predicted 1.47x): one verdict each way.

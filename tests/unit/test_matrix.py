@@ -210,6 +210,17 @@ def test_a_design_without_room_for_its_second_stage_is_refused(files: dict[str, 
     assert load(files, pairs=2, **{"max-pairs": 2})[0].pairs == 2  # fixed
 
 
+def test_an_assured_design_is_another_design_of_the_same_experiment(
+        files: dict[str, Any]) -> None:
+    [plain] = load(files)
+    [assured] = load(files, **{"target-assurance": 0.9})
+    assert plain.target_assurance is None and assured.target_assurance == 0.9
+    assert assured.job_key != plain.job_key  # another design: another job
+    assert assured.comparable_key == plain.comparable_key  # the same experiment
+    message = error_of(files, None, **{"target-assurance": 0.3})
+    assert "target-assurance" in message and "0.5" in message
+
+
 def test_a_control_arm_runs_the_baseline_again_and_nothing_else(files: dict[str, Any]) -> None:
     [job] = load(files, variants=[{"name": "aa", "control": True}])
     assert job.control and job.variant.argv == job.baseline.argv

@@ -35,6 +35,7 @@ from farm.stats import (
 )
 from farm.studentt import (
     best_of_interval,
+    f_cdf,
     regularized_incomplete_beta,
     student_t_cdf,
     student_t_quantile,
@@ -104,6 +105,17 @@ def test_t_cdf_and_incomplete_beta_closed_forms() -> None:
         assert regularized_incomplete_beta(3.0, 1.0, x) == pytest.approx(x**3, abs=1e-12)
         assert regularized_incomplete_beta(1.0, 4.0, x) == pytest.approx(1 - (1 - x) ** 4,
                                                                          abs=1e-12)
+
+
+def test_f_cdf_matches_closed_forms_and_tables() -> None:
+    # df1 = 2: P(F <= x) = 1 - (1 + 2x / df2)^(-df2 / 2).
+    for x, df2 in ((0.3, 3.0), (1.0, 6.0), (4.5, 13.0)):
+        assert f_cdf(x, 2.0, df2) == pytest.approx(1 - (1 + 2 * x / df2) ** (-df2 / 2),
+                                                   abs=1e-12)
+    # 95% points of F tables.
+    assert f_cdf(3.326, 5, 10) == pytest.approx(0.95, abs=2e-4)
+    assert f_cdf(4.060, 10, 6) == pytest.approx(0.95, abs=2e-4)
+    assert f_cdf(0.0, 4, 4) == 0.0 and f_cdf(-1.0, 4, 4) == 0.0
 
 
 def test_t_quantile_rejects_bad_arguments() -> None:

@@ -1,8 +1,9 @@
 """Simulations with fixed seeds that measure the error rates farm.stats claims (README,
 "What the numbers mean"): the two-stage rule's coverage per scenario and for the jobs that
-stop earliest, an A/A control, the drift test, the agreement control, the acceptance
-interval and the per-slot acceptance test. 4,000 simulated jobs per cell (1,000 for the
-slot test), so a rate's standard error is about 0.0035 (0.007).
+stop earliest, how often an assured plan meets its target, an A/A control, the drift test,
+the agreement control, the acceptance interval and the per-slot acceptance test. 4,000
+simulated jobs per cell (1,000 for the slot test), so a rate's standard error is about
+0.0035 (0.007).
 
 Run with ``-s`` to see the figures.
 """
@@ -150,6 +151,32 @@ def test_two_stage_jobs_cover_in_every_scenario_and_when_they_stop_earliest(name
           f"mean pairs {used.mean():.1f}")
     assert 0.93 <= covered.mean() <= 0.97
     assert covered[earliest].mean() >= 0.90 and earliest.sum() >= 100
+
+
+# The design a verification matrix uses (farm.report.recommend), with room to plan freely.
+ASSURED = Design(first_stage=12, max_pairs=100, target=0.025, assurance=0.9)
+
+
+def test_an_assured_plan_meets_its_target_as_often_as_it_promises() -> None:
+    rng = np.random.default_rng(29)
+    ratio = np.exp(rng.uniform(math.log(0.8), math.log(2.0), JOBS))
+    values, orders = simulate(rng, Scenario(), ratio, pairs=ASSURED.max_pairs).pair_values()
+    point = Design(ASSURED.first_stage, ASSURED.max_pairs, ASSURED.target)
+    met, pairs, covered = {}, {}, {}
+    for name, design in (("assured", ASSURED), ("point", point)):
+        used = np.array([planned_pairs(values[job], orders[job], design) for job in range(JOBS)])
+        found = [estimate(values[job, :used[job]], orders[job, :used[job]], design).speedup
+                 for job in range(JOBS)]
+        half = np.array([f.half_width for f in found])
+        met[name], pairs[name] = float((half <= design.target).mean()), float(used.mean())
+        covered[name] = float(np.mean([f.low <= r <= f.high for f, r in zip(found, ratio,
+                                                                             strict=True)]))
+        print(f"{name}: within ±{design.target:.1%} {met[name]:.3f}, coverage "
+              f"{covered[name]:.3f}, mean pairs {pairs[name]:.1f}, at the maximum "
+              f"{(used == design.max_pairs).mean():.3f}")
+    assert 0.88 <= met["assured"] <= 0.97
+    assert met["point"] <= 0.7  # planning from the first stage's spread as if exact
+    assert 0.93 <= covered["assured"] <= 0.97
 
 
 def test_an_a_a_control_covers_one() -> None:
