@@ -391,11 +391,10 @@ def planned_pairs(values: LogRatios, orders: Orders,
     for total in range(design.first_stage + MIN_SECOND_STAGE, design.max_pairs + 1):
         second = total - design.first_stage - 2
         margin = _margin(first.variance, _factor(pattern[:total]), second, level)
-        if design.assurance is None:
-            if margin <= limit:
-                return total
-        # The half-width meets the target when the variance ratio is below (limit/margin)^2.
-        elif f_cdf((limit / margin) ** 2, second, first.df) >= design.assurance:
+        # With an assurance: the probability that the second stage's variance over the
+        # first's stays below (limit / margin)^2, the ratio at which it meets the target.
+        if (margin <= limit if design.assurance is None
+                else f_cdf((limit / margin) ** 2, second, first.df) >= design.assurance):
             return total
     return design.max_pairs
 
