@@ -29,6 +29,17 @@ COPY migrations /opt/specfarm/src/migrations
 RUN python3 -m venv /opt/specfarm/.venv \
  && /opt/specfarm/.venv/bin/pip install --no-cache-dir /opt/specfarm/src
 
+# The worker runs as an unprivileged user: a job's llama-server (and anything a build's
+# code does) cannot write outside the farm's own directories. The video group opens the
+# GPU's device files where the host gives them to that group; the NVIDIA container runtime
+# usually makes /dev/nvidia* world-accessible. Unverified on a GPU node yet: see
+# docs/deployment.md.
+RUN useradd --system --uid 10001 --gid nogroup --groups video --home-dir /var/lib/specfarm \
+      --create-home specfarm \
+ && mkdir -p /opt/specfarm/cache /var/cache/specfarm \
+ && chown -R specfarm:nogroup /opt/specfarm/cache /var/cache/specfarm /var/lib/specfarm
+USER specfarm
+
 RUN farm build master --source "${LLAMA_REPO}" --ref "${LLAMA_REF}" --backend cuda \
     --cuda-arch "${CUDA_ARCH}"
 RUN if [ -n "${TURBOQUANT_REF}" ]; then \

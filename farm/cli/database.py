@@ -23,3 +23,20 @@ def db_upgrade(url: str | None) -> None:
     with connected(target) as engine:
         upgrade(engine)
     click.echo(f"database {redact_url(target)} is at the newest schema")
+
+
+@db.command("grant-worker")
+@click.argument("role")
+@click.option("--url", help="Database URL (default: FARM_DATABASE_URL).")
+def db_grant_worker(role: str, url: str | None) -> None:
+    """Give the PostgreSQL ROLE what a GPU worker needs and nothing more: it can claim and
+    run jobs and write their results, not create or change campaigns or job specs (run it
+    after every `farm db upgrade`)."""
+    from farm.store.db import connected, require_current_schema
+    from farm.store.roles import grant_worker
+
+    target = url or load_settings().database_url
+    with connected(target) as engine:
+        require_current_schema(engine)
+        grant_worker(engine, role)
+    click.echo(f"role {role} may run jobs on {redact_url(target)}")

@@ -21,7 +21,7 @@ DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
 ENV_EXAMPLE = DEPLOY / "env.example"
 SYSTEMD = DEPLOY / "systemd"
-SECRETS = ("POSTGRES_PASSWORD", "REDIS_PASSWORD", "FARM_FLOWER_AUTH")
+SECRETS = ("POSTGRES_PASSWORD", "POSTGRES_WORKER_PASSWORD", "REDIS_PASSWORD", "FARM_FLOWER_AUTH")
 COORDINATOR_SERVICES = ("redis", "postgres", "flower", "migrate")
 VENV_FARM = "/opt/specfarm/.venv/bin/farm"
 PLACEHOLDER = re.compile(r"\$\{[A-Z_][A-Z0-9_]*(:?[-?][^}]*)?\}")
@@ -153,7 +153,9 @@ def test_coordinator_services_run_without_the_gpu_profile(services: dict[str, An
     assert any(p.endswith(":5555:5555/tcp") for p in flower["ports"])
     assert {"FARM_BROKER_URL", "FARM_DATABASE_URL", "FARM_FLOWER_AUTH"} <= set(
         flower["environment"])
-    assert migrate["command"] == "farm db upgrade"
+    # $$: compose prints the shell variable's escaped $ as written.
+    assert migrate["command"] == ["sh", "-c", "farm db upgrade && farm db grant-worker "
+                                  '"$$POSTGRES_WORKER_USER"']
     assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
 
 
@@ -163,10 +165,13 @@ def test_secrets_reach_services_only_from_the_env_file(rendered: Any,
     assert "change-me" not in text, "compose.yaml hard-codes a value of env.example"
     flower = rendered["services"]["flower"]["environment"]
     assert flower["FARM_FLOWER_AUTH"] == sentinels["FARM_FLOWER_AUTH"]
-    for spec in rendered["services"].values():
+    for name, spec in rendered["services"].items():
         env = spec.get("environment", {})
         if "FARM_DATABASE_URL" in env:
-            assert f":{sentinels['POSTGRES_PASSWORD']}@" in env["FARM_DATABASE_URL"]
+            # Workers log in as the worker role, the coordinator's services as the owner.
+            password = "POSTGRES_WORKER_PASSWORD" if name.startswith("worker-") \
+                else "POSTGRES_PASSWORD"
+            assert f":{sentinels[password]}@" in env["FARM_DATABASE_URL"]
             assert f":{sentinels['REDIS_PASSWORD']}@" in env["FARM_BROKER_URL"]
 
 
