@@ -3,7 +3,8 @@
     FarmError                     base; the CLI prints its message, never a traceback
     ├── ConfigError               bad input (matrix, flags, paths, settings): exit 2
     │   ├── UnsupportedByBuild        a flag or value the chosen llama-server does not accept
-    │   └── NoMtpHeads                an arm drafts with MTP heads the model does not have
+    │   ├── NoMtpHeads                an arm drafts with MTP heads the model does not have
+    │   └── ProcessNotStarted         llama-server could not even be executed (its argv, its file)
     └── RuntimeFarmError          something failed while doing the work: exit 1
         ├── ServiceUnavailable        the database or the broker does not answer
         ├── ServerStartError          llama-server exited while starting (a crash)
@@ -14,6 +15,7 @@
         │   ├── ServerOutOfMemory         ... because the model did not fit
         │   └── ServerModelUnreadable     ... because it could not open or load the model
         ├── BenchmarkError            a request failed or returned something unusable
+        ├── InternalError             a failure nobody foresaw (a worker's job, logged whole)
         └── JobsFailed                some jobs of a campaign failed (the rest are stored)
 
 Each class names its ``failure_class``: the string stored with a failed job, grouped by in
@@ -59,6 +61,11 @@ class NoMtpHeads(ConfigError):
     failure_class = "no_mtp_heads"
 
 
+class ProcessNotStarted(ConfigError):
+    """llama-server could not be executed: its binary or its command line is at fault, so
+    every attempt would fail the same."""
+
+
 class RuntimeFarmError(FarmError):
     """The work failed for a reason outside the user's input."""
 
@@ -76,7 +83,8 @@ class ServerStartError(RuntimeFarmError):
     failure_class = "crash"
 
     def __init__(self, message: str, log_tail: str = "") -> None:
-        super().__init__(message + (f"\n--- server log (tail) ---\n{log_tail}" if log_tail else ""))
+        super().__init__(message + (f"\n--- server log (its failure lines) ---\n{log_tail}"
+                                    if log_tail else ""))
         self.log_tail = log_tail
 
 
@@ -122,6 +130,12 @@ class BenchmarkError(RuntimeFarmError):
     failure_class = "request_failed"
 
 
+class InternalError(RuntimeFarmError):
+    """Something failed that no code expected; the worker logs its traceback."""
+
+    failure_class = "internal"
+
+
 class JobsFailed(RuntimeFarmError):
     """Some jobs of a campaign failed; the others' results are stored."""
 
@@ -142,4 +156,4 @@ def first_line(error: BaseException | None) -> str:
 # Failure classes that can succeed when tried again (a slow start, a crash, a dropped
 # request); the others fail at once.
 RETRYABLE = frozenset({ServerStartTimeout.failure_class, ServerStartError.failure_class,
-                       BenchmarkError.failure_class})
+                       BenchmarkError.failure_class, InternalError.failure_class})

@@ -6,6 +6,7 @@ by the command line and passed down; nothing below it reads the environment.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +101,21 @@ def _explain(error: Any) -> str:
     name = "FARM_" + "_".join(str(part) for part in error["loc"]).upper()
     if not error["loc"]:  # a check across settings: its message says it all
         return str(error["msg"]).removeprefix("Value error, ")
-    return f"{name}={error.get('input')!r}: {error['msg'].lower()}"
+    value = redact_url(str(error.get("input")))
+    if "AUTH" in name or "PASSWORD" in name:
+        value = "***"
+    return f"{name}={value!r}: {error['msg'].lower()}"
+
+
+# A URL's password (everything between the user's ``:`` and the last ``@``: a password may
+# hold ``@`` or ``/``), and query parameters that carry secrets (``?password=``,
+# ``&token=``...). Plain text, no parsing: it works on URLs no parser accepts.
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*):\S*@")
+_SECRET_PARAM = re.compile(
+    r"(?P<key>[?&;](?:password|passwd|pwd|pass|token|secret|api[-_]?key|access[-_]?token|"
+    r"auth)=)[^&;#\s]*", re.IGNORECASE)
 
 
 def redact_url(url: str) -> str:
-    """A database URL fit for logs: the password replaced by ``***``."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
+    """A URL fit for any output: its password and secret query parameters as ``***``."""
+    return _SECRET_PARAM.sub(r"\g<key>***", _USERINFO.sub(r"\g<head>:***@", url))

@@ -33,8 +33,9 @@ def database_unreachable(url: str, exc: DBAPIError) -> ServiceUnavailable:
 
     parsed = make_url(url)
     # As the operator wrote it: postgresql://, not the driver the farm picked for it.
-    where = parsed.set(drivername=parsed.get_backend_name()).render_as_string()
-    reason = first_line(exc.orig)
+    where = redact_url(parsed.set(drivername=parsed.get_backend_name())
+                       .render_as_string(hide_password=False))
+    reason = redact_url(first_line(exc.orig))
     if parsed.get_backend_name() == "sqlite":
         return ServiceUnavailable(f"cannot use the database {where}: {reason}; check that the "
                                   "data dir (FARM_DATA_DIR) is writable and its disk not full")
@@ -45,7 +46,8 @@ def database_unreachable(url: str, exc: DBAPIError) -> ServiceUnavailable:
 
 def broker_unreachable(url: str, exc: Exception) -> ServiceUnavailable:
     """The broker at ``url`` failed with ``exc``: which, why, and how to check it."""
-    return ServiceUnavailable(f"cannot reach the broker {redact_url(url)}: {first_line(exc)}; "
+    return ServiceUnavailable(f"cannot reach the broker {redact_url(url)}: "
+                              f"{redact_url(first_line(exc))}; "
                               f"check that Redis runs (`redis-cli{_address(url)} ping`) and "
                               "that FARM_BROKER_URL is right")
 

@@ -31,8 +31,10 @@ def normalise_url(url: str) -> str:
     """Accept ``postgresql://`` and ``postgres://`` and drive them with psycopg 3."""
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ConfigError(f"FARM_DATABASE_URL: cannot parse {url!r}: {exc}") from exc
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
+        raise ConfigError(f"FARM_DATABASE_URL: cannot parse {redact_url(url)!r}; give a URL "
+                          "such as postgresql://user:password@host:5432/db (escape special "
+                          "characters in the password with %XX)") from exc
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)

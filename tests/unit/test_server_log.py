@@ -50,7 +50,19 @@ def test_a_server_that_exited_is_classified_from_its_own_words(log: str, expecte
     error = server_log.start_error("llama-server exited with code 1 while starting", log)
     assert isinstance(error, ServerStartError)
     assert error.failure_class == expected
-    assert error.log_tail == log and log in str(error)
+    assert error.log_tail == server_log.failure_lines(log) and error.log_tail in str(error)
+
+
+def test_a_failed_start_keeps_its_failure_lines_and_never_the_template() -> None:
+    log = ("0.00.797.079 I srv          init: init: chat template, example_format: "
+           "'<|im_start|>system\nKEEP-OUT-7f3a\n'\n"
+           "0.00.800.001 I llama_kv_cache: size = 12.00 MiB\n"
+           "0.00.900.002 E llama_model_load: error loading model: unable to allocate CUDA0 "
+           "buffer\n")
+    error = server_log.start_error("llama-server exited with code 1 while starting", log)
+    assert error.failure_class == "out_of_memory"
+    assert "unable to allocate CUDA0 buffer" in str(error)
+    assert "KEEP-OUT-7f3a" not in str(error) and "chat template" not in str(error)
 
 
 def test_a_server_not_ready_in_time_is_a_timeout_unless_its_log_says_why() -> None:
@@ -108,7 +120,7 @@ def test_errors_raised_before_or_after_the_start_carry_their_class(
 
 
 def test_only_passing_failures_are_retried() -> None:
-    assert {"timeout", "crash", "request_failed"} == RETRYABLE
+    assert {"timeout", "crash", "request_failed", "internal"} == RETRYABLE
 
 
 # Captured from llama-server b11434 at --log-verbosity 4 (SmolLM2, --spec-type

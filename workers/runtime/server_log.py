@@ -58,18 +58,48 @@ def lost_port_race(log_tail: str) -> bool:
     return any(marker in text for marker in _BIND_FAILURES)
 
 
+# The lines of a failed start's log that say why. The rest (at --log-verbosity 4 the
+# rendered chat template, the model's metadata) stays in the log file: a job's error is
+# stored, shown by `farm status` and logged, and a template may hold what its author
+# would not publish. llama.cpp's logger prefixes a line with its time and level
+# ("0.12.560.300 E ..."); a line without one continues the last prefixed line (a message
+# of several lines) or, before any, is the argument parser's own ("error: invalid
+# argument: --foo").
+_LEVEL = re.compile(r"^\d+\.\d+\.\d+\.\d+ (?P<level>[A-Z]) ")
+_FAILURE_WORDS = re.compile(
+    r"error|fail|unable|cannot|can't|couldn't|invalid|unknown|unsupported|not supported|"
+    r"no such|not found|out of memory|abort|exception|terminat|removed|exiting|"
+    r"address already in use", re.IGNORECASE)
+_FAILURE_LINES, _LINE_CHARS = 12, 300
+
+
+def failure_lines(log_tail: str) -> str:
+    """The lines of ``log_tail`` that report a failure: logged at error or warning level
+    (with their continuation lines), or unprefixed lines naming one before the logger
+    started; at most 12, each cut at 300 characters."""
+    kept, level = [], None
+    for line in log_tail.splitlines():
+        prefixed = _LEVEL.match(line)
+        if prefixed:
+            level = prefixed["level"]
+        if level in ("E", "W") or (level is None and _FAILURE_WORDS.search(line)):
+            kept.append(line[:_LINE_CHARS])
+    return "\n".join(kept[-_FAILURE_LINES:])
+
+
 def start_error(message: str, log_tail: str, *, timed_out: bool = False) -> ServerStartError:
-    """The error for a failed start, of the class the log names.
+    """The error for a failed start, of the class the log names, carrying the log's
+    failure lines only (``failure_lines``).
 
     A server still starting at the deadline may have logged why it was stuck (an
     allocation failing, say), so the log is read first; without a known line it is a
     timeout or, if it exited, a crash.
     """
-    text = log_tail.lower()
+    text, shown = log_tail.lower(), failure_lines(log_tail)
     for error, markers in _START_FAILURES:
         if any(marker in text for marker in markers):
-            return error(message, log_tail)
-    return (ServerStartTimeout if timed_out else ServerStartError)(message, log_tail)
+            return error(message, shown)
+    return (ServerStartTimeout if timed_out else ServerStartError)(message, shown)
 
 
 def weights_spilled(log_text: str) -> bool:
