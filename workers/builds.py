@@ -196,11 +196,27 @@ def resolve_source(request: BuildRequest, paths: NodePaths) -> SourceTree:
                       "--ref, a llama.cpp source tree, an sdist (.tar.gz) or pypi:PKG==VERSION")
 
 
+# What every build leaves out, whatever it is asked: downloads (CURL, older builds) and
+# TLS, so no server it makes can fetch a model or reach a URL; subprocesses, so no server
+# can run a tool, an MCP server or a router child even if such an option reached it; and
+# the prebuilt web UI, which the configure step would otherwise download. Part of a build's
+# key: a build made without these is not the same build.
+SAFE_FLAGS = ("-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_SUBPROCESS=OFF",
+              "-DLLAMA_USE_PREBUILT_UI=OFF")
+_SAFE_OPTIONS = re.compile(r"^-D\s*(LLAMA_CURL|LLAMA_OPENSSL|LLAMA_SUBPROCESS|"
+                           r"LLAMA_USE_PREBUILT_UI|LLAMA_BUILD_UI)\b", re.IGNORECASE)
+
+
 def configure_argv(request: BuildRequest, tree: Path, build: Path) -> list[str]:
     """The exact cmake configure command for a request: backend flags, targets' needs."""
+    for arg in request.cmake_args:
+        if _SAFE_OPTIONS.match(arg):
+            raise ConfigError(f"cmake option {arg!r}: the farm builds llama.cpp without "
+                              "downloads, TLS and subprocesses, so that no server it starts "
+                              "reaches the network or runs a program; remove it")
     tests = "ON" if any(target.startswith("test-") for target in request.targets) else "OFF"
     argv = ["cmake", "-S", str(tree), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-            "-DGGML_NATIVE=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
+            "-DGGML_NATIVE=OFF", *SAFE_FLAGS,
             "-DLLAMA_BUILD_EXAMPLES=OFF", f"-DLLAMA_BUILD_TESTS={tests}",
             *BACKEND_FLAGS[request.backend]]
     if request.backend == "cuda":
@@ -225,7 +241,8 @@ def build_argv(build: Path, targets: tuple[str, ...]) -> list[str]:
 def _key(request: BuildRequest, source: SourceTree) -> str:
     identity = {"source": source.identity, "backend": request.backend,
                 "cuda": request.cuda_architectures, "cmake": list(request.cmake_args),
-                "targets": sorted(request.targets), "build_number": request.build_number}
+                "targets": sorted(request.targets), "build_number": request.build_number,
+                "safe": list(SAFE_FLAGS)}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
@@ -249,7 +266,8 @@ def all_manifests(paths: NodePaths) -> list[BuildManifest]:
     return [m for m in found if m is not None]
 
 
-def _write_manifest(manifest: BuildManifest, bin_dir: Path, paths: NodePaths) -> None:
+def _write_manifest(manifest: BuildManifest, bin_dir: Path | None, paths: NodePaths) -> None:
+    """The manifest, and (for a build the farm made) ``bin`` linked to its binaries."""
     home = paths.builds_dir / manifest.name
     home.mkdir(parents=True, exist_ok=True)
     link = home / "bin"
@@ -258,11 +276,31 @@ def _write_manifest(manifest: BuildManifest, bin_dir: Path, paths: NodePaths) ->
             shutil.rmtree(link)
         else:
             link.unlink()
-    link.symlink_to(bin_dir, target_is_directory=True)
+    if bin_dir is not None:
+        link.symlink_to(bin_dir, target_is_directory=True)
     target = manifest_path(manifest.name, paths)
     partial = target.with_suffix(".partial")
     partial.write_text(json.dumps(asdict(manifest), indent=2))
     partial.replace(target)
+
+
+def register_binary(name: str, binary: Path, paths: NodePaths) -> BuildManifest:
+    """Name a llama-server the farm did not build (``farm build NAME --binary PATH``): the
+    operator's say-so that it may run, so that matrices name it by ``build: NAME``."""
+    if not _NAME.match(name):
+        raise ConfigError(f"build name {name!r}: letters, digits, '.', '_' and '-'")
+    server = binary.expanduser().resolve()
+    if not server.is_file():
+        raise ConfigError(f"--binary {binary}: no such file")
+    probe = probe_binary(server)
+    manifest = BuildManifest(
+        name=name, key=file_sha256(server), source=f"binary:{server}", ref=None,
+        commit=probe.commit, sdist_sha256=None, backend="unknown", configure=[], targets=[],
+        server=str(server), version=probe.version, build_number=probe.build_number,
+        spec_types=list(probe.choices("spec-type")),
+        cache_types=list(probe.choices("cache-type-k")))
+    _write_manifest(manifest, None, paths)
+    return manifest
 
 
 def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:

@@ -24,6 +24,7 @@ from farm.errors import ConfigError
 from farm.matrix.spec import ArmRole, JobSpec, Prompt
 from farm.stats import Design, StopDecision, pair_log_ratios, pair_orders, stop_decision
 from workers.checks import Preflight, preflight
+from workers.node import NodeFiles
 from workers.paths import NodePaths
 from workers.runtime.client import Generation, ServerClient, SpecCounters
 from workers.runtime.server import LlamaServer
@@ -222,15 +223,16 @@ class Block:
     log_path: Path
 
 
-def execute_job(spec: JobSpec, sink: RunSink, *, paths: NodePaths,
+def execute_job(spec: JobSpec, sink: RunSink, *, node: NodeFiles, paths: NodePaths,
                 on_run: ProgressFn | None = None, gpus: Sequence[GpuInfo] = ()) -> Outcome:
     """Run the job's block pairs until its two-stage rule stops; raises ``FarmError``.
 
-    The job is checked (and old spellings translated) first; runs already stored are kept
-    (a resumed job only runs what is missing); ``gpus`` are the devices the servers run on,
-    sampled through NVML while they do (none on a CPU node).
+    ``spec`` has its builds and model resolved on ``node``. The job is checked (and old
+    spellings translated) first, as a matrix load checks it, against this node's builds;
+    runs already stored are kept (a resumed job only runs what is missing); ``gpus`` are
+    the devices the servers run on, sampled through NVML while they do (none on a CPU node).
     """
-    checked = preflight(spec, paths)
+    checked = preflight(spec, node, paths)
     sink.start(checked)
     spec, measured = checked.spec, sink.done()
 
@@ -290,7 +292,8 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
     spec, arm = block.spec, block.spec.arm(block.slot.role)
     width = spec.concurrency
     server = LlamaServer(arm.build.local_path, spec.model.local_path, arm.argv, block.log_path,
-                         parallel=width, env=cuda_env(gpus) if gpus else None)
+                         parallel=width, env=cuda_env(gpus) if gpus else None,
+                         offline=checked.probe(arm.role).option("offline") is not None)
     with server, ServerClient(server.base_url) as client, Sampler(gpus, server.pid) as sampler:
         argv = server.argv(server.port)
         speculative = client.slot_speculative()

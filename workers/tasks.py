@@ -20,10 +20,11 @@ from typing import TypeVar
 
 from celery import Task, current_app, shared_task
 from celery.exceptions import Reject, SoftTimeLimitExceeded
+from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from farm.errors import RETRYABLE, FarmError, first_line
+from farm.errors import RETRYABLE, ConfigError, FarmError, InternalError, first_line
 from farm.fleet.app import TASK_NAME
 from farm.fleet.reconcile import reconcile
 from farm.matrix.spec import JobSpec
@@ -123,10 +124,18 @@ class LeaseKeeper:
         self._thread.join()
 
 
-def _load_spec(engine: Engine, job_id: int) -> tuple[JobSpec, int]:
+def _load_spec(engine: Engine, job_id: int) -> tuple[JobSpec | ConfigError, int]:
+    """The job's spec as stored, validated as a matrix's jobs are; a row that does not
+    validate is the job's error (it fails as ``config``), not the worker's."""
     with Session(engine) as session:
         job = session.get_one(Job, job_id)
-        return JobSpec.model_validate(job.spec), job.max_attempts
+        try:
+            return JobSpec.model_validate(job.spec), job.max_attempts
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
+                for e in exc.errors()[:5])
+            return ConfigError(f"the stored job spec is not valid: {problems}"), job.max_attempts
 
 
 @contextmanager
@@ -161,6 +170,8 @@ def execute_job_task(self: NodeTask, job_id: int) -> str:
         return (f"job {job_id}: not claimable (running elsewhere, finished, waiting out a "
                 "retry or out of attempts)")
     spec, max_attempts = patient(lambda: _load_spec(engine, job_id), "reading its spec")
+    if isinstance(spec, ConfigError):
+        return _retry_or_fail(engine, lease, max_attempts, spec, patient)
     with _sigterm_stops_the_job():
         try:
             return _run(node, lease, spec, max_attempts)
@@ -187,7 +198,8 @@ def _run(node: Node, lease: leases.Lease, spec: JobSpec, max_attempts: int) -> s
         with LeaseKeeper(engine, lease, settings.lease_seconds) as keeper:
             sink = LeasedRunSink(engine, lease, keeper.lost, node.config.worker_name,
                                  settings.repost_after)
-            outcome = execute_job(resolve(spec, worker_files(node.config)), sink,
+            files = worker_files(node.config)
+            outcome = execute_job(resolve(spec, files), sink, node=files,
                                   paths=NodePaths.of(settings), gpus=node.gpus)
         summary = patient(lambda: job_summary(engine, job_id, outcome), "summarizing")
     except leases.LeaseLost as exc:
@@ -204,6 +216,15 @@ def _run(node: Node, lease: leases.Lease, spec: JobSpec, max_attempts: int) -> s
         return f"job {job_id}: failed: time limit"
     except FarmError as exc:
         return _retry_or_fail(engine, lease, max_attempts, exc, patient)
+    except (WorkerStopping, Reject):
+        raise
+    except Exception as exc:
+        # A failure nobody foresaw still ends the attempt with its reason, never a job
+        # left running until its lease lapses and then taken again.
+        log.exception("job %s: unexpected failure", job_id)
+        internal = InternalError(f"unexpected {type(exc).__name__}: {first_line(exc)}; "
+                                 "see the worker's log")
+        return _retry_or_fail(engine, lease, max_attempts, internal, patient)
     done = patient(lambda: leases.finish(engine, lease, JobState.DONE, summary=summary),
                    "finishing")
     if not done:

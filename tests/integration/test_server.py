@@ -44,23 +44,6 @@ def test_server_answers_a_fixed_length_streamed_generation(
     assert "--parallel 1 --metrics" in (tmp_path / "s.log").read_text()
 
 
-def test_server_environment_holds_no_farm_secrets(
-        provisioned: Provisioned, smollm2: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    passwords = ("pw-db-4f1c", "pw-broker-77ae", "pw-flower-0b3d")
-    monkeypatch.setenv("FARM_DATABASE_URL", f"postgresql://u:{passwords[0]}@db.invalid/farm")
-    monkeypatch.setenv("FARM_BROKER_URL", f"redis://:{passwords[1]}@redis.invalid:6379/0")
-    monkeypatch.setenv("FARM_FLOWER_AUTH", f"admin:{passwords[2]}")
-    server = LlamaServer(str(provisioned.server), str(smollm2), ARGS, tmp_path / "env.log",
-                         env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
-    with server:
-        assert server.pid is not None
-        environ = Path(f"/proc/{server.pid}/environ").read_bytes().decode().split("\0")
-    assert not [password for password in passwords if password in "\0".join(environ)]
-    assert not [entry for entry in environ if entry.startswith("FARM_")]
-    assert f"PATH={os.environ['PATH']}" in environ and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in environ
-
-
 def test_server_that_exits_on_start_raises_with_its_log_tail(
         provisioned: Provisioned, smollm2: Path, tmp_path: Path) -> None:
     server = LlamaServer(str(provisioned.server), str(smollm2), ["--cache-type-k", "q9_9"],

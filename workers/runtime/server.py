@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import socket
@@ -11,12 +12,18 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 import httpx
 
+from farm.errors import ProcessNotStarted, ServerStartError
 from workers.runtime import server_log
 
 HOST = "127.0.0.1"
+# Why exec failed when the binary or its command line is at fault (not a lack of memory or
+# processes, which may pass): it fails the same on every attempt.
+_NOT_STARTABLE = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR,
+                            errno.E2BIG, errno.ELOOP, errno.ENAMETOOLONG})
 # llama.cpp's trace level: a finished request's speculative statistics (per method: calls,
 # drafts, tokens, draft time; server_log.SpecStatsLog) are printed from it up. It adds about
 # 30 lines per request and none per token, at no measurable cost to decode speed; debug (5)
@@ -36,15 +43,19 @@ def _die_with_parent() -> None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _child_env(extra: dict[str, str] | None) -> dict[str, str]:
-    """This process's environment without ``FARM_*``, plus ``extra``.
+# What llama-server inherits from the node's environment: where programs and libraries
+# are, the home and locale, and the GPU runtimes' own settings. Nothing else: not the
+# farm's URLs and passwords (FARM_*), not a Hub token or cloud credentials, and not
+# llama.cpp's LLAMA_ARG_* variables, each of which sets an option no job may set.
+_INHERITED = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH")
+_INHERITED_PREFIXES = ("LC_", "CUDA_", "GGML_", "NVIDIA_", "HIP_", "ROCR_", "HSA_")
 
-    ``FARM_*`` holds the database and broker URLs with their passwords and Flower's
-    credentials; llama-server needs none of them, and without them they cannot leak
-    through its /proc/PID/environ, a core dump or a crash report.
-    """
+
+def child_env(extra: dict[str, str] | None) -> dict[str, str]:
+    """The allow-listed part of this process's environment, plus ``extra`` (the farm's own,
+    e.g. ``CUDA_VISIBLE_DEVICES``)."""
     inherited = {name: value for name, value in os.environ.items()
-                 if not name.startswith("FARM_")}
+                 if name in _INHERITED or name.startswith(_INHERITED_PREFIXES)}
     return {**inherited, **(extra or {})}
 
 
@@ -60,10 +71,11 @@ class LlamaServer:
 
     def __init__(self, binary: str, model: str, arm_argv: list[str], log_path: Path,
                  *, parallel: int = 1, startup_timeout: float = 180.0, bind_attempts: int = 5,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, offline: bool = True) -> None:
         self.binary, self.model, self.arm_argv = binary, model, arm_argv
         self.parallel = parallel  # slots: one per simultaneous stream
-        self.env = _child_env(env)
+        self.offline = offline  # --offline, where the build knows it
+        self.env = child_env(env)
         self.log_path = log_path
         self.startup_timeout = startup_timeout
         self.bind_attempts = bind_attempts
@@ -86,7 +98,7 @@ class LlamaServer:
         """The full command line: the farm's own flags, then the arm's."""
         return [self.binary, "--model", self.model, "--host", HOST, "--port", str(port),
                 "--log-verbosity", str(LOG_VERBOSITY), "--parallel", str(self.parallel),
-                "--metrics", *self.arm_argv]
+                "--metrics", *(["--offline"] if self.offline else []), *self.arm_argv]
 
     def __enter__(self) -> LlamaServer:
         self.start()
@@ -103,21 +115,16 @@ class LlamaServer:
             self.port = free_port()
             if self._launch_and_wait():
                 return
-        raise server_log.start_error(f"llama-server could not bind a port after "
-                                     f"{self.bind_attempts} attempts",
-                                     server_log.tail(self.log_path))
+        raise self._failed(f"llama-server could not bind a port after {self.bind_attempts} "
+                           "attempts")
 
     def _launch_and_wait(self) -> bool:
         """True once healthy; False on a lost port race; raises on any other failure."""
         with self.log_path.open("ab") as log:
             self.log_offset = log.tell()
-            log.write(("$ " + " ".join(self.argv(self.port)) + "\n").encode())
+            log.write(("$ " + " ".join(self.argv(self.port)) + "\n").encode(errors="replace"))
             log.flush()
-            self._process = subprocess.Popen(
-                self.argv(self.port), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True, env=self.env,
-                # Only a prctl call on an already loaded libc: safe between fork and exec.
-                preexec_fn=_die_with_parent)
+            self._process = self._popen(log)
         deadline = time.monotonic() + self.startup_timeout
         with httpx.Client(timeout=2.0) as client:
             while time.monotonic() < deadline:
@@ -131,17 +138,40 @@ class LlamaServer:
                     pass
                 time.sleep(0.1)
         self.stop()
-        raise server_log.start_error(f"llama-server did not answer /health within "
-                                     f"{self.startup_timeout:.0f} s",
-                                     server_log.tail(self.log_path), timed_out=True)
+        raise self._failed(f"llama-server did not answer /health within "
+                           f"{self.startup_timeout:.0f} s", timed_out=True)
+
+    def _popen(self, log: IO[bytes]) -> subprocess.Popen[bytes]:
+        """Start the process; a command line or binary that cannot start is the job's
+        fault (``config``), never an exception that leaves a job running."""
+        try:
+            return subprocess.Popen(
+                self.argv(self.port), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True, env=self.env,
+                # Only a prctl call on an already loaded libc: safe between fork and exec.
+                preexec_fn=_die_with_parent)
+        except ValueError as exc:  # e.g. a NUL byte in an argument
+            raise ProcessNotStarted(f"llama-server could not be started: {exc}") from exc
+        except OSError as exc:
+            if exc.errno in _NOT_STARTABLE:
+                raise ProcessNotStarted(f"llama-server {self.binary} could not be started: "
+                                        f"{exc.strerror}") from exc
+            raise server_log.start_error(f"llama-server could not be started: {exc.strerror}",
+                                         "") from exc
 
     def _exited(self, code: int) -> bool:
         self._process = None
         tail = server_log.tail(self.log_path)
         if server_log.lost_port_race(tail):
             return False
-        raise server_log.start_error(f"llama-server exited with code {code} while starting",
-                                     tail)
+        raise self._failed(f"llama-server exited with code {code} while starting", tail)
+
+    def _failed(self, message: str, tail: str | None = None, *,
+                timed_out: bool = False) -> ServerStartError:
+        """The start failure, its log's failure lines, and where the whole log is."""
+        return server_log.start_error(
+            f"{message} (server log: {self.log_path})",
+            server_log.tail(self.log_path) if tail is None else tail, timed_out=timed_out)
 
     def stop(self, grace: float = 10.0) -> None:
         """Terminate the whole process group, then kill it if it lingers."""
