@@ -21,7 +21,7 @@ from farm.store.db import connected, upgrade
 from farm.store.models import JobState
 from workers.checks import Preflight, check_arms, preflight
 from workers.executor import RunResult, execute_job, job_design
-from workers.node import NodeFiles, NotOnThisNode, local_files, resolve, resolve_arms
+from workers.node import NodeFiles, NotOnThisNode, local_files, resolve, resolve_builds
 from workers.paths import NodePaths
 from workers.runtime.server import HOST
 from workers.sinks import DbRunSink, job_summary
@@ -82,7 +82,7 @@ def checked_jobs(path: Path, matrix: Matrix, specs: list[JobSpec], node: NodeFil
     for spec in specs:
         try:
             resolved = resolve(spec, node)
-            checked.append((resolved, preflight(resolved, paths)))
+            checked.append((resolved, preflight(resolved, node, paths)))
         except ConfigError as exc:
             raise type(exc)(f"{_where(path, matrix, spec, exc)}: {exc}", role=exc.role) from exc
     return checked
@@ -91,7 +91,7 @@ def checked_jobs(path: Path, matrix: Matrix, specs: list[JobSpec], node: NodeFil
 def _flags_checked(path: Path, matrix: Matrix, spec: JobSpec, node: NodeFiles) -> JobSpec:
     """The job's arms resolved and checked against their builds, its model left as written."""
     try:
-        return check_arms(resolve_arms(spec, node))[0]
+        return check_arms(resolve_builds(spec, node), node)[0]
     except NotOnThisNode:
         raise
     except ConfigError as exc:
@@ -119,8 +119,8 @@ class _Progress:
             f"{self.label} · {result.key.arm} block {result.slot.block} · {tok_s:.1f} tok/s"))
 
 
-def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings: Settings,
-             console: Console, gpus: list[GpuInfo]) -> int:
+def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: NodeFiles,
+             settings: Settings, console: Console, gpus: list[GpuInfo]) -> int:
     pending = [(spec, job_id) for spec, job_id in zip(specs, job_ids, strict=True)
                if repo.job_state(engine, job_id) != JobState.DONE]
     if len(pending) < len(specs):
@@ -137,7 +137,7 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], settings:
             progress.bar.advance(progress.task, len(sink.done()))
             repo.mark_running(engine, job_id)
             try:
-                outcome = execute_job(spec, sink, paths=NodePaths.of(settings),
+                outcome = execute_job(spec, sink, node=node, paths=NodePaths.of(settings),
                                       on_run=progress.run, gpus=gpus)
             except KeyboardInterrupt:
                 repo.mark_finished(engine, job_id, JobState.QUEUED,
@@ -163,12 +163,12 @@ def _one_class(path: Path, matrix: Matrix, gpu_class: str | None) -> str:
 
 
 def dry_run_as_worker(path: Path, matrix: Matrix, specs: list[JobSpec], paths: NodePaths,
-                      console: Console) -> None:
+                      console: Console, allow_options: frozenset[str] = frozenset()) -> None:
     """`farm submit --dry-run`: each job checked as a worker would check it (names inside
     the models dir, builds by name) with this machine's builds and models. Without the
     model here, its flags are still checked against the build; without the build, the job
     is shown as written. Either way it says what was not checked."""
-    node = local_files(paths, None, allow_file_flags=False)
+    node = local_files(paths, None, allow_options=allow_options)
     shown, unchecked = [], []
     for spec in specs:
         try:
@@ -189,18 +189,21 @@ def dry_run_as_worker(path: Path, matrix: Matrix, specs: list[JobSpec], paths: N
 
 
 def run_local(path: Path, settings: Settings, console: Console, *, dry_run: bool,
-              gpu_class: str | None = None, allow_file_flags: bool = False,
-              gpus: list[GpuInfo] | None = None) -> str | None:
+              gpu_class: str | None = None, allow_options: frozenset[str] = frozenset(),
+              allow_build_path: bool = False, gpus: list[GpuInfo] | None = None) -> str | None:
     """Validate, resolve, check, store and execute; returns the campaign, or None for a dry
-    run (every check made, nothing written or started). ``gpus``: the GPUs runs are pinned
-    to and sampled on (default every GPU NVML sees).
+    run (every check made, nothing written or started). ``allow_options``: harmless options
+    beyond the allow-list (``farm run --allow-option``); ``allow_build_path``: the matrix's
+    own build binaries may run. ``gpus``: the GPUs runs are pinned to and sampled on
+    (default every GPU NVML sees).
 
     Raises ``FarmError`` subclasses; a failed job is reported and counted, not raised.
     """
-    matrix, specs = load_matrix(path)
+    matrix, specs = load_matrix(path, allow_options)
     chosen = _one_class(path, matrix, gpu_class)
     paths = NodePaths.of(settings)
-    node = local_files(paths, path.parent, allow_file_flags=allow_file_flags)
+    node = local_files(paths, path.parent, allow_options=allow_options,
+                       allow_build_path=allow_build_path)
     checked = checked_jobs(path, matrix, [s for s in specs if s.gpu_class == chosen], node,
                            paths)
     if dry_run:
@@ -210,7 +213,7 @@ def run_local(path: Path, settings: Settings, console: Console, *, dry_run: bool
     with connected(settings.database_url) as engine:
         upgrade(engine)
         job_ids = repo.register(engine, matrix.campaign, str(path.resolve()), specs)
-        failed = _execute(engine, specs, job_ids, settings, console,
+        failed = _execute(engine, specs, job_ids, node, settings, console,
                           all_gpus() if gpus is None else gpus)
     if failed:
         raise JobsFailed(f"{failed} of {len(specs)} jobs failed; see `farm report "

@@ -1,19 +1,25 @@
 """Check a job against its builds and model before any server starts.
 
-Known renames are translated (the tutorial's ``--spec-type mtp``, the removed
-``--draft-max``) when the build only knows the new spelling, and recorded, so old command
-lines still run and the stored argv shows what really ran.
+A node checks the job it reads with the same code as a matrix load (every flag
+canonical, on the allow-list, of its type: ``farm.matrix.options``), against its own
+build's ``--help``: the names are canonicalised by the build's own aliases first, so no
+spelling slips past a list. Known renames are translated (the tutorial's ``--spec-type
+mtp``, the removed ``--draft-max``) when the build only knows the new spelling, and
+recorded, so old command lines still run and the stored argv shows what really ran.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from farm.errors import ConfigError, NoMtpHeads, UnsupportedByBuild
 from farm.matrix.flags import FlagValue
+from farm.matrix.options import check_flag, value_type
 from farm.matrix.spec import Arm, JobSpec
 from workers.model_info import ModelInfo, inspect_model
+from workers.node import NodeFiles, resolve_flag_files
 from workers.paths import NodePaths
 from workers.runtime.probe import BinaryProbe, Option, probe_binary
 
@@ -35,6 +41,9 @@ _NUMBER = re.compile(r"[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|(?i:inf|infinity|n
 # Words a numeric flag also accepts, quoted in its help: -ngl "an exact number, 'auto',
 # or 'all'".
 _QUOTED_WORD = re.compile(r"'([a-z][\w-]*)'")
+# Metavars of a value that names a file or a directory: an option the farm's table does
+# not know (allowed by an operator) may not take one.
+_FILE_HINTS = re.compile(r"FNAME|FILE|PATH|DIR")
 
 
 @dataclass(frozen=True)
@@ -82,12 +91,14 @@ def _check_number(option: Option, name: str, value: str) -> None:
     raise ConfigError(f"--{name} {option.hint} takes {accepted}, not {value!r}")
 
 
-def _translate(probe: BinaryProbe, name: str, value: FlagValue,
-               notes: list[str]) -> tuple[str, FlagValue]:
+def _translate(probe: BinaryProbe, name: str, value: FlagValue, notes: list[str],
+               written: str) -> tuple[str, FlagValue]:
+    """Known renames applied to the canonical ``name``; the note names the option as the
+    matrix ``written`` it."""
     old = probe.option(name)
     new_name = FLAG_RENAMES.get(name)
     if new_name and (old is None or old.removed) and probe.option(new_name):
-        notes.append(f"--{name} -> --{new_name} (removed in this build)")
+        notes.append(f"--{written} -> --{new_name} (removed in this build)")
         name = new_name
     if name == "spec-type" and isinstance(value, str):
         accepted = probe.choices("spec-type")
@@ -99,12 +110,29 @@ def _translate(probe: BinaryProbe, name: str, value: FlagValue,
     return name, value
 
 
-def check_arm(probe: BinaryProbe, arm: Arm) -> tuple[Arm, list[str]]:
-    """The arm with known renames applied, after checking every flag against the build."""
+def _admitted(probe: BinaryProbe, raw: str, value: FlagValue,
+              allow: Iterable[str]) -> tuple[str, FlagValue]:
+    """One flag canonicalised by the build's own help, then checked as a matrix load
+    checks it (allow-list, value shape)."""
+    name = probe.canonical(raw.lstrip("-")) or raw
+    name, checked = check_flag(name, value, "flags", allow)
+    option = probe.option(name)
+    if value_type(name) is None and option is not None and option.hint \
+            and _FILE_HINTS.search(option.hint):
+        raise ConfigError(f"--{name} takes {option.hint}: a file, which the farm passes "
+                          "only for the options it knows read models")
+    return name, checked
+
+
+def check_arm(probe: BinaryProbe, arm: Arm,
+              allow: Iterable[str] = ()) -> tuple[Arm, list[str]]:
+    """The arm with canonical names and known renames applied, after checking every flag
+    against the allow-list (and the options ``allow`` adds) and the build."""
     notes: list[str] = []
-    flags = []
+    flags: list[tuple[str, FlagValue]] = []
     for raw_name, raw_value in arm.flags:
-        name, value = _translate(probe, raw_name, raw_value, notes)
+        admitted = _admitted(probe, raw_name, raw_value, allow)
+        name, value = _translate(probe, *admitted, notes, raw_name.lstrip("-"))
         option = probe.option(name)
         if option is None:
             raise UnsupportedByBuild(f"build {arm.build.name!r} ({probe.path}) has no flag "
@@ -113,6 +141,8 @@ def check_arm(probe: BinaryProbe, arm: Arm) -> tuple[Arm, list[str]]:
             raise UnsupportedByBuild(f"build {arm.build.name!r} removed --{name}: "
                                      f"{' '.join(option.help.split())}")
         _check_value(option, name, value, arm.build.name)
+        if name in dict(flags):
+            raise ConfigError(f"--{name} is given twice (as {raw_name!r} too); give it once")
         flags.append((name, value))
     return arm.model_copy(update={"flags": tuple(flags)}), notes
 
@@ -149,26 +179,30 @@ def _check_draft(arm: Arm, target: ModelInfo, draft: ModelInfo) -> None:
             "same tokens: pick a draft model of the same family", role=arm.role)
 
 
-def check_arms(spec: JobSpec) -> tuple[JobSpec, dict[str, BinaryProbe], list[str]]:
-    """Probe both arms' builds, check and translate their flags: the job as it will run, the
-    probes and the renames applied; ConfigError if a flag or value is unfit."""
+def check_arms(spec: JobSpec, node: NodeFiles,
+               ) -> tuple[JobSpec, dict[str, BinaryProbe], list[str]]:
+    """Probe both arms' builds, check and translate their flags, then resolve the files
+    they name on ``node``: the job as it will run, the probes and the renames applied;
+    ConfigError if a flag or value is unfit."""
     probes: dict[str, BinaryProbe] = {}
     arms: dict[str, Arm] = {}
     translations: list[str] = []
     for arm in (spec.baseline, spec.variant):
         probes[arm.role] = probe_binary(arm.build.local_path)
         try:
-            arms[arm.role], notes = check_arm(probes[arm.role], arm)
+            arms[arm.role], notes = check_arm(probes[arm.role], arm, node.allow_options)
         except ConfigError as exc:
             raise type(exc)(f"{arm.role} arm {arm.name!r}: {exc}", role=arm.role) from exc
+        arms[arm.role] = resolve_flag_files(arms[arm.role], node)
         translations += [f"{arm.role}: {note}" for note in notes]
     checked = spec.model_copy(update={"baseline": arms["baseline"], "variant": arms["variant"]})
     return checked, probes, translations
 
 
-def preflight(spec: JobSpec, paths: NodePaths) -> Preflight:
-    """Probe the builds, check and translate both arms, check the model; ConfigError if unfit."""
-    checked, probes, translations = check_arms(spec)
+def preflight(spec: JobSpec, node: NodeFiles, paths: NodePaths) -> Preflight:
+    """Probe the builds, check and translate both arms, check the model; ConfigError if
+    unfit. ``spec`` has its builds and model resolved on ``node`` (``workers.node.resolve``)."""
+    checked, probes, translations = check_arms(spec, node)
     model = inspect_model(spec.model.local_path, paths)
     _check_model(checked, model, paths)
     return Preflight(spec=checked, probes=probes, model=model, translations=translations)

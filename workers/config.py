@@ -9,6 +9,7 @@ from pydantic import Field, ValidationError
 
 from farm.errors import ConfigError
 from farm.matrix.load import read_yaml
+from farm.matrix.options import check_allowances
 from farm.matrix.schema import Strict
 from workers.builds import all_manifests
 from workers.paths import NodePaths
@@ -23,8 +24,16 @@ class WorkerConfig(Strict):
     models_dir: Path = Field(description="Default: FARM_MODELS_DIR.")
     builds: dict[str, Path] = Field(default_factory=dict,
                                     description="Build name -> llama-server binary.")
-    allow_file_flags: bool = Field(False, description="Let jobs pass flags that make "
-                                   "llama-server write files on this box (--log-file ...).")
+    allow_options: list[str] = Field(
+        default_factory=list, description="Harmless llama-server options beyond the farm's "
+        "allow-list that jobs may pass on this node (a fork's, or one refused as 'not a "
+        "benchmark option'); never one that runs programs, reaches the network or writes "
+        "or reads files.")
+
+    @property
+    def allowed_options(self) -> frozenset[str]:
+        """``allow-options`` as canonical names (checked when the config is loaded)."""
+        return check_allowances(self.allow_options, "allow-options")
 
     @property
     def worker_name(self) -> str:
@@ -53,6 +62,7 @@ def load_worker_config(path: Path | None, paths: NodePaths, *, gpu_class: str | 
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{path or 'worker options'}: {problems}") from exc
+    check_allowances(config.allow_options, f"{path or 'worker options'}: allow-options")
     if not config.builds:
         config = config.model_copy(update={"builds": {
             manifest.name: Path(manifest.server) for manifest in all_manifests(paths)}})

@@ -2,8 +2,10 @@
 
 ``farm run`` and ``farm worker`` resolve a job through the same :func:`resolve` with the
 same rules; they differ only in the :class:`NodeFiles` they pass: ``farm run`` also honours
-a matrix's own ``path:`` (relative to the matrix file), a worker only names inside its
-models dir and builds dir.
+a matrix's own model ``path:`` (relative to the matrix file), and its build ``path:`` only
+when asked to (``--allow-build-path``: opening someone's matrix must not run their
+binary); a worker only names inside its models dir and builds dir. Files that flags name
+are resolved after the flags are checked (``workers/checks.py``), by their option's type.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm.errors import ConfigError
+from farm.matrix.options import FILE_TYPES, ValueType, value_type
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef
 from workers.builds import all_manifests
 from workers.config import WorkerConfig
@@ -33,30 +36,29 @@ class NodeFiles:
     builds: Mapping[str, Path]  # build name -> llama-server
     models_dir: Path
     # `farm run`: the matrix file's directory, against which its own `path:` entries for
-    # models, builds and draft models resolve. None on a worker: names only.
+    # models and draft models resolve. None on a worker: names only.
     matrix_dir: Path | None = None
-    allow_file_flags: bool = False
+    # Harmless options this node lets jobs pass beyond the allow-list (farm.matrix.options).
+    allow_options: frozenset[str] = frozenset()
+    # `farm run --allow-build-path`: the matrix's own build `path:` may be executed.
+    allow_build_path: bool = False
 
 
 def worker_files(config: WorkerConfig) -> NodeFiles:
     """What a worker runs jobs with: its configured builds and models dir, no matrix paths."""
     return NodeFiles(name=f"worker {config.worker_name}", builds=config.builds,
-                     models_dir=config.models_dir, allow_file_flags=config.allow_file_flags)
+                     models_dir=config.models_dir, allow_options=config.allowed_options)
 
 
 def local_files(paths: NodePaths, matrix_dir: Path | None, *,
-                allow_file_flags: bool) -> NodeFiles:
-    """This machine, with every build `farm build`/`farm provision` made here; with a
-    ``matrix_dir`` (`farm run`) the matrix's own paths count too."""
+                allow_options: frozenset[str] = frozenset(),
+                allow_build_path: bool = False) -> NodeFiles:
+    """This machine, with every build `farm build`/`farm provision` made or registered
+    here; with a ``matrix_dir`` (`farm run`) the matrix's own model paths count too."""
     builds = {manifest.name: Path(manifest.server) for manifest in all_manifests(paths)}
     return NodeFiles(name="this machine", builds=builds, models_dir=paths.models_dir,
-                     matrix_dir=matrix_dir, allow_file_flags=allow_file_flags)
-
-# Flags that make llama-server write files on the node: refused unless the node allows it.
-WRITES_FILES = frozenset({"log-file", "slot-save-path", "path", "media-path"})
-# Flags whose value is a file the server reads: resolved inside the models dir.
-READS_MODEL_FILES = frozenset({"spec-draft-model", "model-draft", "md", "lora", "mmproj",
-                               "control-vector", "lora-scaled"})
+                     matrix_dir=matrix_dir, allow_options=allow_options,
+                     allow_build_path=allow_build_path)
 
 
 @dataclass(frozen=True)
@@ -115,9 +117,23 @@ def _flag_file(node: NodeFiles, value: str, what: str) -> str:
     return _inside(node, value, what)
 
 
+def _registered(build: BuildRef, node: NodeFiles) -> bool:
+    """Whether ``build.path`` is the binary this node registered under the build's name
+    (`farm build`, `farm provision`): running it needs no opt-in."""
+    known = node.builds.get(build.name)
+    return (known is not None and build.path is not None
+            and Path(build.path).expanduser().resolve() == known.resolve())
+
+
 def _resolve_build(build: BuildRef, node: NodeFiles) -> BuildRef:
     """The build's llama-server; errors carry role "build" (the matrix's `build:` key)."""
-    if build.path is not None and node.matrix_dir is not None:
+    if build.path is not None and node.matrix_dir is not None and not _registered(build, node):
+        if not node.allow_build_path:
+            raise ConfigError(
+                f"build {build.name!r} names its own binary ({build.path}); `farm run` runs "
+                "a matrix's binary only when asked: pass --allow-build-path if you trust it, "
+                f"or register it once with `farm build {build.name} --binary PATH` and name "
+                f"it `build: {build.name}`", role="build")
         try:
             path = _existing(node.matrix_dir / Path(build.path).expanduser(),
                              f"llama-server of build {build.name!r}", "fix build.path")
@@ -128,41 +144,57 @@ def _resolve_build(build: BuildRef, node: NodeFiles) -> BuildRef:
     if binary is None:
         raise NotOnThisNode(f"build {build.name!r} is not on {node.name} (it has: "
                             f"{', '.join(sorted(node.builds)) or 'none'}); run `farm provision` "
-                            f"(it makes 'cpu'), `farm build {build.name} ...`, or give build: "
-                            "{name: ..., path: /path/to/llama-server}", role="build")
+                            f"(it makes 'cpu'), `farm build {build.name} ...`, or register a "
+                            f"binary with `farm build {build.name} --binary PATH`", role="build")
     return BuildRef(name=build.name, path=str(binary))
 
 
-def _resolve_arm(arm: Arm, node: NodeFiles) -> Arm:
+def _resolve_files(value: str, kind: ValueType, node: NodeFiles, what: str) -> str:
+    """A file-typed value with each file it names resolved on ``node``."""
+    if kind is ValueType.MODEL_FILE:
+        return _flag_file(node, value, what)
+    resolved = []
+    for item in value.split(","):
+        name, scale = item.rpartition(":")[::2] if kind is ValueType.MODEL_FILES_SCALED \
+            else (item, "")
+        if kind is ValueType.MODEL_FILES_SCALED and not name:
+            raise ConfigError(f"{what} {item!r}: give FILE:SCALE")
+        path = _flag_file(node, name, what)
+        resolved.append(f"{path}:{scale}" if kind is ValueType.MODEL_FILES_SCALED else path)
+    return ",".join(resolved)
+
+
+def resolve_flag_files(arm: Arm, node: NodeFiles) -> Arm:
+    """The arm with every file its (checked, canonical) flags name resolved inside the
+    models dir (on `farm run`, or as written relative to the matrix file)."""
     flags = []
     for name, value in arm.flags:
-        if name in WRITES_FILES and not node.allow_file_flags:
-            raise ConfigError(f"{arm.role} arm {arm.name!r}: --{name} writes files on "
-                              f"{node.name}; refused unless allowed (`farm run "
-                              "--allow-file-flags`, or `allow-file-flags: true` in a worker's "
-                              "config)", role=arm.role)
-        if name in READS_MODEL_FILES and isinstance(value, str):
+        kind = value_type(name)
+        if kind in FILE_TYPES and isinstance(value, str) and kind is not None:
             try:
-                value = _flag_file(node, value, f"--{name}")
+                value = _resolve_files(value, kind, node, f"--{name}")
             except ConfigError as exc:
                 raise type(exc)(f"{arm.role} arm {arm.name!r}: {exc}", role=arm.role) from exc
         flags.append((name, value))
-    return arm.model_copy(update={"flags": tuple(flags),
-                                  "build": _resolve_build(arm.build, node)})
+    return arm.model_copy(update={"flags": tuple(flags)})
 
 
-def resolve_arms(spec: JobSpec, node: NodeFiles) -> JobSpec:
-    """The job with its builds and file flags resolved on ``node`` (the model as written)."""
-    return spec.model_copy(update={"baseline": _resolve_arm(spec.baseline, node),
-                                   "variant": _resolve_arm(spec.variant, node)})
+def resolve_builds(spec: JobSpec, node: NodeFiles) -> JobSpec:
+    """The job with both arms' builds resolved on ``node`` (the model as written)."""
+    return spec.model_copy(update={
+        "baseline": spec.baseline.model_copy(
+            update={"build": _resolve_build(spec.baseline.build, node)}),
+        "variant": spec.variant.model_copy(
+            update={"build": _resolve_build(spec.variant.build, node)})})
 
 
 def resolve(spec: JobSpec, node: NodeFiles) -> JobSpec:
-    """The job with its builds, model and file flags resolved on ``node``, or ConfigError
-    (NotOnThisNode when a build or file is missing here)."""
+    """The job with its builds and model resolved on ``node``, or ConfigError
+    (NotOnThisNode when a build or file is missing here). Flags stay as written: they are
+    checked against the build before the files they name are looked up."""
     model = spec.model
     what = f"model {model.name!r}"
     path = (_model_path(node, model.path, what) if model.path is not None
             else _inside(node, model.file or f"{model.name}.gguf", what))
-    return resolve_arms(spec, node).model_copy(update={
+    return resolve_builds(spec, node).model_copy(update={
         "model": ModelRef(name=model.name, file=model.file, path=path)})

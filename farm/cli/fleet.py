@@ -11,7 +11,7 @@ from farm.cli.base import cli
 from farm.settings import Settings, load_settings
 
 
-def _dry_run(matrix: Path, settings: Settings) -> None:
+def _dry_run(matrix: Path, settings: Settings, allow: frozenset[str]) -> None:
     # Imported only here: the node's runner brings pandas, a second of start-up that a
     # 10,000-job submit cannot spare.
     from farm.local import dry_run_as_worker
@@ -19,7 +19,8 @@ def _dry_run(matrix: Path, settings: Settings) -> None:
     from farm.report.text import wide_console
     from workers.paths import NodePaths
 
-    dry_run_as_worker(matrix, *load_matrix(matrix), NodePaths.of(settings), wide_console())
+    dry_run_as_worker(matrix, *load_matrix(matrix, allow), NodePaths.of(settings),
+                      wide_console(), allow)
 
 
 @cli.command()
@@ -30,21 +31,27 @@ def _dry_run(matrix: Path, settings: Settings) -> None:
 @click.option("--retry-failed", is_flag=True, help="Post failed jobs again (attempts reset).")
 @click.option("--retry-cancelled", is_flag=True,
               help="Post cancelled jobs again (attempts reset).")
-def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: bool) -> None:
+@click.option("--allow-option", "allow_options", multiple=True, metavar="NAME",
+              help="Let the matrix pass this harmless option beyond the farm's allow-list "
+                   "(repeatable); each worker runs it only if its config allows it too.")
+def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: bool,
+           allow_options: tuple[str, ...]) -> None:
     """Store MATRIX as a campaign and post every job not done whose message is not already
     waiting in the broker; running jobs are left alone."""
     from farm.fleet.app import make_app
     from farm.fleet.submit import require_fleet
     from farm.fleet.submit import submit as do_submit
     from farm.matrix.load import load_matrix
+    from farm.matrix.options import check_allowances
     from farm.store.db import connected
 
     settings = load_settings()
+    allowed = check_allowances(allow_options, "--allow-option")
     if dry_run:
-        _dry_run(matrix, settings)
+        _dry_run(matrix, settings, allowed)
         return
     require_fleet(settings)
-    loaded = load_matrix(matrix)  # bad input fails before services are touched
+    loaded = load_matrix(matrix, allowed)  # bad input fails before services are touched
     with connected(settings.database_url) as engine:
         result = do_submit(matrix, loaded, settings, make_app(settings), engine,
                            retry_failed=retry_failed, retry_cancelled=retry_cancelled)

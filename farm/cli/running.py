@@ -24,20 +24,27 @@ def _sigterm_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
               help="Make every check a run makes and print the argv that would run; run "
                    "nothing, write nothing.")
 @click.option("--gpu-class", help="With several gpu-classes in MATRIX: the one to run here.")
-@click.option("--allow-file-flags", is_flag=True,
-              help="Let the matrix pass flags that make llama-server write files "
-                   "(--log-file, --slot-save-path, ...).")
-def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_file_flags: bool) -> None:
+@click.option("--allow-option", "allow_options", multiple=True, metavar="NAME",
+              help="Let the matrix pass this harmless llama-server option beyond the farm's "
+                   "allow-list (repeatable); options that run programs, reach the network or "
+                   "touch files are never allowed.")
+@click.option("--allow-build-path", is_flag=True,
+              help="Run the llama-server binaries the matrix names by `build: {path: ...}` "
+                   "(they run code: only for matrices you trust).")
+def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple[str, ...],
+        allow_build_path: bool) -> None:
     """Run MATRIX on this machine against real llama-server processes."""
     from farm.local import run_local
+    from farm.matrix.options import check_allowances
     from farm.report.show import show_report
 
     settings = load_settings()
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    allowed = check_allowances(allow_options, "--allow-option")
     try:
         campaign = run_local(matrix, settings, console, dry_run=dry_run, gpu_class=gpu_class,
-                             allow_file_flags=allow_file_flags)
+                             allow_options=allowed, allow_build_path=allow_build_path)
     except JobsFailed as exc:
         show_report(settings, exc.campaign, "table")
         raise

@@ -1,93 +1,18 @@
-"""llama-server flags as a matrix spells them: names normalised, values checked for safety.
+"""llama-server flags as a matrix spells them, and as argv.
 
-A flag is kept as its long name without dashes (``ctx-size``) and a value: ``True`` for a
-bare switch, a string otherwise. The same spelling is used in the store and in reports.
+A flag is kept as its canonical long name without dashes (``ctx-size``; which names a
+job may pass and how: ``farm.matrix.options``) and a value: ``True`` for a bare switch,
+a string otherwise. The same spelling is used in the store and in reports.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 
 from farm.errors import ConfigError
 
-# Short spellings of llama-server (b11434 ``--help``) mapped to the long name the farm keeps.
-SHORT_NAMES: dict[str, str] = {
-    "b": "batch-size",
-    "c": "ctx-size",
-    "cd": "spec-draft-ctx-size",
-    "ctk": "cache-type-k",
-    "ctkd": "spec-draft-type-k",
-    "ctv": "cache-type-v",
-    "ctvd": "spec-draft-type-v",
-    "dev": "device",
-    "fa": "flash-attn",
-    "fit": "fit",
-    "md": "spec-draft-model",
-    "mg": "main-gpu",
-    "n": "n-predict",
-    "ngl": "n-gpu-layers",
-    "ngld": "spec-draft-ngl",
-    "s": "seed",
-    "sm": "split-mode",
-    "t": "threads",
-    "tb": "threads-batch",
-    "ts": "tensor-split",
-    "ub": "ubatch-size",
-}
-
-_READS_LOG = ("the farm logs at --log-verbosity 4 and reads the log: why a start failed, "
-              "each request's speculative statistics")
-
-# Flags the farm sets itself: where the server listens, what it loads, how many slots (from
-# `concurrency`), what it logs.
-FARM_OWNED: dict[str, str] = {
-    "host": "the farm binds every server to 127.0.0.1",
-    "port": "the farm picks a free port for every server",
-    "model": "models come from the matrix's `models:` list",
-    "m": "models come from the matrix's `models:` list",
-    **dict.fromkeys(("parallel", "np"), "the farm runs one slot per stream, the same in "
-                    "both arms; set the matrix's `concurrency:` for N simultaneous streams"),
-    "metrics": "the farm always enables /metrics",
-    **dict.fromkeys(("log-verbosity", "verbosity", "lv", "log-verbose", "verbose", "v",
-                     "log-disable", "log-jsonl"), _READS_LOG),
-}
-
-# Shell syntax that means a value was written for a shell: command separators, pipes,
-# redirections, substitutions, variables, leftover quotes, home expansion. Regex
-# characters stay allowed (e.g. --override-tensor "blk\..*_exps\.=CPU").
-_SHELL_META = re.compile(r"[;&`<>\n\r\"']|\$[\w({]\w*|\s\|\s|^~")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-
 FlagValue = str | bool
 FlagMap = dict[str, FlagValue | None]
-
-
-def normalise_name(raw: str, where: str) -> str:
-    """``-c`` / ``--ctx-size`` / ``ctx-size`` -> ``ctx-size``; farm-owned flags refused."""
-    name = raw.lstrip("-")
-    if not raw.startswith("--"):
-        name = SHORT_NAMES.get(name, name)
-    if not _NAME.match(name):
-        raise ConfigError(f"{where}: {raw!r} is not a llama-server flag name "
-                          "(use its long name, e.g. ctx-size, or a short one such as -c)")
-    if name in FARM_OWNED:
-        raise ConfigError(f"{where}: --{name} belongs to the farm ({FARM_OWNED[name]}); "
-                          "remove it from the matrix")
-    return name
-
-
-def check_value(value: str, where: str) -> str:
-    """Refuse shell syntax in a value: argv never passes through a shell, so it is a mistake."""
-    bad = _SHELL_META.search(value)
-    if bad:
-        raise ConfigError(
-            f"{where}: value {value!r} contains {bad.group().strip()!r}. Flags are passed to "
-            "llama-server as an argument list, never through a shell, so shell syntax "
-            "has no meaning here: write the literal value (a full path, not ~ or $HOME)")
-    if not value.strip():
-        raise ConfigError(f"{where}: empty value; give a value or remove the flag")
-    return value
 
 
 def scalar(value: object, where: str) -> FlagValue | None:
@@ -97,13 +22,13 @@ def scalar(value: object, where: str) -> FlagValue | None:
     if isinstance(value, int | float):
         return repr(value) if isinstance(value, float) else str(value)
     if isinstance(value, str):
-        return check_value(value, where)
+        return value
     raise ConfigError(f"{where}: expected a scalar (text, number, true/false or null), "
                       f"got {type(value).__name__}")
 
 
 def parse_args(text: str, where: str) -> list[tuple[str, FlagValue]]:
-    """Split an ``args:`` string (shlex, no shell) into (flag, value) pairs."""
+    """Split an ``args:`` string (shlex, no shell) into (flag, value) pairs, as written."""
     import shlex
 
     try:
@@ -117,13 +42,12 @@ def parse_args(text: str, where: str) -> list[tuple[str, FlagValue]]:
         if not token.startswith("-") or _is_number(token):
             raise ConfigError(f"{where}: {token!r} is not a flag; args must look like "
                               "'--flag value --switch'")
-        name = normalise_name(token, where)
         following = tokens[index + 1] if index + 1 < len(tokens) else None
         if following is not None and (not following.startswith("-") or _is_number(following)):
-            pairs.append((name, check_value(following, f"{where} {token}")))
+            pairs.append((token, following))
             index += 2
         else:
-            pairs.append((name, True))
+            pairs.append((token, True))
             index += 1
     return pairs
 

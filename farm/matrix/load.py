@@ -15,7 +15,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from farm.errors import ConfigError
-from farm.matrix.flags import FlagMap, FlagValue, normalise_name, parse_args, scalar
+from farm.matrix.flags import FlagMap, FlagValue, parse_args, scalar
+from farm.matrix.options import admit_name, canonical, check_flag
 from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, PromptEntry, Variant
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
 from farm.prompts import document_text, document_tokens, load_suite, with_document
@@ -114,32 +115,45 @@ def _explain(path: Path, error: ValidationError) -> ConfigError:
     return ConfigError("\n".join(dict.fromkeys(lines)))
 
 
-def _flag_choices(spec: FlagSpec, args: str | None, prefix: str) -> list[FlagMap]:
-    """All flag maps a spec expands to: each list value sweeps its flag (cartesian product)."""
+def _flag_choices(spec: FlagSpec, args: str | None, prefix: str,
+                  allow: frozenset[str]) -> list[FlagMap]:
+    """All flag maps a spec expands to: each list value sweeps its flag (cartesian product).
+    Every flag is canonical and allowed, every value of the shape its option takes
+    (``farm.matrix.options``)."""
     axes: list[list[tuple[str, FlagValue | None]]] = []
     seen: dict[str, str] = {}
     for raw, value in spec.items():
         key = f"{prefix}flags.{raw}"
-        name = normalise_name(raw, key)
+        name = admit_name(raw, key, allow)
         if name in seen:
             raise ConfigError(f"{key}: same flag as {seen[name]}; give it once")
         seen[name] = key
         if isinstance(value, list):
             if not value:
                 raise ConfigError(f"{key}: an empty list sweeps nothing; give values or remove it")
-            axes.append([(name, scalar(item, f"{key}[{i}]")) for i, item in enumerate(value)])
+            axes.append([_checked(raw, scalar(item, f"{key}[{i}]"), f"{key}[{i}]", allow)
+                         for i, item in enumerate(value)])
         else:
-            axes.append([(name, scalar(value, key))])
-    for name, value in parse_args(args, f"{prefix}args") if args else []:
+            axes.append([_checked(raw, scalar(value, key), key, allow)])
+    for raw, value in parse_args(args, f"{prefix}args") if args else []:
+        name, checked = check_flag(raw, value, f"{prefix}args", allow)
         if name in seen:
             raise ConfigError(f"{prefix}args: --{name} is also set in {seen[name]}; give it once")
         seen[name] = f"{prefix}args"
-        axes.append([(name, value)])
+        axes.append([(name, checked)])
     return [dict(combo) for combo in itertools.product(*axes)]
 
 
+def _checked(raw: str, value: FlagValue | None, where: str,
+             allow: frozenset[str]) -> tuple[str, FlagValue | None]:
+    """A flag of a matrix: null (a variant removing a baseline flag) needs no check."""
+    if value is None:
+        return admit_name(raw, where, allow), None
+    return check_flag(raw, value, where, allow)
+
+
 def _swept(spec: FlagSpec) -> list[str]:
-    return [normalise_name(raw, raw) for raw, value in spec.items() if isinstance(value, list)]
+    return [canonical(raw, raw) for raw, value in spec.items() if isinstance(value, list)]
 
 
 def _apply(baseline: FlagMap, changes: FlagMap, where: str) -> FlagMap:
@@ -253,10 +267,10 @@ def _build_ref(entry: BuildEntry | str) -> BuildRef:
     return BuildRef(name=entry.name, path=entry.path)
 
 
-def _variant_arms(variant: Variant, prefix: str, baseline: FlagMap,
+def _variant_arms(variant: Variant, prefix: str, baseline: FlagMap, allow: frozenset[str],
                   ) -> Iterator[tuple[str, FlagMap]]:
     swept = _swept(variant.flags)
-    for changes in _flag_choices(variant.flags, variant.args, prefix):
+    for changes in _flag_choices(variant.flags, variant.args, prefix, allow):
         merged = _apply(baseline, changes, prefix)
         suffix = ",".join(f"{name}={_text(changes[name])}" for name in swept)
         yield (f"{variant.name}[{suffix}]" if suffix else variant.name), merged
@@ -272,9 +286,10 @@ def _axes(values: dict[str, tuple[int, list[int]]]) -> dict[str, str | None]:
     return {name: str(value) for name, (value, choices) in values.items() if len(choices) > 1}
 
 
-def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
+def expand(matrix: Matrix, path: Path, allow: frozenset[str] = frozenset()) -> list[JobSpec]:
     """Every job of the matrix, deterministically: GPU class x build x model x baseline x
-    concurrency x prompt length x variant.
+    concurrency x prompt length x variant. ``allow``: options beyond the allow-list an
+    operator lets this node pass (``farm.matrix.options``).
 
     Pure: builds and models stay as the matrix names them; the node that runs a job
     resolves them to files (``workers.node.resolve``).
@@ -282,7 +297,7 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
     prompts = _prompts(matrix, path)
     models = _models(matrix, path)
     builds = [BuildRef(name=entry.name, path=entry.path) for entry in matrix.build_entries()]
-    baselines = _flag_choices(matrix.flags, matrix.args, f"{path}: ")
+    baselines = _flag_choices(matrix.flags, matrix.args, f"{path}: ", allow)
     swept = set(_swept(matrix.flags))
     sampling = matrix.sampling.request_fields()  # once: each JobSpec validates its own copy
     concurrencies, lengths = matrix.concurrencies(), matrix.prompt_lengths()
@@ -294,7 +309,7 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
             where = (f"variants[{index}]" if index < len(matrix.variants)
                      else f"engine-curve ({variant.name})")
             variant_build = (build if variant.build is None else _build_ref(variant.build))
-            for name, flags in _variant_arms(variant, f"{path}: {where}.", baseline):
+            for name, flags in _variant_arms(variant, f"{path}: {where}.", baseline, allow):
                 varying = _varying(baseline, flags, swept)
                 if variant_build.name != build.name:
                     varying["build"] = variant_build.name
@@ -332,8 +347,10 @@ def expand(matrix: Matrix, path: Path) -> list[JobSpec]:
     return list(jobs.values())
 
 
-def load_matrix(path: Path) -> tuple[Matrix, list[JobSpec]]:
-    """Validate ``path`` and expand it; raises ``ConfigError`` with file and key on error."""
+def load_matrix(path: Path, allow: frozenset[str] = frozenset(),
+                ) -> tuple[Matrix, list[JobSpec]]:
+    """Validate ``path`` and expand it (``allow``: see ``expand``); raises ``ConfigError``
+    with file and key on error."""
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a matrix is a YAML mapping (campaign:, models:, ...), "
@@ -342,4 +359,4 @@ def load_matrix(path: Path) -> tuple[Matrix, list[JobSpec]]:
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
         raise _explain(path, exc) from exc
-    return matrix, expand(matrix, path)
+    return matrix, expand(matrix, path, allow)

@@ -26,6 +26,18 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=_kebab, frozen=True)
 
 
+# The bounds a matrix and a stored job share: a node validates the job it reads from the
+# database with these (farm.matrix.spec.JobSpec), as a matrix load does.
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+ClassName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
+NPredict = Annotated[int, Field(ge=2, le=32768)]
+Repetitions = Annotated[int, Field(ge=1, le=1000)]
+Pairs = Annotated[int, Field(ge=1, le=100)]
+TargetCi = Annotated[float, Field(gt=0.0, lt=1.0)]
+Assurance = Annotated[float, Field(ge=0.5, lt=1.0)]
+Concurrency = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
+PromptLength = Annotated[int, Field(ge=0, le=1_000_000)]
+
 FlagScalar = str | int | float | bool | None
 FlagSpec = dict[str, FlagScalar | list[FlagScalar]]
 # How a run ends: after exactly n-predict tokens (EOS ignored), or where the model stops.
@@ -35,8 +47,7 @@ StopMode = Literal["fixed", "natural"]
 class ModelEntry(Strict):
     """A model of the matrix: its name, and where its GGUF file is."""
 
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
-                               description="Name used in job keys and reports.")]
+    name: Annotated[Name, Field(description="Name used in job keys and reports.")]
     path: str | None = Field(None, description="GGUF file; relative to the matrix file "
                                                "(`farm run` only).")
     file: str | None = Field(None, description="GGUF file name inside the models dir "
@@ -58,7 +69,7 @@ class ModelEntry(Strict):
 class BuildEntry(Strict):
     """A llama-server build by name; ``path`` only for a binary the farm did not build."""
 
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    name: Name
     path: str | None = Field(None, description="llama-server binary; default: the named "
                                                "build made by `farm provision`.")
 
@@ -66,7 +77,7 @@ class BuildEntry(Strict):
 class PromptEntry(Strict):
     """A prompt with the id its runs are stored under, and a category for reports."""
 
-    id: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    id: Name
     text: Annotated[str, Field(min_length=1)]
     category: str = "general"
 
@@ -85,6 +96,18 @@ class Sampling(Strict):
         """The fields a llama-server request takes, snake_case as its API spells them."""
         return {to_snake(key): value
                 for key, value in self.model_dump(by_alias=False).items() if value is not None}
+
+    @classmethod
+    def check_request_fields(cls, fields: dict[str, Any]) -> dict[str, Any]:
+        """``fields`` if they are what ``request_fields`` makes (a stored job's sampling);
+        ValueError naming what is not."""
+        known = set(cls.model_fields)
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise ValueError(f"sampling: unknown fields {unknown}; a job's sampling has only "
+                             f"{sorted(known)}")
+        cls.model_validate({_kebab(key): value for key, value in fields.items()})
+        return fields
 
 
 class Variant(Strict):
@@ -147,10 +170,10 @@ class EngineCurve(Strict):
 class Matrix(Strict):
     """A campaign as the user writes it: models, builds, prompts, the baseline, variants, design."""
 
-    campaign: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    campaign: Name
     build: str | BuildEntry | list[str | BuildEntry] = Field(
         "cpu", description="llama-server build name or {name, path}; a list sweeps builds.")
-    gpu_classes: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]] = Field(
+    gpu_classes: list[ClassName] = Field(
         default_factory=lambda: ["default"], min_length=1,
         description="GPU classes to run every job on (one queue each, gpu.CLASS).")
     models: Annotated[list[ModelEntry], Field(min_length=1)]
@@ -159,28 +182,26 @@ class Matrix(Strict):
     prompt_file: str | None = Field(None, description="YAML list of prompts, like `prompts`.")
     prompt_suite: list[str] | Literal["all"] | None = Field(
         None, description="Categories of the built-in suite (farm/prompts/suite.yaml), or all.")
-    n_predict: int = Field(128, ge=2, le=32768, description="Tokens generated per run.")
+    n_predict: NPredict = Field(128, description="Tokens generated per run.")
     stop: StopMode = Field("fixed", description="fixed: exactly n-predict tokens per run (EOS "
                            "ignored); natural: the model stops at EOS, n-predict is a cap.")
-    repetitions: int = Field(3, ge=1, le=1000, description="Runs per prompt per block.")
-    prompt_length: Annotated[int, Field(ge=0)] | Annotated[
-        list[Annotated[int, Field(ge=0)]], Field(min_length=1)] = Field(
+    repetitions: Repetitions = Field(3, description="Runs per prompt per block.")
+    prompt_length: PromptLength | Annotated[list[PromptLength], Field(min_length=1)] = Field(
         0, description="About this many tokens of a bundled document (farm/prompts/documents) "
                        "before every prompt, 0 for none; a list sweeps it, one job per value.")
-    concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] | Annotated[
-        list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]], Field(min_length=1)] = Field(
+    concurrency: Concurrency | Annotated[list[Concurrency], Field(min_length=1)] = Field(
         1, description="Simultaneous streams per run, against a server with as many slots "
                        "(--parallel); a list sweeps it, one job per value.")
     # The two-stage rule (farm.stats.planned_pairs, README "How many pairs"): the first
     # stage's spread fixes the number of pairs, the second stage's measures the interval.
-    pairs: int = Field(4, ge=1, le=100, description="First stage: block pairs (AB, BA, ...) "
-                                                    "every job runs; they plan the rest.")
-    max_pairs: int = Field(12, ge=1, le=100, description="Most block pairs per job; equal to "
-                           "`pairs` for a fixed number, else at least `pairs` + 4.")
-    target_ci: float = Field(0.03, gt=0.0, lt=1.0, description="The speedup's 95% interval "
-                             "half-width the first stage plans for (0.03 = ±3%).")
-    target_assurance: float | None = Field(
-        None, ge=0.5, lt=1.0, description="Plan the fewest pairs whose interval meets "
+    pairs: Pairs = Field(4, description="First stage: block pairs (AB, BA, ...) every job "
+                                        "runs; they plan the rest.")
+    max_pairs: Pairs = Field(12, description="Most block pairs per job; equal to `pairs` for "
+                             "a fixed number, else at least `pairs` + 4.")
+    target_ci: TargetCi = Field(0.03, description="The speedup's 95% interval half-width the "
+                                "first stage plans for (0.03 = ±3%).")
+    target_assurance: Assurance | None = Field(
+        None, description="Plan the fewest pairs whose interval meets "
         "`target-ci` with this probability (0.9: nine jobs in ten); unset plans as if the "
         "first stage's spread were exact, which meets it about six times in ten.")
     sampling: Sampling = Field(default_factory=Sampling)

@@ -7,11 +7,23 @@ import json
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from farm.errors import ConfigError
 from farm.matrix.flags import FlagValue, to_argv, varying_text
-from farm.matrix.schema import StopMode
+from farm.matrix.schema import (
+    Assurance,
+    ClassName,
+    Concurrency,
+    Name,
+    NPredict,
+    Pairs,
+    PromptLength,
+    Repetitions,
+    Sampling,
+    StopMode,
+    TargetCi,
+)
 
 ArmRole = Literal["baseline", "variant"]
 
@@ -25,7 +37,7 @@ class Frozen(BaseModel):
 class Prompt(Frozen):
     """One prompt of a job, from the matrix, a prompt file or the built-in suite."""
 
-    id: str
+    id: Name
     text: str
     category: str
 
@@ -33,7 +45,7 @@ class Prompt(Frozen):
 class ModelRef(Frozen):
     """A model by name; ``path`` is set once resolved on the machine that runs the job."""
 
-    name: str
+    name: Name
     file: str | None = None
     path: str | None = None
 
@@ -48,7 +60,7 @@ class ModelRef(Frozen):
 class BuildRef(Frozen):
     """A llama-server build by name; ``path`` is set once resolved to a binary."""
 
-    name: str
+    name: Name
     path: str | None = None
 
     @property
@@ -80,25 +92,30 @@ class Arm(Frozen):
 class JobSpec(Frozen):
     """All a node needs to run one job; stored whole, as JSON, in the job's row."""
 
-    campaign: str
-    gpu_class: str
+    campaign: Name
+    gpu_class: ClassName
     model: ModelRef
     baseline: Arm
     variant: Arm
     varying: dict[str, str | None]
     prompt_mode: Literal["chat", "completion"]
     prompts: tuple[Prompt, ...]
-    n_predict: int
+    n_predict: NPredict
     sampling: dict[str, Any]
-    repetitions: int
-    pairs: int  # the first stage: block pairs every job runs
-    max_pairs: int
-    target_ci: float
-    target_assurance: float | None = None  # None: plan from the first stage's spread as is
+    repetitions: Repetitions
+    pairs: Pairs  # the first stage: block pairs every job runs
+    max_pairs: Pairs
+    target_ci: TargetCi
+    target_assurance: Assurance | None = None  # None: plan from the first stage's spread as is
     control: bool = False  # an A/A job: the variant is the baseline again
     stop: StopMode = "fixed"  # natural: no ignore_eos, n_predict a cap
-    concurrency: int = 1  # simultaneous streams per run, one server slot each
-    prompt_length: int = 0  # tokens of the bundled document before each prompt, about
+    concurrency: Concurrency = 1  # simultaneous streams per run, one server slot each
+    prompt_length: PromptLength = 0  # tokens of the bundled document before each prompt, about
+
+    @field_validator("sampling")
+    @classmethod
+    def _known_sampling(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return Sampling.check_request_fields(value)
 
     @property
     def synthetic(self) -> bool:

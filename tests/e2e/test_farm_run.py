@@ -87,7 +87,8 @@ def test_dry_run_prints_each_arms_argv_and_writes_nothing(
 
 
 @pytest.mark.parametrize(("change", "expected"), [
-    ({"variants": [{"name": "v", "flags": {"spec-typo": "ngram-simple"}}]}, "has no flag"),
+    ({"variants": [{"name": "v", "flags": {"spec-typo": "ngram-simple"}}]},
+     "--spec-typo is not on the farm's list of benchmark options (did you mean --spec-type?)"),
     ({"variants": [{"name": "v", "flags": {"cache-type-k": "q9_0"}}]}, "does not accept"),
     ({"flags": {"threads": "2 && reboot"}}, "shell"),
     ({"variants": []}, "variants"),

@@ -128,15 +128,23 @@ def open_fleet(root: Path, smollm2: Path, database_url: str, broker_url: str,
         fleet.engine.dispose()
 
 
-@pytest.fixture
-def fleet(tmp_path: Path, postgres_url: str, smollm2: Path) -> Iterator[Fleet]:
+@contextmanager
+def shared_redis_fleet(root: Path, smollm2: Path, database_url: str) -> Iterator[Fleet]:
+    """``open_fleet`` on a database of its own and a scratch database of the shared Redis,
+    emptied before and after."""
     broker = f"{REDIS_URL}/{random.randint(8, 15)}"
     redis.Redis.from_url(broker).flushdb()
     try:
-        with open_fleet(tmp_path, smollm2, postgres_url, broker) as fleet:
+        with open_fleet(root, smollm2, database_url, broker) as fleet:
             yield fleet
     finally:
         redis.Redis.from_url(broker).flushdb()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, postgres_url: str, smollm2: Path) -> Iterator[Fleet]:
+    with shared_redis_fleet(tmp_path, smollm2, postgres_url) as fleet:
+        yield fleet
 
 
 def test_campaign_split_across_gpu_classes_runs_every_job_once(

@@ -43,8 +43,12 @@ HELP: dict[tuple[str, ...], Help] = {
         {"--dry-run": "Make every check a run makes and print the argv that would run; run "
                       "nothing, write nothing.",
          "--gpu-class TEXT": "With several gpu-classes in MATRIX: the one to run here.",
-         "--allow-file-flags": "Let the matrix pass flags that make llama-server write files "
-                               "(--log-file, --slot-save-path, ...)."}),
+         "--allow-option NAME": "Let the matrix pass this harmless llama-server option beyond "
+                                "the farm's allow-list (repeatable); options that run "
+                                "programs, reach the network or touch files are never "
+                                "allowed.",
+         "--allow-build-path": "Run the llama-server binaries the matrix names by `build: "
+                               "{path: ...}` (they run code: only for matrices you trust)."}),
     ("report",): Help(
         "farm report [OPTIONS] [CAMPAIGN]",
         "Show one row per job of CAMPAIGN (default: the latest).",
@@ -95,6 +99,12 @@ HELP: dict[tuple[str, ...], Help] = {
         "farm db upgrade [OPTIONS]",
         "Migrate the database to the newest schema.",
         {"--url TEXT": "Database URL (default: FARM_DATABASE_URL or the embedded one)."}),
+    ("db", "grant-worker"): Help(
+        "farm db grant-worker [OPTIONS] ROLE",
+        "Give the PostgreSQL ROLE what a GPU worker needs and nothing more: it can claim and "
+        "run jobs and write their results, not create or change campaigns or job specs (run "
+        "it after every `farm db upgrade`).",
+        {"--url TEXT": "Database URL (default: FARM_DATABASE_URL)."}),
     ("submit",): Help(
         "farm submit [OPTIONS] MATRIX",
         "Store MATRIX as a campaign and post every job not done whose message is not already "
@@ -102,7 +112,10 @@ HELP: dict[tuple[str, ...], Help] = {
         {"--dry-run": "Check every job as a worker would, with this machine's builds and "
                       "models, and print the argv that would run; post nothing.",
          "--retry-failed": "Post failed jobs again (attempts reset).",
-         "--retry-cancelled": "Post cancelled jobs again (attempts reset)."}),
+         "--retry-cancelled": "Post cancelled jobs again (attempts reset).",
+         "--allow-option NAME": "Let the matrix pass this harmless option beyond the farm's "
+                                "allow-list (repeatable); each worker runs it only if its "
+                                "config allows it too."}),
     ("status",): Help(
         "farm status [OPTIONS] [CAMPAIGN]",
         "Jobs of CAMPAIGN (default: the latest) by state, who runs what, failures, time "
@@ -139,9 +152,12 @@ HELP: dict[tuple[str, ...], Help] = {
          "--address TEXT": "[default: 127.0.0.1]"}),
     ("build",): Help(
         "farm build [OPTIONS] NAME",
-        "Build llama-server as NAME (cached: the same build asked twice builds once).",
+        "Build llama-server as NAME (cached: the same build asked twice builds once), or "
+        "register one built elsewhere (--binary).",
         {"--source TEXT": "Git URL or repository (with --ref), a llama.cpp tree, an sdist "
-                          ".tar.gz, or pypi:PACKAGE==VERSION. [required]",
+                          ".tar.gz, or pypi:PACKAGE==VERSION.",
+         "--binary PATH": "Instead of --source: register a llama-server built elsewhere as "
+                          "NAME, so matrices may name it (`build: NAME`).",
          "--ref TEXT": "Branch, tag, commit or pull/N/head of a git source.",
          "--backend [cpu|cuda|metal|vulkan]": "[default: cpu]",
          "--cuda-arch TEXT": "CMAKE_CUDA_ARCHITECTURES, e.g. 86;89;90 (default native).",
@@ -290,7 +306,10 @@ BAD_ARGUMENTS = [
     (["compare", "a"], "compare", "[OPTIONS] A B", "Missing argument 'B'."),
     (["cancel"], "cancel", "[OPTIONS] CAMPAIGN", "Missing argument 'CAMPAIGN'."),
     (["export"], "export", "[OPTIONS] [CAMPAIGN]", "Missing option '-o' / '--output'."),
-    (["build", "x"], "build", "[OPTIONS] NAME", "Missing option '--source'."),
+    (["build", "x"], "build", "[OPTIONS] NAME",
+     "give --source (to build) or --binary (to register), one of them"),
+    (["build", "x", "--source", "y", "--binary", "z"], "build", "[OPTIONS] NAME",
+     "give --source (to build) or --binary (to register), one of them"),
     (["report", "--format", "xml"], "report", "[OPTIONS] [CAMPAIGN]",
      "Invalid value for '--format': 'xml' is not one of 'table', 'csv', 'json', 'html'."),
     (["report", "--group-by", "gpu"], "report", "[OPTIONS] [CAMPAIGN]",

@@ -85,7 +85,7 @@ def test_list_values_sweep_and_null_removes_a_baseline_flag(files: dict[str, Any
 
 def test_true_is_a_bare_switch_and_false_is_left_out(files: dict[str, Any]) -> None:
     job = load(files, variants=[{"name": "v", "flags": {"no-warmup": True, "spec-type":
-                                                        "ngram-simple", "no-perf": False}}])[0]
+                                                        "ngram-simple", "no-repack": False}}])[0]
     assert job.variant.argv[-3:] == ["--no-warmup", "--spec-type", "ngram-simple"]
 
 

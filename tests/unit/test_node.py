@@ -9,7 +9,7 @@ import pytest
 from farm.errors import ConfigError
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
 from workers.config import WorkerConfig, load_worker_config
-from workers.node import NodeFiles, NotOnThisNode, resolve, worker_files
+from workers.node import NodeFiles, NotOnThisNode, resolve, resolve_flag_files, worker_files
 from workers.paths import NodePaths
 
 
@@ -37,26 +37,36 @@ def _spec(variant_flags: tuple[tuple[str, str | bool], ...], model: str = "targe
 
 
 def test_names_resolve_inside_the_models_dir(config: WorkerConfig) -> None:
-    resolved = resolve(_spec((("spec-draft-model", "draft.gguf"),)), worker_files(config))
+    spec = _spec((("spec-draft-model", "draft.gguf"),))
+    resolved = resolve(spec, worker_files(config))
     assert resolved.model.path == str(config.models_dir.resolve() / "target.gguf")
     assert resolved.build.path == str(config.builds["master"])
-    assert resolved.variant.flags == (("spec-draft-model",
-                                       str(config.models_dir.resolve() / "draft.gguf")),)
+    assert resolved.variant.flags == spec.variant.flags  # files are looked up once checked
+    assert resolve_flag_files(resolved.variant, worker_files(config)).flags == (
+        ("spec-draft-model", str(config.models_dir.resolve() / "draft.gguf")),)
 
 
-@pytest.mark.parametrize(("flags", "model", "build", "message"), [
-    ((("log-file", "/tmp/x.log"),), "target.gguf", "master", "writes files"),
-    ((("slot-save-path", "/tmp"),), "target.gguf", "master", "writes files"),
-    ((("spec-draft-model", "../../etc/passwd"),), "target.gguf", "master", "outside"),
-    ((), "/etc/hostname", "master", "outside"),
-    ((), "missing.gguf", "master", "not found"),
-    ((), "target.gguf", "turboquant", "build 'turboquant' is not on worker rtx@"),
+@pytest.mark.parametrize(("model", "build", "message"), [
+    ("/etc/hostname", "master", "outside"),
+    ("missing.gguf", "master", "not found"),
+    ("target.gguf", "turboquant", "build 'turboquant' is not on worker rtx@"),
 ])
 def test_worker_refuses_what_a_matrix_must_not_do(
-        config: WorkerConfig, flags: tuple[tuple[str, str], ...], model: str, build: str,
-        message: str) -> None:
+        config: WorkerConfig, model: str, build: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        resolve(_spec(flags, model, build), worker_files(config))
+        resolve(_spec((), model, build), worker_files(config))
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    ("spec-draft-model", "../../etc/passwd"), ("mmproj", "/etc/hostname"),
+    ("lora", "draft.gguf,../../etc/passwd"), ("lora-scaled", "/etc/hostname:0.5"),
+    ("control-vector-scaled", "draft.gguf:1,../x.gguf:2"),
+])
+def test_every_file_a_flag_names_stays_inside_the_models_dir(
+        config: WorkerConfig, flag: str, value: str) -> None:
+    arm = _spec(((flag, value),)).variant
+    with pytest.raises(ConfigError, match="outside the models dir"):
+        resolve_flag_files(arm, worker_files(config))
 
 
 def test_worker_config_file_with_command_line_on_top(tmp_path: Path,
@@ -73,9 +83,9 @@ def test_worker_config_file_with_command_line_on_top(tmp_path: Path,
         load_worker_config(path, node_paths, gpu_class=None, devices=None)
 
 
-def _local(config: WorkerConfig, matrix_dir: Path, allow: bool = False) -> NodeFiles:
+def _local(config: WorkerConfig, matrix_dir: Path, allow_build_path: bool = False) -> NodeFiles:
     return NodeFiles(name="this machine", builds=config.builds, models_dir=config.models_dir,
-                     matrix_dir=matrix_dir, allow_file_flags=allow)
+                     matrix_dir=matrix_dir, allow_build_path=allow_build_path)
 
 
 def test_farm_run_resolves_the_matrix_paths_a_worker_refuses(
@@ -90,16 +100,22 @@ def test_farm_run_resolves_the_matrix_paths_a_worker_refuses(
         resolve(spec, worker_files(config))
 
 
-@pytest.mark.parametrize("local", [False, True], ids=["worker", "farm-run"])
-def test_flags_that_write_files_are_refused_in_both_modes_unless_allowed(
-        config: WorkerConfig, tmp_path: Path, local: bool) -> None:
-    spec = _spec((("log-file", "/tmp/x.log"),))
-    node = _local(config, tmp_path) if local else worker_files(config)
-    with pytest.raises(ConfigError, match="writes files"):
-        resolve(spec, node)
-    allowed = (_local(config, tmp_path, allow=True) if local else
-               worker_files(config.model_copy(update={"allow_file_flags": True})))
-    assert resolve(spec, allowed).variant.flags == (("log-file", "/tmp/x.log"),)
+def test_a_matrix_binary_runs_on_farm_run_only_when_allowed_or_registered(
+        config: WorkerConfig, tmp_path: Path) -> None:
+    theirs = tmp_path / "their-llama-server"
+    theirs.write_text("")
+    spec = _spec(()).model_copy(update={"baseline": _spec(()).baseline.model_copy(
+        update={"build": BuildRef(name="theirs", path=str(theirs))})})
+    with pytest.raises(ConfigError, match="--allow-build-path") as caught:
+        resolve(spec, _local(config, tmp_path))
+    assert caught.value.role == "build" and "farm build theirs --binary PATH" in str(caught.value)
+    assert resolve(spec, _local(config, tmp_path, allow_build_path=True)).build.path == str(theirs)
+    registered = spec.model_copy(update={"baseline": spec.baseline.model_copy(
+        update={"build": BuildRef(name="master", path=str(config.builds["master"]))})})
+    assert resolve(registered, _local(config, tmp_path)).build.path == str(config.builds["master"])
+    # A worker never runs a path a job names: only its own builds, by name.
+    with pytest.raises(NotOnThisNode, match="build 'theirs' is not on worker"):
+        resolve(spec, worker_files(config))
 
 
 def test_a_missing_build_says_what_the_node_has(config: WorkerConfig, tmp_path: Path) -> None:

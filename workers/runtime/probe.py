@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from farm.errors import ConfigError
+from workers.runtime.server import child_env
 
 _NEW_VERSION = re.compile(r"version:\s*(?P<semver>\S+)\s*\(build (?P<build>\d+), "
                           r"commit (?P<commit>\w+)\)")
@@ -35,6 +36,17 @@ class Option:
     hint: str | None  # None for a bare switch
     choices: tuple[str, ...] = ()
     help: str = ""
+    # The one spelling the farm keeps (farm.matrix.options): the first long name, its
+    # ``n-`` form when the build also spells it so; a switch's negated names have theirs.
+    canonical: str = ""
+    negated: tuple[str, ...] = ()
+    canonical_negated: str | None = None
+
+    def canonical_of(self, name: str) -> str:
+        """The canonical spelling of ``name``, one of this option's names."""
+        if name in self.negated and self.canonical_negated:
+            return self.canonical_negated
+        return self.canonical
 
     @property
     def takes_value(self) -> bool:
@@ -61,6 +73,12 @@ class BinaryProbe:
         """The option called ``name`` (without dashes), None if this build has none."""
         return self.options.get(name)
 
+    def canonical(self, name: str) -> str | None:
+        """The canonical spelling of any name of an option (``-ngl`` -> ``n-gpu-layers``),
+        None if this build has no such option."""
+        option = self.options.get(name)
+        return option.canonical_of(name) if option else None
+
     def choices(self, name: str) -> tuple[str, ...]:
         """The enumerated values a flag accepts in this build (empty if none or unknown)."""
         option = self.options.get(name)
@@ -70,7 +88,7 @@ class BinaryProbe:
 def _run(path: str, flag: str) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run([path, flag], capture_output=True, text=True, timeout=60,
-                              check=False)
+                              check=False, env=child_env(None))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot execute llama-server: {exc.strerror}") from exc
     except subprocess.TimeoutExpired as exc:
@@ -108,7 +126,8 @@ def _choices(hint: str | None, help_text: str) -> tuple[str, ...]:
     return ()
 
 
-def _header(line: str) -> tuple[tuple[str, ...], str | None, str]:
+def _header(line: str) -> tuple[list[str], str | None, str]:
+    """Names as written (with their dashes), the value hint and the first help line."""
     # llama.cpp pads names and hint to column 40 and starts the help there; a longer
     # header gets a line of its own (common/arg.cpp, common_arg::to_string).
     if len(line) > _HELP_COLUMN and not line[_HELP_COLUMN - 3:_HELP_COLUMN].strip():
@@ -117,15 +136,42 @@ def _header(line: str) -> tuple[tuple[str, ...], str | None, str]:
         head, rest = line, ""
     tokens = head.split()
     is_name = [t.startswith("-") and len(t) > 1 and not t[1].isdigit() for t in tokens]
-    names = tuple(t.strip(",").lstrip("-") for t, name in zip(tokens, is_name, strict=True)
-                  if name)
+    names = [t.strip(",") for t, name in zip(tokens, is_name, strict=True) if name]
     hint = " ".join(t for t, name in zip(tokens, is_name, strict=True) if not name)
     return names, (hint or None), rest.strip()
 
 
+def _negated_from(names: list[str]) -> int:
+    """Where a switch's negated spellings start (common_arg prints ``args`` then
+    ``args_neg``): at its first ``--no-...`` name, or the short one just before it
+    (``-kvo, --kv-offload, -nkvo, --no-kv-offload``); len(names) when it has none."""
+    first = next((i for i, name in enumerate(names) if i and name.startswith("--no-")),
+                 len(names))
+    before = names[first - 1] if 1 < first < len(names) else ""
+    return first - 1 if before.startswith("-n") and not before.startswith("--") else first
+
+
+def _canonical(names: list[str]) -> str:
+    """The first long name (``--n-X`` over ``--X`` when both are spelt), else the first."""
+    longs = [name[2:] for name in names if name.startswith("--")]
+    if not longs:
+        return names[0].lstrip("-")
+    return f"n-{longs[0]}" if f"n-{longs[0]}" in longs else longs[0]
+
+
+def _option(written: list[str], hint: str | None, help_text: str) -> Option:
+    split = _negated_from(written) if hint is None else len(written)
+    positive, negated = written[:split], written[split:]
+    return Option(names=tuple(name.lstrip("-") for name in written), hint=hint,
+                  choices=_choices(hint, help_text), help=help_text,
+                  canonical=_canonical(positive),
+                  negated=tuple(name.lstrip("-") for name in negated),
+                  canonical_negated=_canonical(negated) if negated else None)
+
+
 def parse_help(text: str) -> dict[str, Option]:
     """Every option of a ``--help`` text, indexed by each of its names (without dashes)."""
-    entries: list[tuple[tuple[str, ...], str | None, list[str]]] = []
+    entries: list[tuple[list[str], str | None, list[str]]] = []
     for line in text.splitlines():
         if line.startswith("-") and not line.startswith("---"):
             names, hint, first_help = _header(line)
@@ -134,10 +180,8 @@ def parse_help(text: str) -> dict[str, Option]:
             entries[-1][2].append(line.strip())
     options: dict[str, Option] = {}
     for names, hint, help_lines in entries:
-        help_text = "\n".join(help_lines)
-        option = Option(names=names, hint=hint, choices=_choices(hint, help_text),
-                        help=help_text)
-        for name in names:
+        option = _option(names, hint, "\n".join(help_lines))
+        for name in option.names:
             options.setdefault(name, option)
     return options
 

@@ -1,0 +1,141 @@
+"""A job row is data: rows written straight into the job table and posted to a real worker
+(real Redis, PostgreSQL, a `farm worker` process logged in as the worker role) are checked
+with the same code as a matrix load, against the worker's own build, and fail as `config`
+on their first attempt: no llama-server started, no file created, no program run."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
+
+from farm.store.models import Job
+from tests.e2e.test_fleet import FARM, Fleet, shared_redis_fleet, wait_for
+from workers.provision import Provisioned
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture
+def worker_role(postgres_url: str) -> Iterator[str]:
+    """A login role of its own (trust auth here), dropped with its grants afterwards."""
+    role = f"sf_worker_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_url, autocommit=True) as owner:
+        owner.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        yield role
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as owner:
+            owner.execute(f'DROP OWNED BY "{role}"')
+            owner.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, postgres_url: str, smollm2: Path) -> Iterator[Fleet]:
+    with shared_redis_fleet(tmp_path, smollm2, postgres_url) as fleet:
+        yield fleet
+
+
+def _as_role(url: str, role: str) -> str:
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{role}@{rest.split('@', 1)[1]}"
+
+
+def _start_worker(fleet: Fleet, database_url: str, server: Path) -> subprocess.Popen[bytes]:
+    config = fleet.root / "worker.yaml"
+    config.write_text(yaml.safe_dump({"name": "guarded", "gpu-class": "guarded",
+                                      "models-dir": str(fleet.models),
+                                      "builds": {"cpu": str(server)}}))
+    log = (fleet.root / "guarded.log").open("wb")
+    process = subprocess.Popen([FARM, "worker", "--config", str(config)],
+                               env={**fleet.env, "FARM_DATABASE_URL": database_url},
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    fleet.workers["guarded"] = process
+    wait_for(lambda: " live " in fleet.farm("workers").stdout, 60, "the worker to register")
+    return process
+
+
+def _crafted(root: Path) -> dict[str, tuple[dict[str, Any], str]]:
+    """name -> (what to change in a valid spec, what the failure must say)."""
+    mcp = json.dumps({"pwn": {"command": "/bin/sh",
+                              "args": ["-c", f"touch {root / 'pwned-mcp'}"]}})
+    return {
+        "mcp": ({"flags": [["mcp-servers-json", mcp], ["host", "0.0.0.0"]]},
+                "--mcp-servers-json runs programs"),
+        "tools-alias": ({"flags": [["ag", True]]}, "--agent runs programs"),
+        "prompts-dir": ({"flags": [["log-prompts-dir", str(root / "prompts")]]},
+                        "--log-prompts-dir writes files"),
+        "model-url": ({"flags": [["mu", "http://127.0.0.1:1/x.gguf"]]},
+                      "--model-url reaches the network"),
+        "short-name-escape": ({"flags": [["mm", "/etc/hostname"]]},
+                              "is outside the models dir"),
+        "control-character": ({"flags": [["alias", "a\x1bb"]]}, "control character"),
+        "fork-option": ({"flags": [["turbo-knob", "3"]]}, "not on the farm's list"),
+        "sampling": ({"sampling": {"temperature": 0.0, "seed": 1, "grammar": "root ::= x"}},
+                     "the stored job spec is not valid"),
+    }
+
+
+def test_crafted_job_rows_fail_as_config_and_start_nothing(
+        fleet: Fleet, provisioned: Provisioned, postgres_url: str, worker_role: str) -> None:
+    grant = fleet.farm("db", "grant-worker", worker_role)
+    assert grant.returncode == 0, grant.stderr
+    _start_worker(fleet, _as_role(postgres_url, worker_role), provisioned.server)
+    matrix = fleet.matrix("guarded", ["guarded"])
+    assert fleet.farm("submit", str(matrix)).returncode == 0
+    wait_for(lambda: fleet.jobs()[0].state == "done", 180, "the valid job to finish")
+    [valid] = fleet.jobs()
+
+    crafted = _crafted(fleet.root)
+    with Session(fleet.engine) as session, session.begin():
+        row = session.get_one(Job, valid.id)
+        for name, (change, _) in crafted.items():
+            spec = copy.deepcopy(row.spec)
+            if "flags" in change:
+                spec["variant"]["flags"] = [*spec["variant"]["flags"], *change["flags"]]
+            spec.update({key: value for key, value in change.items() if key != "flags"})
+            session.execute(insert(Job).values(
+                campaign_id=row.campaign_id, job_key=f"crafted-{name}", spec=spec,
+                comparable_key=None, model_name=row.model_name, build_name=row.build_name,
+                variant_name=name, varying=row.varying, gpu_class=row.gpu_class,
+                state="queued", attempt=0, max_attempts=3, translations=[]))
+    # The worker's own heartbeat finds the unposted rows and posts them.
+    wait_for(lambda: all(job.state in ("done", "failed") for job in fleet.jobs()), 120,
+             "every crafted row to end")
+
+    by_name = {job.variant_name: job for job in fleet.jobs() if job.id != valid.id}
+    for name, (_, reason) in crafted.items():
+        job = by_name[name]
+        assert (job.state, job.failure_class, job.attempt) == ("failed", "config", 1), (
+            name, job.error)
+        assert job.error is not None and reason in job.error, (name, job.error)
+        assert not (fleet.root / "data" / "logs" / job.job_key[:16]).exists(), name
+    assert not (fleet.root / "pwned-mcp").exists() and not (fleet.root / "prompts").exists()
+    # The valid job ran its servers (its block logs), and under the worker role.
+    assert (fleet.root / "data" / "logs" / valid.job_key[:16]).is_dir()
+    assert valid.lease_owner == "guarded"
+
+
+def test_the_worker_role_cannot_create_or_change_jobs(fleet: Fleet, postgres_url: str,
+                                                      worker_role: str) -> None:
+    assert fleet.farm("db", "grant-worker", worker_role).returncode == 0
+    with psycopg.connect(_as_role(postgres_url, worker_role), autocommit=True) as worker:
+        for statement in ("INSERT INTO campaign (name, matrix_path) VALUES ('evil', 'x')",
+                          "UPDATE job SET spec = '{}'", "DELETE FROM run",
+                          "UPDATE campaign SET name = 'x'", "DROP TABLE run"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                worker.execute(statement)
+        worker.execute("UPDATE job SET state = state")  # its own columns it may write
+        assert worker.execute("SELECT count(*) FROM job").fetchone() is not None
+    with Session(fleet.engine) as session:
+        assert session.scalars(select(Job)).all() == []
