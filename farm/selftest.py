@@ -87,8 +87,10 @@ class _Runner:
 
         path = self.workdir / f"{matrix['campaign']}.yaml"
         path.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
+        # A binary by path here is the operator's own (a worker config's build), never a
+        # matrix's: the matrices are the selftest's.
         run_local(path, self.settings, Console(quiet=True), dry_run=False,
-                  gpus=self.node.gpus)
+                  allow_build_path=isinstance(self.node.build, dict), gpus=self.node.gpus)
         with connected(self.settings.database_url) as engine:
             jobs = job_report(engine, matrix["campaign"]).to_dict(orient="records")
             runs = runs_frame(engine, matrix["campaign"])

@@ -14,9 +14,12 @@ from workers.paths import NodePaths
 
 @cli.command("build")
 @click.argument("name")
-@click.option("--source", required=True,
+@click.option("--source",
               help="Git URL or repository (with --ref), a llama.cpp tree, an sdist .tar.gz, "
                    "or pypi:PACKAGE==VERSION.")
+@click.option("--binary", type=click.Path(path_type=Path),
+              help="Instead of --source: register a llama-server built elsewhere as NAME, so "
+                   "matrices may name it (`build: NAME`).")
 @click.option("--ref", help="Branch, tag, commit or pull/N/head of a git source.")
 @click.option("--backend", type=click.Choice(["cpu", "cuda", "metal", "vulkan"]),
               default="cpu", show_default=True)
@@ -26,13 +29,29 @@ from workers.paths import NodePaths
               show_default=True, help="cmake targets to build.")
 @click.option("--build-number", type=int, help="For sources without git history.")
 @click.option("--dry-run", is_flag=True, help="Print the cmake commands; build nothing.")
-def build_command(name: str, source: str, ref: str | None, backend: str,
-                  cuda_arch: str | None, cmake_args: tuple[str, ...], targets: tuple[str, ...],
-                  build_number: int | None, dry_run: bool) -> None:
-    """Build llama-server as NAME (cached: the same build asked twice builds once)."""
+def build_command(name: str, source: str | None, binary: Path | None, ref: str | None,
+                  backend: str, cuda_arch: str | None, cmake_args: tuple[str, ...],
+                  targets: tuple[str, ...], build_number: int | None, dry_run: bool) -> None:
+    """Build llama-server as NAME (cached: the same build asked twice builds once), or
+    register one built elsewhere (--binary)."""
     from typing import cast
 
-    from workers.builds import Backend, BuildRequest, build, build_argv, configure_argv
+    from workers.builds import (
+        Backend,
+        BuildRequest,
+        build,
+        build_argv,
+        configure_argv,
+        register_binary,
+    )
+
+    if binary is not None and source is None:
+        manifest = register_binary(name, binary, _paths())
+        click.echo(f"build {manifest.name}: {manifest.server} (registered)")
+        click.echo(manifest.version)
+        return
+    if source is None or binary is not None:
+        raise click.UsageError("give --source (to build) or --binary (to register), one of them")
 
     request = BuildRequest(name=name, source=source, ref=ref, backend=cast(Backend, backend),
                            cuda_architectures=cuda_arch, cmake_args=cmake_args,

@@ -226,12 +226,12 @@ def verify_matrix(engine: Engine, campaign: str, chosen: pd.DataFrame) -> dict[s
                          "flags": flags})
     model = {"name": first.model.name,
              **({"path": first.model.path} if first.model.path else {"file": first.model.file})}
-    build = first.build.name if first.build.path is None else {
-        "name": first.build.name, "path": first.build.path}
     return {
         "campaign": f"{campaign}-verify",
         "gpu-classes": sorted(set(chosen["gpu_class"])),
-        "build": build,
+        # By name, as `farm run` and a worker run it without an opt-in: a binary the source
+        # campaign named by path is registered once (`farm build NAME --binary PATH`).
+        "build": first.build.name,
         "models": [model],
         "prompt-mode": first.prompt_mode,
         "prompts": [{"id": p.id, "category": p.category, "text": p.text}

@@ -183,6 +183,7 @@ def test_the_verification_matrix_runs_the_picks_and_check_compares(
                                                                   "draft-mtp-n3"]
     assert matrix["prompts"] == PROMPTS and matrix["campaign"] == "drafter-verify"
     assert matrix["stop"] == "natural"  # the stop mode of the campaign it verifies
+    assert matrix["build"] == "cpu"  # by name: it runs without --allow-build-path
     # Plans the pairs that meet ±2.5% nine times in ten from a first stage of 12, so the
     # measurement holds ±3%; with room to reach it on a noisy machine.
     assert (matrix["pairs"], matrix["max-pairs"], matrix["target-ci"],
