@@ -30,10 +30,10 @@ import yaml
 from rich.console import Console
 
 from farm.errors import SelftestFailed
-from farm.local import run_local
+from farm.runner import Silent, check_matrix, run_matrix
 from farm.settings import Settings
+from farm.stats.intervals import log_interval
 from farm.store.db import connected
-from farm.studentt import student_t_quantile
 from workers.paths import NodePaths
 from workers.provision import Provisioned, provision
 from workers.telemetry import GpuInfo, gpus_for_devices
@@ -83,14 +83,16 @@ class _Runner:
     def run(self, matrix: dict[str, Any]) -> tuple[list[dict[Hashable, Any]],
                                                  list[dict[Hashable, Any]]]:
         """The campaign's job report rows and variant runs, after running it."""
-        from farm.report.frames import job_report, runs_frame
+        from farm.results.rows import job_report
+        from farm.results.runs import runs_frame
 
         path = self.workdir / f"{matrix['campaign']}.yaml"
         path.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
         # A binary by path here is the operator's own (a worker config's build), never a
         # matrix's: the matrices are the selftest's.
-        run_local(path, self.settings, Console(quiet=True), dry_run=False,
-                  allow_build_path=isinstance(self.node.build, dict), gpus=self.node.gpus)
+        checked = check_matrix(path, self.settings,
+                               allow_build_path=isinstance(self.node.build, dict))
+        run_matrix(checked, self.settings, Silent(), gpus=self.node.gpus)
         with connected(self.settings.database_url) as engine:
             jobs = job_report(engine, matrix["campaign"]).to_dict(orient="records")
             runs = runs_frame(engine, matrix["campaign"])
@@ -156,18 +158,10 @@ def _control(runner: _Runner, models: Provisioned) -> Check:
     [job], _ = runner.run(_matrix(
         "selftest-control", runner.node, models.models["qwen35-mtp-oracle-cpu"],
         [{"name": "aa", "control": True}], **{"n-predict": 96, "pairs": 8, "max-pairs": 8}))
-    low, high = interval_at(float(job["speedup"]), float(job["log_se"]), int(job["df"]),
-                            0.999)
+    low, high = log_interval(math.log(float(job["speedup"])), float(job["log_se"]),
+                             int(job["df"]), 0.999)
     return Check("A/A control covers 1 (99.9%)", low <= 1.0 <= high,
                  f"{float(job['speedup']):.3f}x [{low:.3f}, {high:.3f}]")
-
-
-def interval_at(speedup: float, log_se: float, df: int, level: float) -> tuple[float, float]:
-    """A job's speedup interval at ``level`` from its log standard error and df."""
-    if df < 1 or not math.isfinite(log_se):
-        return math.nan, math.nan
-    margin = student_t_quantile(0.5 + level / 2.0, df) * log_se
-    return speedup * math.exp(-margin), speedup * math.exp(margin)
 
 
 def _telemetry(runner: _Runner, models: Provisioned) -> Check:

@@ -1,6 +1,6 @@
 """SQL views for analysts, versioned with the migrations that create them.
 
-Their median and speedup SQL is the report's own (``farm.report.sql``), so a view and
+Their median and speedup SQL is the report's own (``farm.results.sql``), so a view and
 ``farm report`` cannot disagree. A migration that alters a table a view reads drops the
 views first and creates the then-current version after (SQLite's batch mode copies
 tables, which views would block). Intervals stay in ``farm.report.frames``.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from farm.report.sql import SD_LOG_SPEEDUP, median_select, speedup_stats
+from farm.results.sql import SD_LOG_SPEEDUP, median_select, speedup_stats
 
 # Median decode tok/s per job, arm and prompt (the per-prompt unit of the speedup).
 _PROMPT_MEDIAN = "CREATE VIEW prompt_median AS\n" + median_select("run", "job_id, arm, prompt_id")

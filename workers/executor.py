@@ -18,11 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-import pandas as pd
-
 from farm.errors import ConfigError
 from farm.matrix.spec import ArmRole, JobSpec, Prompt
-from farm.stats import Design, StopDecision, pair_log_ratios, pair_orders, stop_decision
+from farm.stats.design import StopDecision
+from farm.stats.frame import tidy_runs
+from farm.stats.speedup import pair_log_ratios, pair_orders
+from farm.stats.twostage import stop_decision
 from workers.checks import Preflight, preflight
 from workers.node import NodeFiles
 from workers.paths import NodePaths
@@ -195,22 +196,19 @@ def run_sampling(sampling: dict[str, Any], prompt_id: str, repetition: int,
     return {**sampling, "seed": seed}
 
 
-def job_design(spec: JobSpec) -> Design:
-    """How many block pairs the job runs: its first stage, maximum, target and assurance."""
-    return Design(spec.pairs, spec.max_pairs, spec.target_ci, spec.target_assurance)
+def slot_of(block: int) -> tuple[int, int]:
+    """A block's pair and its place in the pair (``pair_slots``' layout)."""
+    return block // 2, block % 2
 
 
 def stop_rule(spec: JobSpec, measured: dict[RunKey, float], pairs_done: int) -> StopDecision:
-    """After each complete pair, the job's two-stage rule (``farm.stats.stop_decision``)."""
-    frame = pd.DataFrame(
-        [{"arm": key.arm, "block": key.block, "pair": key.block // 2,
-          "position": key.block % 2, "prompt_id": key.prompt_id,
-          "repetition": key.repetition, "decode_tok_s": tok_s}
-         for key, tok_s in measured.items() if key.block // 2 < pairs_done],
-        columns=["arm", "block", "pair", "position", "prompt_id", "repetition",
-                 "decode_tok_s"])
-    return stop_decision(pair_log_ratios(frame), pair_orders(frame), job_design(spec),
-                         pairs_done)
+    """After each complete pair, the job's two-stage rule (``farm.stats.twostage``)."""
+    frame = tidy_runs([(key.arm, key.block, *slot_of(key.block), key.prompt_id,
+                        key.repetition, tok_s)
+                       for key, tok_s in measured.items() if slot_of(key.block)[0] < pairs_done],
+                      ["arm", "block", "pair", "position", "prompt_id", "repetition",
+                       "decode_tok_s"])
+    return stop_decision(pair_log_ratios(frame), pair_orders(frame), spec.design, pairs_done)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, fields
@@ -17,85 +16,53 @@ import pandas as pd
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
-from farm import stats
-from farm.report.frames import run_facts
+from farm.matrix.spec import JobKind
+from farm.results.rows import run_facts
+from farm.results.runs import job_runs, job_streams
+from farm.results.summarize import summarize
+from farm.results.summary import RunFacts
 from farm.retry import retrying
+from farm.stats.design import Design
 from farm.store import leases, repo
 from farm.store.models import GpuSample, Job, Run, Stream
 from workers.checks import Preflight, asks_for_speculation
-from workers.executor import Outcome, RunKey, RunResult, Slot, host_name, job_design
+from workers.executor import Outcome, RunKey, RunResult, Slot, host_name
 from workers.runtime.server_log import SpecStats
 from workers.telemetry import Sample
 
 log = logging.getLogger("farm.worker")
 
 
-def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:
-    """One job's runs as the tidy frame ``farm.stats`` works on."""
-    columns = [Run.arm, Run.block, Run.pair, Run.position, Run.prompt_id, Run.prompt_category,
-               Run.repetition, Run.decode_tok_s, Run.generated_tokens, Run.ttft_ms, Run.e2e_ms,
-               Run.tpot_ms, Run.spec_drafts, Run.spec_drafted, Run.spec_accepted,
-               Run.spec_accepted_per_pos, Run.text, Run.tokens, Run.concurrency,
-               Run.aggregate_tok_s, Run.overlap, Run.prompt_tokens, Run.prompt_tok_s]
-    with engine.connect() as connection:
-        rows = connection.execute(select(*columns).where(Run.job_id == job_id)).mappings()
-        frame = pd.DataFrame(rows.all(), columns=[column.key for column in columns])
-    return frame.assign(job_key=str(job_id))
-
-
-def job_streams(engine: Engine, job_id: int) -> pd.DataFrame:
-    """One job's simultaneous streams (``farm.stats.slot_acceptance``'s frame)."""
-    columns = [Run.arm, Run.block, Run.prompt_id, Run.repetition, Stream.slot, Stream.draft_n,
-               Stream.draft_accepted]
-    with engine.connect() as connection:
-        rows = connection.execute(select(*columns).join(Stream, Stream.run_id == Run.id)
-                                  .where(Run.job_id == job_id)).mappings()
-        return pd.DataFrame(rows.all(), columns=[column.key for column in columns])
-
-
-def job_summary(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]:
+def finish_values(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]:
     """What the job found, as values for its row (written with its final state).
 
     Computed afresh from every run the job has at each finish, so the summary of a job
     resumed or retried covers the runs of all its attempts.
     """
     spec = outcome.checked.spec
-    return summary_values(job_runs(engine, job_id), run_facts(engine, job_id),
-                          kind=spec.kind, asked=asks_for_speculation(spec.variant),
-                          pairs=outcome.pairs,
-                          stop_reason=outcome.stop_reason, design=job_design(spec),
-                          no_agreement=spec.outputs_differ,
-                          streams=job_streams(engine, job_id) if spec.concurrency > 1 else None)
+    return job_values(job_runs(engine, job_id), run_facts(engine, job_id), kind=spec.kind,
+                      asked=asks_for_speculation(spec.variant), pairs=outcome.pairs,
+                      stop_reason=outcome.stop_reason, design=spec.design,
+                      no_agreement=spec.outputs_differ,
+                      streams=job_streams(engine, job_id) if spec.concurrency > 1 else None)
 
 
-def summary_values(runs: pd.DataFrame, facts: dict[str, Any], *, kind: str, asked: bool,
-                   pairs: int, stop_reason: str, design: stats.Design,
-                   no_agreement: str | None,
-                   streams: pd.DataFrame | None = None) -> dict[str, Any]:
-    """A job's row values from its runs and their ``run_facts``: design, statistics, the
-    facts reports would otherwise read from its runs, and whether speculation happened.
+def job_values(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, asked: bool, pairs: int,
+               stop_reason: str, design: Design, no_agreement: str | None,
+               streams: pd.DataFrame | None = None) -> dict[str, Any]:
+    """A job's row values from its runs and their facts: the pairs it ran and why it
+    stopped, its summary (``farm.results.summarize``), the summary's log_se and df as typed
+    columns, and whether speculation happened.
 
     A variant that asked for speculation (``asked``) and drafted nothing is marked
-    ``none``; reports never show its speedup. ``kind`` (``JobSpec.kind``) is kept for the
-    reports' labels.
+    ``none``; reports never show its speedup.
     """
-    summary = stats.summarize_job(runs, design, no_agreement, streams)
-    for arm, row in stats.latency(runs).iterrows():
-        summary |= {f"{name}_{arm}": float(value) for name, value in row.items()
-                    if name in LATENCY_SUMMARY}
-    verdict = "not-requested" if not asked else "ok" if facts["drafted"] else "none"
-    summary = _json_safe(summary | facts | {"kind": kind})
+    summary = summarize(runs, facts, kind=kind, design=design, no_agreement=no_agreement,
+                        streams=streams)
+    verdict = "not-requested" if not asked else "ok" if facts.drafted else "none"
     return {"speculation": verdict, "pairs": pairs, "stop_reason": stop_reason,
-            "log_se": summary["log_se"], "df": summary["df"], "summary": summary}
-
-
-LATENCY_SUMMARY = ("tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
-
-
-def _json_safe(summary: dict[str, object]) -> dict[str, object]:
-    # JSON has no NaN: a missing statistic is null.
-    return {key: None if isinstance(value, float) and math.isnan(value) else value
-            for key, value in summary.items()}
+            "log_se": summary.log_se, "df": summary.df,
+            "summary": summary.model_dump(mode="json")}
 
 
 class DbRunSink:

@@ -37,7 +37,7 @@ from workers.config import WorkerConfig
 from workers.executor import execute_job
 from workers.node import resolve, worker_files
 from workers.paths import NodePaths
-from workers.sinks import LeasedRunSink, job_summary
+from workers.sinks import LeasedRunSink, finish_values
 from workers.telemetry import GpuInfo
 
 
@@ -201,7 +201,7 @@ def _run(node: Node, lease: leases.Lease, spec: JobSpec, max_attempts: int) -> s
             files = worker_files(node.config)
             outcome = execute_job(resolve(spec, files), sink, node=files,
                                   paths=NodePaths.of(settings), gpus=node.gpus)
-        summary = patient(lambda: job_summary(engine, job_id, outcome), "summarizing")
+        summary = patient(lambda: finish_values(engine, job_id, outcome), "summarizing")
     except leases.LeaseLost as exc:
         return f"job {job_id}: {exc}"
     except TRANSIENT as exc:

@@ -14,13 +14,14 @@ from farm.settings import Settings, load_settings
 def _dry_run(matrix: Path, settings: Settings, allow: frozenset[str]) -> None:
     # Imported only here: the node's runner brings pandas, a second of start-up that a
     # 10,000-job submit cannot spare.
-    from farm.local import dry_run_as_worker
+    from farm.cli.dry_run import print_worker_check
     from farm.matrix.load import load_matrix
     from farm.report.text import wide_console
+    from farm.runner import check_as_worker
     from workers.paths import NodePaths
 
-    dry_run_as_worker(matrix, *load_matrix(matrix, allow), NodePaths.of(settings),
-                      wide_console(), allow)
+    print_worker_check(check_as_worker(matrix, *load_matrix(matrix, allow),
+                                       NodePaths.of(settings), allow), wide_console())
 
 
 @cli.command()
@@ -70,7 +71,8 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: boo
 @click.argument("campaign", required=False)
 def status(campaign: str | None) -> None:
     """Jobs of CAMPAIGN (default: the latest) by state, who runs what, failures, time left."""
-    from farm.fleet.status import campaign_status, render_status
+    from farm.fleet.status import campaign_status
+    from farm.report.status import render_status
     from farm.store.db import open_store
 
     settings = load_settings()
@@ -83,14 +85,15 @@ def status(campaign: str | None) -> None:
 @cli.command()
 def workers() -> None:
     """Registered workers, live and dead, with their builds and models."""
-    from farm.fleet.status import render_workers
+    from farm.fleet.status import worker_rows
     from farm.fleet.submit import require_fleet
+    from farm.report.status import render_workers
     from farm.store.db import connected
 
     settings = load_settings()
     require_fleet(settings)
     with connected(settings.database_url) as engine:
-        render_workers(engine, Console(), live_within=settings.lease_seconds)
+        render_workers(worker_rows(engine, settings.lease_seconds), Console())
 
 
 @cli.command()

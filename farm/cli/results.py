@@ -26,7 +26,7 @@ from farm.settings import load_settings
 def report(campaign: str | None, fmt: str, output: Path | None, all_campaigns: bool,
            group_by: str | None, by_category: bool, wide: bool) -> None:
     """Show one row per job of CAMPAIGN (default: the latest)."""
-    from farm.report.show import show_report
+    from farm.cli.show import show_report
 
     show_report(load_settings(), campaign, fmt, all_campaigns=all_campaigns,
                 group_by=group_by, by_category=by_category, output=output, wide=wide)
@@ -42,7 +42,7 @@ def report(campaign: str | None, fmt: str, output: Path | None, all_campaigns: b
 def compare(a: str, b: str, build_a: str | None, build_b: str | None, fmt: str) -> None:
     """Campaigns A and B (or two builds) side by side: change per matching job, and
     whether it is outside the noise."""
-    from farm.report.show import show_comparison
+    from farm.cli.show import show_comparison
 
     show_comparison(load_settings(), a, b, fmt, build_a=build_a, build_b=build_b)
 
@@ -60,7 +60,7 @@ def curve(campaign: str | None, all_campaigns: bool, fmt: str, output: Path | No
     """The engine cost curve of CAMPAIGN (default: the latest): from its synthetic-acceptance
     jobs, the speedup per acceptance length, the step cost and the break-even length per
     draft length, with 95% intervals."""
-    from farm.report.show import show_curve
+    from farm.cli.show import show_curve
 
     show_curve(load_settings(), campaign, fmt, all_campaigns=all_campaigns, output=output)
 
@@ -82,7 +82,7 @@ def recommend(campaign: str | None, fmt: str, output: Path | None, verify: str |
     """The settings to use per GPU class, model and prompt category, predicted from the
     drafters' measured acceptance in CAMPAIGN (default: the latest) and the engine cost
     curves in the store, with the runner-up and why."""
-    from farm.report.show import show_recommendation
+    from farm.cli.show import show_recommendation
 
     show_recommendation(load_settings(), campaign, fmt, output=output, verify=verify,
                         model=model, gpu_class=gpu_class)
@@ -95,7 +95,7 @@ def recommend(campaign: str | None, fmt: str, output: Path | None, verify: str |
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 def export(campaign: str | None, fmt: str, output: Path) -> None:
     """Write the tidy runs of CAMPAIGN (default: the latest), one row per run."""
-    from farm.report.show import export_runs
+    from farm.cli.show import export_runs
 
     count = export_runs(load_settings(), campaign, fmt, output)
     click.echo(f"wrote {count} runs to {output}")

@@ -34,22 +34,28 @@ def _sigterm_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
 def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple[str, ...],
         allow_build_path: bool) -> None:
     """Run MATRIX on this machine against real llama-server processes."""
-    from farm.local import run_local
+    from farm.cli.dry_run import print_dry_run
+    from farm.cli.progress import RunProgress
+    from farm.cli.show import show_report
     from farm.matrix.options import check_allowances
-    from farm.report.show import show_report
+    from farm.report.text import wide_console
+    from farm.runner import check_matrix, run_matrix
 
     settings = load_settings()
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     allowed = check_allowances(allow_options, "--allow-option")
+    checked = check_matrix(matrix, settings, gpu_class=gpu_class, allow_options=allowed,
+                           allow_build_path=allow_build_path)
+    if dry_run:
+        print_dry_run([check.spec for _, check in checked.checked], wide_console())
+        return
     try:
-        campaign = run_local(matrix, settings, console, dry_run=dry_run, gpu_class=gpu_class,
-                             allow_options=allowed, allow_build_path=allow_build_path)
+        campaign = run_matrix(checked, settings, RunProgress(console))
     except JobsFailed as exc:
         show_report(settings, exc.campaign, "table")
         raise
-    if campaign is not None:
-        show_report(settings, campaign, "table")
+    show_report(settings, campaign, "table")
 
 
 @cli.command()

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, load_only
 
 from farm.errors import ConfigError
-from farm.report.frames import latest_campaign
+from farm.store.campaigns import latest_campaign
 from farm.store.models import Campaign, Job, JobState, Run
 from farm.store.outbox import PENDING, needs_post
 from farm.store.registry import all_workers
@@ -91,48 +87,15 @@ def campaign_status(engine: Engine, campaign: str | None,
     return status
 
 
-def _add_row(table: Table, cells: Iterable[object]) -> None:
-    # As plain text: Rich would read "[request_failed]" or a sweep's "ngram[n-max=4]" as
-    # markup and drop it.
-    table.add_row(*(Text(str(cell)) for cell in cells))
-
-
-def render_status(status: CampaignStatus, console: Console) -> None:
-    """Print the state counts and ETA, then tables of the running and the failed jobs."""
-    total = sum(status.counts.values())
-    summary = ", ".join(f"{n} {state}" for state, n in status.counts.items() if n)
-    eta = (f"; about {status.eta_seconds / 60:.0f} min left" if status.eta_seconds else "")
-    console.print(f"campaign {status.campaign}: {total} jobs: {summary or 'none'}{eta}",
-                  markup=False)
-    if status.unposted:
-        console.print(f"{status.unposted} waiting for reconciliation (message lost or "
-                      "overdue; a live worker re-posts them, or run `farm submit` again)",
-                      markup=False)
-    if status.running:
-        table = Table(title="running", title_justify="left")
-        for header in ("job", "variant", "worker", "attempt", "runs"):
-            table.add_column(header)
-        for running in status.running:
-            _add_row(table, running)
-        console.print(table)
-    if status.failures:
-        table = Table(title="failed", title_justify="left")
-        for header in ("job", "variant", "reason"):
-            table.add_column(header, overflow="fold")
-        for failure in status.failures:
-            _add_row(table, failure)
-        console.print(table)
-
-
-def render_workers(engine: Engine, console: Console, live_within: float) -> None:
-    """Print every registered worker: live, stopped, or dead (silent over ``live_within`` s)."""
-    table = Table(title="workers", title_justify="left")
-    for header in ("name", "class", "host", "devices", "builds", "models", "state", "heartbeat"):
-        table.add_column(header, overflow="fold")
+def worker_rows(engine: Engine, live_within: float) -> list[tuple[object, ...]]:
+    """Every registered worker as a row: name, class, host, devices, builds, models (a
+    count), its state (live, stopped, or dead: silent over ``live_within`` s) and how long
+    ago it beat."""
+    rows: list[tuple[object, ...]] = []
     for worker, age in all_workers(engine):
         alive = worker.stopped_at is None and age <= live_within
         state = "live" if alive else ("stopped" if worker.stopped_at else "dead")
-        _add_row(table, (worker.name, worker.gpu_class, worker.host,
-                         ",".join(map(str, worker.devices)) or "cpu", ", ".join(worker.builds),
-                         len(worker.models), state, f"{age:.0f} s ago"))
-    console.print(table)
+        rows.append((worker.name, worker.gpu_class, worker.host,
+                     ",".join(map(str, worker.devices)) or "cpu", ", ".join(worker.builds),
+                     len(worker.models), state, f"{age:.0f} s ago"))
+    return rows

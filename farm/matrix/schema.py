@@ -8,10 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_snake
 
 from farm.matrix.flags import NGRAM_SIMPLE_SIZE_N, draft_length_flag
+from farm.stats.design import MIN_SECOND_STAGE
 
-# Pairs a second stage adds at least: its crossover fit needs two pairs of each order for a
-# residual df of 2 (t 4.30 at 95%); farm.stats plans with it.
-MIN_SECOND_STAGE = 4
 # Most simultaneous streams one run sends (one server slot each).
 MAX_CONCURRENCY = 64
 
@@ -192,7 +190,7 @@ class Matrix(Strict):
     concurrency: Concurrency | Annotated[list[Concurrency], Field(min_length=1)] = Field(
         1, description="Simultaneous streams per run, against a server with as many slots "
                        "(--parallel); a list sweeps it, one job per value.")
-    # The two-stage rule (farm.stats.planned_pairs, README "How many pairs"): the first
+    # The two-stage rule (farm.stats.twostage, README "How many pairs"): the first
     # stage's spread fixes the number of pairs, the second stage's measures the interval.
     pairs: Pairs = Field(4, description="First stage: block pairs (AB, BA, ...) every job "
                                         "runs; they plan the rest.")

@@ -24,8 +24,11 @@ from farm.matrix.schema import (
     StopMode,
     TargetCi,
 )
+from farm.stats.design import Design
 
 ArmRole = Literal["baseline", "variant"]
+# What a job measures (JobSpec.kind).
+JobKind = Literal["variant", "control", "synthetic"]
 
 
 class Frozen(BaseModel):
@@ -124,7 +127,7 @@ class JobSpec(Frozen):
         return any(name.startswith(SYNTHETIC_PREFIX) for name, _ in self.variant.flags)
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> JobKind:
         """What the job measures: "control" (A/A: the machine's noise floor), "synthetic"
         (the engine's cost at a forced acceptance, not a drafter's speedup) or "variant"."""
         return "control" if self.control else "synthetic" if self.synthetic else "variant"
@@ -138,6 +141,11 @@ class JobSpec(Frozen):
         if float(self.sampling.get("temperature") or 0.0) > 0.0:
             return "temperature > 0: outputs are not expected to match"
         return None
+
+    @property
+    def design(self) -> Design:
+        """How many block pairs the job runs: its first stage, maximum, target, assurance."""
+        return Design(self.pairs, self.max_pairs, self.target_ci, self.target_assurance)
 
     def arm(self, role: ArmRole) -> Arm:
         """The baseline or the variant arm."""

@@ -1,12 +1,10 @@
-"""Reports: the store read into pandas frames, and those frames rendered for people.
+"""Rendering: frames and rows (``farm.results``) as terminal tables, CSV, JSON, HTML and
+PNG plots. Renderers take data and return text or bytes; they query nothing and compute
+no statistics, and only the CLI imports them.
 
-- ``sql``: the report query and the median it shares with the analysts' SQL views.
-- ``frames``: store -> DataFrames (``runs_frame`` for notebooks, ``job_report``).
-- ``compare``: two campaigns or two builds, job by comparable job.
 - ``cells``: how one value reads in a table cell, the same in every output.
 - ``text``: terminal tables (fitted to the terminal's width), CSV and JSON.
 - ``html`` and ``plots``: the self-contained HTML page and its PNG plots.
-- ``show``: what ``farm report``, ``farm compare`` and ``farm export`` print or write.
 
-Nothing is imported here: ``farm db upgrade`` reads ``sql`` without pandas or matplotlib.
+Nothing is imported here: a command that prints JSON loads neither rich nor matplotlib.
 """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
@@ -169,12 +170,28 @@ def _figures(jobs: pd.DataFrame, runs: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
-def _engine_curve(jobs: pd.DataFrame) -> str:
-    """The engine cost curve of the synthetic-acceptance jobs, if there are any."""
-    from farm.report.curve import curve_points, curve_table
+@dataclass(frozen=True)
+class EngineCurve:
+    """An engine cost curve as the page draws it (``farm.results.curve``): its table,
+    points and fitted lines."""
 
-    points = curve_points(jobs) if "kind" in jobs else pd.DataFrame()
-    if points.empty:
+    table: pd.DataFrame
+    points: pd.DataFrame
+    fits: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """``farm recommend``'s picks, the candidates they came from, and the curve they used."""
+
+    picks: pd.DataFrame
+    candidates: pd.DataFrame
+    curve: EngineCurve | None
+
+
+def _engine_curve(curve: EngineCurve | None) -> str:
+    """The engine cost curve of the synthetic-acceptance jobs, if there are any."""
+    if curve is None or curve.points.empty:
         return ""
 
     def fit(value: str, low: str, high: str) -> _Cell:
@@ -189,10 +206,10 @@ def _engine_curve(jobs: pd.DataFrame) -> str:
         ("step cost (plain steps)", fit("step_cost", "step_cost_low", "step_cost_high"), True),
         ("break-even length", fit("break_even", "break_even_low", "break_even_high"), True),
     ]
-    data = base64.b64encode(plots.engine_curve(points)).decode("ascii")
+    data = base64.b64encode(plots.engine_curve(curve.points, curve.fits)).decode("ascii")
     return f"""<section>
 <h2>Engine cost curve (synthetic acceptance)</h2>
-{_table(curve_table(points), columns, "No curve.")}
+{_table(curve.table, columns, "No curve.")}
 <figure><img src="data:image/png;base64,{data}" alt="engine_curve" width="{plots.WIDTH_PX}">
 <figcaption>{escape(_ENGINE_CURVE_CAPTION)}</figcaption></figure>
 </section>"""
@@ -205,11 +222,10 @@ _ENGINE_CURVE_CAPTION = (
     "with n-max drafted tokens, all accepted, in plain decode steps.")
 
 
-def _recommendation(candidates: pd.DataFrame | None, points: pd.DataFrame | None) -> str:
+def _recommendation(found: Recommendation | None) -> str:
     """``farm recommend``'s answer with its evidence, when the store has what it needs."""
-    if candidates is None or candidates.empty:
+    if found is None or found.candidates.empty:
         return ""
-    from farm.report.recommend import recommendations
 
     columns: list[tuple[str, _Cell, bool]] = [
         ("GPU class", _plain("gpu_class"), False), ("model", _plain("model"), False),
@@ -218,16 +234,16 @@ def _recommendation(candidates: pd.DataFrame | None, points: pd.DataFrame | None
                                                         row.get("high"))), True),
         ("runner-up", _plain("runner_up"), False), ("why", _plain("why"), False),
     ]
-    figures = [plots.recommendation(candidates)]
-    if points is not None and not points.empty:
-        figures.append(plots.engine_curve(points))
+    figures = [plots.recommendation(found.candidates)]
+    if found.curve is not None and not found.curve.points.empty:
+        figures.append(plots.engine_curve(found.curve.points, found.curve.fits))
     images = "\n".join(
         f'<figure><img src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}" '
         f'alt="recommendation" width="{plots.WIDTH_PX}"></figure>' for png in figures)
     return f"""<section>
 <h2>Recommendation</h2>
 <p>{escape(_RECOMMENDATION_NOTE)}</p>
-{_table(recommendations(candidates), columns, "Nothing to recommend.")}
+{_table(found.picks, columns, "Nothing to recommend.")}
 {images}
 </section>"""
 
@@ -302,11 +318,10 @@ def _notes(notes: list[str] | None) -> str:
 
 def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: pd.DataFrame,
                 notes: list[str] | None = None, generated_at: datetime | None = None,
-                candidates: pd.DataFrame | None = None,
-                curve: pd.DataFrame | None = None) -> str:
-    """Render the whole report as one self-contained HTML document; ``candidates`` (from
-    ``farm.report.recommend.predictions``) and the ``curve`` points they used add the
-    recommendation section."""
+                curve: EngineCurve | None = None,
+                recommendation: Recommendation | None = None) -> str:
+    """Render the whole report as one self-contained HTML document; a ``curve`` adds its
+    section, a ``recommendation`` (``farm recommend``'s) its own."""
     when = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -335,8 +350,8 @@ def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: 
 {_figures(jobs, runs)}
 </section>
 {_traffic(jobs)}
-{_engine_curve(jobs)}
-{_recommendation(candidates, curve)}
+{_engine_curve(curve)}
+{_recommendation(recommendation)}
 <section>
 <h2>How to read this</h2>
 {_guide()}

@@ -15,7 +15,7 @@ import io
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -274,36 +274,39 @@ def tok_s_over_blocks(runs: pd.DataFrame, path: Path | str | None = None,
     return _png(fig, path)
 
 
-def engine_curve(points: pd.DataFrame, path: Path | str | None = None) -> bytes:
-    """Speedup against mean acceptance length (``farm.report.curve.curve_points``), one
+def engine_curve(points: pd.DataFrame, fits: pd.DataFrame,
+                 path: Path | str | None = None) -> bytes:
+    """Speedup against mean acceptance length (``farm.results.curve.curve_points``), one
     panel per engine and one line per draft length: the jobs with their intervals, the
     fitted line over lengths 1 to n-max + 1, and the break-even length on the line
-    speedup = 1 with its interval (an open end where the data cannot bound it)."""
-    from farm.report.curve import ENGINE_KEYS, cost_curves
-
+    speedup = 1 with its interval, an open end where the data cannot bound it
+    (``farm.results.curve.curve_fits``)."""
     title = "Engine cost curve: speedup vs acceptance length (synthetic acceptance)"
     if points.empty:
         return _no_data(title, path, "no synthetic-acceptance jobs with a speedup")
-    curves = cost_curves(points)
+    keys = ["model", "gpu_class", "build", "spec_type"]
+    lines = {tuple(row[:len(keys) + 1]): row[len(keys) + 1:] for row in
+             fits[[*keys, "draft_n_max", "intercept", "slope", "break_even", "break_even_low",
+                   "break_even_high"]].itertuples(index=False, name=None)}
     engines = list(points.dropna(subset=["draft_n_max"]).groupby(
-        ENGINE_KEYS, sort=True, dropna=False))[:MAX_FACETS]
+        keys, sort=True, dropna=False))[:MAX_FACETS]
     columns = min(len(engines), 2)
     rows = math.ceil(len(engines) / columns)
     fig = _figure(max(HEIGHT_PX, 420 * rows))
     for panel, (engine, engine_points) in enumerate(engines, start=1):
         ax = fig.add_subplot(rows, columns, panel)
         for number, (n_max, mine) in enumerate(engine_points.groupby("draft_n_max")):
-            curve = curves[(*engine, n_max)]
-            colour = f"C{number % 10}"
+            intercept, slope, even, low, high = lines[(*engine, n_max)]
+            draft = int(cast(float, n_max))
+            colour, top = f"C{number % 10}", draft + 1.0
             ax.errorbar(mine["acceptance_length"], mine["speedup"], yerr=_error_bars(mine),
-                        fmt="o", color=colour, capsize=3, label=f"n-max {curve.draft_n_max}")
-            if math.isfinite(curve.slope):
-                xs = np.array([1.0, curve.draft_n_max + 1.0])
-                ax.plot(xs, curve.intercept + curve.slope * xs, "-", color=colour, alpha=0.7)
-            even, low, high = curve.break_even()
+                        fmt="o", color=colour, capsize=3, label=f"n-max {draft}")
+            if math.isfinite(slope):
+                xs = np.array([1.0, top])
+                ax.plot(xs, intercept + slope * xs, "-", color=colour, alpha=0.7)
             if math.isfinite(even):
                 left = even - low if math.isfinite(low) else even - 1.0
-                right = high - even if math.isfinite(high) else curve.draft_n_max + 1.0 - even
+                right = high - even if math.isfinite(high) else top - even
                 ax.errorbar([even], [1.0], xerr=[[max(left, 0.0)], [max(right, 0.0)]],
                             fmt="|", color=colour, markersize=14, capsize=5, elinewidth=2)
         ax.axhline(1.0, color="black", linestyle=":", linewidth=1)

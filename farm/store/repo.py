@@ -110,3 +110,4 @@ def ensure_model(session: Session, values: dict[str, Any]) -> None:
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     session.execute(insert(Model).values(**values).on_conflict_do_nothing())
+

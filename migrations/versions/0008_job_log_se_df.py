@@ -32,7 +32,7 @@ def _read_back(summary: dict[str, object] | None) -> dict[str, object]:
         return {"se": None, "dof": None}
     # Imported here: loading the migrations (every command checks the schema) must not pull
     # in farm.stats, and with it pandas and numpy (0.6 s of each `farm submit`).
-    from farm.stats import log_standard_error
+    from farm.stats.intervals import log_standard_error
 
     se = log_standard_error(float(low), float(high), pairs)
     return {"se": None if math.isnan(se) else se, "dof": pairs - 1}

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from farm.report.frames import runs_frame
+from farm.results.runs import runs_frame
 from farm.store.db import make_engine
 from tests.helpers import matrix_dict, write_matrix
 

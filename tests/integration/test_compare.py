@@ -18,7 +18,7 @@ from farm.cli import cli
 from farm.errors import ConfigError
 from farm.matrix.load import load_matrix
 from farm.matrix.spec import JobSpec
-from farm.report.compare import compare
+from farm.results.compare import compare
 from farm.store import repo
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Job, Run

@@ -22,14 +22,15 @@ from sqlalchemy.orm import Session
 from farm.matrix.load import load_matrix
 from farm.matrix.spec import JobSpec
 from farm.report import cells
-from farm.report.frames import REPORT_COLUMNS, job_report, job_rows, run_facts
 from farm.report.text import rows_to_json, to_json
-from farm.stats import Design
+from farm.results.rows import REPORT_COLUMNS, job_report, job_rows, run_facts
+from farm.results.runs import job_runs
+from farm.stats.design import Design
 from farm.store import repo
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Job, Run
 from tests.helpers import matrix_dict, run_cli, write_matrix
-from workers.sinks import job_runs, summary_values
+from workers.sinks import job_values
 
 REPO = Path(__file__).resolve().parents[2]
 PAIRS = 3
@@ -92,10 +93,10 @@ def _runs(job_id: int, ratio: float) -> list[Run]:
 
 def _finish(engine: Engine, job_id: int, spec: JobSpec) -> None:
     """What a worker writes when the job finishes: its summary and typed statistics."""
-    values = summary_values(job_runs(engine, job_id), run_facts(engine, job_id),
-                            kind=spec.kind, asked=not spec.control, pairs=PAIRS,
-                            stop_reason=f"max pairs ({PAIRS}) reached",
-                            design=Design(PAIRS, PAIRS), no_agreement=spec.outputs_differ)
+    values = job_values(job_runs(engine, job_id), run_facts(engine, job_id),
+                        kind=spec.kind, asked=not spec.control, pairs=PAIRS,
+                        stop_reason=f"max pairs ({PAIRS}) reached",
+                        design=Design(PAIRS, PAIRS), no_agreement=spec.outputs_differ)
     repo.mark_finished(engine, job_id, "done", summary=values)
 
 

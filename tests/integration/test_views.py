@@ -10,7 +10,10 @@ import pytest
 from sqlalchemy import Engine, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from farm.report.frames import group_report, job_report, run_facts, runs_frame
+from farm.results.groups import group_report
+from farm.results.rows import job_report, run_facts
+from farm.results.runs import runs_frame
+from farm.results.summary import JobSummary
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Campaign, Job, Run
 
@@ -101,15 +104,15 @@ def test_a_finished_job_is_reported_from_its_summary_without_reading_its_runs(
     from_runs = _reported(engine)
     with Session(engine) as session:
         job_id = session.scalars(select(Job.id).where(Job.variant_name == "v")).one()
-    # A summary written before it kept the run facts: they still come from the runs.
+    # A summary written before it kept the run facts (version 2): they come from the runs.
     with engine.begin() as connection:
         connection.execute(update(Job).where(Job.id == job_id).values(
-            summary={"agreement": 1.0}))
+            summary={"version": 2, "agreement": 1.0}))
     assert _reported(engine) == pytest.approx(from_runs)
 
-    facts = run_facts(engine, job_id)
+    summary = JobSummary(facts=run_facts(engine, job_id)).model_dump(mode="json")
     with engine.begin() as connection:
-        connection.execute(update(Job).where(Job.id == job_id).values(summary=facts))
+        connection.execute(update(Job).where(Job.id == job_id).values(summary=summary))
         connection.execute(delete(Run).where(Run.job_id == job_id))
     assert _reported(engine) == pytest.approx(from_runs)
 

@@ -13,7 +13,7 @@ import pytest
 from click.testing import Result
 
 import farm.errors
-import farm.local
+import farm.runner
 import workers.provision
 from farm.cli import cli, main
 from farm.errors import ConfigError, FarmError, JobsFailed
@@ -417,7 +417,7 @@ def test_an_unexpected_error_is_not_disguised(monkeypatch: pytest.MonkeyPatch) -
 
 def test_ctrl_c_exits_130_saying_what_was_kept(monkeypatch: pytest.MonkeyPatch,
                                                tmp_path: Path) -> None:
-    monkeypatch.setattr(farm.local, "run_local", _raise(KeyboardInterrupt()))
+    monkeypatch.setattr(farm.runner, "check_matrix", _raise(KeyboardInterrupt()))
     assert_one_line_error(run_cli("run", str(tmp_path / "m.yaml")), 130,
                           "interrupted: servers stopped, finished runs kept; run the same "
                           "command again to resume")

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from farm.stats import cost_curve
+from farm.stats.curve import cost_curve
 
 CURVES = 4000
 

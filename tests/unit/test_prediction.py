@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from farm.stats import Profile, acceptance_length, cost_curve, predict_speedup
+from farm.stats.curve import cost_curve
+from farm.stats.prediction import Profile, acceptance_length, predict_speedup
 
 TRIALS = 4000
 

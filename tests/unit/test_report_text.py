@@ -145,8 +145,9 @@ def test_plain_rows_print_as_the_frames_json() -> None:
 
 
 def test_group_rows_pool_jobs_with_a_random_effects_interval_and_tau() -> None:
-    from farm.report.frames import category_summary, group_report
-    from farm.stats import log_standard_error, speedup_interval
+    from farm.results.groups import category_summary, group_report
+    from farm.stats.intervals import log_standard_error
+    from farm.stats.speedup import speedup_interval
 
     jobs = [speedup_interval(values) for values in (
         [0.10, 0.12, 0.08, 0.11], [0.30, 0.33, 0.28, 0.31], [0.20, 0.21, 0.19, 0.22])]
@@ -174,8 +175,8 @@ def test_group_rows_pool_jobs_with_a_random_effects_interval_and_tau() -> None:
 
 
 def test_the_best_of_several_variants_is_marked_with_its_simultaneous_interval() -> None:
-    from farm.report.frames import _best_of
     from farm.report.text import _flags
+    from farm.results.rows import _best_of
 
     rows: list[dict[str, Any]] = [
         {"campaign": campaign, "model": "m", "gpu_class": "a", "kind": kind,

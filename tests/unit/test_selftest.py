@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from farm.errors import SelftestFailed
-from farm.selftest import Check, interval_at, report_failures
+from farm.selftest import Check, report_failures
+from farm.stats.intervals import log_interval
 
 
 def test_a_failed_check_fails_the_selftest_by_name() -> None:
@@ -16,7 +17,7 @@ def test_a_failed_check_fails_the_selftest_by_name() -> None:
 
 
 def test_the_control_interval_at_another_level_widens_with_it() -> None:
-    low95, high95 = interval_at(1.0, 0.01, 4, 0.95)
-    low999, high999 = interval_at(1.0, 0.01, 4, 0.999)
+    low95, high95 = log_interval(0.0, 0.01, 4, 0.95)
+    low999, high999 = log_interval(0.0, 0.01, 4, 0.999)
     assert low999 < low95 < 1.0 < high95 < high999
     assert high95 == pytest.approx(1.0 * 2.718281828 ** (2.776445 * 0.01), rel=1e-5)

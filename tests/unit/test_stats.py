@@ -5,43 +5,45 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from farm.stats import (
-    NAN,
-    Design,
-    Interval,
-    acceptance,
-    agreement,
-    crossover,
-    drift,
-    estimate,
-    job_speedup,
-    latency,
-    log_standard_error,
-    pair_log_ratios,
-    pair_orders,
-    planned_pairs,
-    pool_jobs,
-    rate_interval,
-    speedup_by,
-    speedup_interval,
-    stop_decision,
-    stop_mismatches,
-    summarize_job,
-)
-from farm.studentt import (
-    best_of_interval,
+from farm.results.summarize import summarize
+from farm.results.summary import JobSummary, RunFacts
+from farm.stats.acceptance import acceptance, rate_interval
+from farm.stats.agreement import agreement, stop_mismatches
+from farm.stats.design import Design
+from farm.stats.distributions import (
     f_cdf,
     regularized_incomplete_beta,
     student_t_cdf,
     student_t_quantile,
 )
+from farm.stats.drift import drift
+from farm.stats.frame import NAN
+from farm.stats.intervals import Interval, best_of_interval, log_standard_error
+from farm.stats.pooling import pool_jobs
+from farm.stats.speedup import (
+    crossover,
+    estimate,
+    job_speedup,
+    pair_log_ratios,
+    pair_orders,
+    speedup_by,
+    speedup_interval,
+)
+from farm.stats.traffic import latency
+from farm.stats.twostage import planned_pairs, stop_decision
 
 SpeedFn = Callable[[str, int, str, int], float]
+
+
+def summarize_job(runs: pd.DataFrame) -> dict[str, Any]:
+    """A fixed-design job's summary as the store keeps it (JSON: NaN as null)."""
+    return summarize(runs, RunFacts(), kind="variant", design=None).model_dump(mode="json")
 
 
 def make_runs(speed: SpeedFn, *, pairs: int = 3, prompts: Sequence[str] = ("code-1", "chat-1"),
@@ -60,7 +62,7 @@ def make_runs(speed: SpeedFn, *, pairs: int = 3, prompts: Sequence[str] = ("code
                 for rep in range(reps):
                     variant = arm == "variant"
                     rows.append({
-                        "job_key": "job-1", "arm": arm, "block": block, "pair": pair,
+                        "job_id": 1, "arm": arm, "block": block, "pair": pair,
                         "position": position, "prompt_id": prompt,
                         "prompt_category": prompt.split("-")[0], "repetition": rep,
                         "decode_tok_s": speed(arm, block, prompt, rep), "generated_tokens": 64,
@@ -163,7 +165,7 @@ def test_pairs_missing_an_arm_or_a_prompt_side_are_skipped() -> None:
 
 def test_pair_log_ratios_refuse_two_jobs() -> None:
     runs = make_runs(constant(10.0, 15.0))
-    runs.loc[runs["block"] == 0, "job_key"] = "job-2"
+    runs.loc[runs["block"] == 0, "job_id"] = 2
     with pytest.raises(ValueError, match="more than one job"):
         pair_log_ratios(runs)
 
@@ -452,21 +454,17 @@ def test_latency_percentiles_per_arm() -> None:
     assert table.loc["baseline", "e2e_p50_ms"] == 505.0  # run 0 (NaN) is left out
 
 
-def test_summarize_job_is_json_friendly() -> None:
-    summary = summarize_job(make_runs(constant(10.0, 15.0), pairs=3))
-    assert set(summary) == {"speedup", "ci_low", "ci_high", "pairs", "log_se", "df",
-                            "interval_method", "order_effect", "order_low", "order_high",
-                            "incomplete_pairs", "invalid_runs", "degenerate",
-                            "agreement", "agreement_control", "agreement_applicable",
-                            "agreement_suspect", "stop_mismatch", "drift_flag",
-                            "drift_per_block", "drift_low",
-                            "drift_high", "acceptance_rate", "acceptance_low",
-                            "acceptance_high", "mean_accepted_length"}
-    assert summary["speedup"] == pytest.approx(1.5) and summary["pairs"] == 3
-    assert summary["df"] == 2 and summary["log_se"] == pytest.approx(0.0)
-    assert summary["agreement"] == 1.0 and summary["agreement_suspect"] is False
-    assert summary["drift_flag"] is False and summary["acceptance_rate"] == 0.5
-    json.dumps(summary)
+def test_the_summary_is_typed_versioned_and_json_friendly() -> None:
+    summary = summarize(make_runs(constant(10.0, 15.0), pairs=3), RunFacts(drafted=4),
+                        kind="variant", design=None)
+    assert summary.version == 5 and summary.facts == RunFacts(drafted=4)
+    assert summary.speedup == pytest.approx(1.5) and summary.interval_method == "paired t"
+    assert summary.df == 2 and summary.log_se == pytest.approx(0.0)
+    assert summary.agreement == 1.0 and summary.agreement_suspect is False
+    assert summary.drift_flag is False and summary.mean_accepted_length == pytest.approx(3.0)
+    stored = json.loads(json.dumps(summary.model_dump(mode="json")))
+    assert set(stored) == set(JobSummary.model_fields) and stored["order_effect"] is None
+    assert JobSummary.model_validate(stored) == summary
 
 
 # --- Simulation ---------------------------------------------------------------------------

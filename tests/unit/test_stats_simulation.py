@@ -17,17 +17,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from farm.stats import (
-    SLOT_MARGIN,
-    Design,
-    agreement,
-    drift,
-    estimate,
-    pair_log_ratios,
-    planned_pairs,
-    rate_interval,
-    slot_acceptance,
-)
+from farm.stats.acceptance import rate_interval
+from farm.stats.agreement import agreement
+from farm.stats.design import Design
+from farm.stats.drift import drift
+from farm.stats.speedup import estimate, pair_log_ratios
+from farm.stats.traffic import SLOT_MARGIN, slot_acceptance
+from farm.stats.twostage import planned_pairs
 
 JOBS = 4000
 DESIGN = Design(first_stage=4, max_pairs=12, target=0.03)  # the matrix defaults
@@ -84,7 +80,7 @@ class Simulated:
         pair, position, prompt, rep = index
         variant = self.variant[job, pair, position]
         return pd.DataFrame({
-            "job_key": f"job-{job}", "arm": np.where(variant, "variant", "baseline"),
+            "job_id": job, "arm": np.where(variant, "variant", "baseline"),
             "block": 2 * pair + position, "pair": pair, "position": position,
             "prompt_id": np.char.add("p", prompt.astype(str)), "repetition": rep,
             "decode_tok_s": np.exp(self.log_speed[job].reshape(-1))})
@@ -153,7 +149,7 @@ def test_two_stage_jobs_cover_in_every_scenario_and_when_they_stop_earliest(name
     assert covered[earliest].mean() >= 0.90 and earliest.sum() >= 100
 
 
-# The design a verification matrix uses (farm.report.recommend), with room to plan freely.
+# The design a verification matrix uses (farm.results.recommend), with room to plan freely.
 ASSURED = Design(first_stage=12, max_pairs=100, target=0.025, assurance=0.9)
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 from sqlalchemy import Engine, select
 
 from farm.errors import ConfigError
-from farm.report.frames import job_report
+from farm.results.rows import job_report
 from farm.store.models import Campaign, Job
 
 _MEASURED = ["speedup", "ci_low", "ci_high", "baseline_tok_s", "variant_tok_s",

@@ -1,13 +1,10 @@
-"""Student's t distribution without scipy, and the interval of a best-of-m pick: pure math
-on floats (no numpy or pandas), so that reports can use it without loading either.
-"""
+"""Student's t and F distributions without scipy: pure math on floats (no numpy or
+pandas), so that reports and plans can use them without loading either."""
 
 from __future__ import annotations
 
 import math
 from functools import lru_cache
-
-NAN = float("nan")
 
 _TINY = 1e-300
 _CF_EPS = 1e-15
@@ -88,16 +85,3 @@ def student_t_quantile(p: float, df: float) -> float:
         if high - low <= 1e-13 * high:
             break
     return (low + high) / 2.0
-
-
-def best_of_interval(log_speedup: float, log_se: float, df: int, variants: int,
-                     level: float = 0.95) -> tuple[float, float]:
-    """The interval to quote for the best-looking of ``variants`` jobs: Bonferroni, each of
-    the m intervals at level 1 - (1 - level) / m, so all of them, and hence the one picked
-    for looking best, cover together at least ``level`` of the time. The plain interval of
-    a best-of-20 pick covers about 0.7 (tests/unit/test_stats.py)."""
-    if df < 1 or not math.isfinite(log_se):
-        return NAN, NAN
-    tail = (1.0 - level) / (2.0 * max(variants, 1))
-    margin = student_t_quantile(1.0 - tail, df) * log_se
-    return math.exp(log_speedup - margin), math.exp(log_speedup + margin)

@@ -1,5 +1,6 @@
-"""What ``farm report``, ``farm compare`` and ``farm export`` print or write: frames loaded
-from the store, rendered in the format asked for.
+"""What ``farm report``, ``farm compare``, ``farm curve``, ``farm recommend`` and ``farm
+export`` print or write: frames loaded from the store (``farm.results``), rendered in the
+format asked for (``farm.report``).
 
 ``farm report --format json`` prints the per-job rows without pandas, numpy, rich or yaml
 (most of its time in a cold process was loading them): they load where they are used.
@@ -14,17 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from farm.errors import ConfigError
-from farm.report.frames import (
-    category_report,
-    category_summary,
-    group_report,
-    job_report,
-    job_rows,
-    latest_campaign,
-    report_frame,
-    runs_frame,
-    with_design_columns,
-)
 from farm.report.text import (
     ReportFormat,
     category_table,
@@ -39,13 +29,19 @@ from farm.report.text import (
     to_json,
     wide_console,
 )
+from farm.results.groups import category_report, category_summary, group_report, with_design_columns
+from farm.results.rows import job_report, job_rows, report_frame
+from farm.results.runs import runs_frame
 from farm.settings import Settings
+from farm.store.campaigns import latest_campaign
 from farm.store.db import open_store
 
 if TYPE_CHECKING:
     import pandas as pd
     from rich.table import Table
     from sqlalchemy import Engine
+
+    from farm.report.html import EngineCurve, Recommendation
 
 
 def show_report(settings: Settings, campaign: str | None, fmt: str, *,
@@ -57,7 +53,7 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         name = None if all_campaigns else (campaign or latest_campaign(engine))
         rows = job_rows(engine, name)
         runs = runs_frame(engine, name) if by_category or fmt == "html" else None
-        evidence = _recommendation_evidence(engine, name) if fmt == "html" else (None, None)
+        recommendation = _recommendation(engine, name) if fmt == "html" else None
     if fmt == "json" and group_by is None and not by_category:
         print(rows_to_json(rows))
         return
@@ -65,7 +61,7 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
     console = wide_console()
     title = "all campaigns" if name is None else f"campaign {name}"
     if fmt == "html":
-        _write_html(title, report, runs, output, *evidence)
+        _write_html(title, report, runs, output, recommendation)
         return
     if by_category and runs is not None:
         summary = category_summary(category_report(runs, report))
@@ -84,36 +80,46 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         render(groups, title, cast(ReportFormat, fmt), console)
 
 
-def _recommendation_evidence(engine: Engine, campaign: str | None
-                             ) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
-    """A campaign's ``farm recommend`` candidates and the engine curve points they used."""
+def _recommendation(engine: Engine, campaign: str | None) -> Recommendation | None:
+    """A campaign's ``farm recommend`` picks, candidates and the engine curve they used."""
     if campaign is None:
-        return None, None
-    from farm.report.recommend import predictions, store_curve_points
+        return None
+    from farm.report.html import Recommendation
+    from farm.results.recommend import predictions, recommendations, store_curve_points
 
     points = store_curve_points(engine)
     candidates = predictions(engine, campaign, points)
     if candidates.empty:
-        return None, None
+        return None
     used = points.merge(candidates[["model", "gpu_class", "build", "spec_type"]]
                         .drop_duplicates(), on=["model", "gpu_class", "build", "spec_type"])
-    return candidates, used
+    return Recommendation(recommendations(candidates), candidates, _curve(used))
+
+
+def _curve(points: pd.DataFrame) -> EngineCurve | None:
+    from farm.report.html import EngineCurve
+    from farm.results.curve import curve_fits, curve_table
+
+    if points.empty:
+        return None
+    return EngineCurve(curve_table(points), points, curve_fits(points))
 
 
 def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
-                output: Path | None, candidates: pd.DataFrame | None = None,
-                curve: pd.DataFrame | None = None) -> None:
+                output: Path | None, recommendation: Recommendation | None) -> None:
     import pandas as pd
 
     # Here, not at the top: matplotlib takes most of a second to load, and only HTML plots.
     from farm.report.html import render_html
+    from farm.results.curve import curve_points
 
     if output is None:
         raise ConfigError("--format html writes a file: give -o report.html")
     runs = runs if runs is not None else pd.DataFrame()
     jobs = with_design_columns(report)
-    page = render_html(title, jobs, category_report(runs, report), runs, candidates=candidates,
-                       curve=curve)
+    curve = _curve(curve_points(jobs)) if "kind" in jobs else None
+    page = render_html(title, jobs, category_report(runs, report), runs, curve=curve,
+                       recommendation=recommendation)
     output.write_text(page, encoding="utf-8")
     print(f"wrote {output} ({len(page) // 1024} KiB)")
 
@@ -123,7 +129,7 @@ def show_comparison(settings: Settings, a: str, b: str, fmt: str, *,
     """Campaigns (or builds) A and B side by side, as a table, CSV or JSON."""
     from rich.console import Console
 
-    from farm.report.compare import compare
+    from farm.results.compare import compare
 
     with open_store(settings) as engine:
         frame = compare(engine, a, b, build_a=build_a, build_b=build_b)
@@ -140,7 +146,7 @@ def show_curve(settings: Settings, campaign: str | None, fmt: str, *,
     """The engine cost curve of the synthetic-acceptance jobs of ``campaign`` (default the
     latest; every campaign with ``all_campaigns``), as tables, CSV or JSON; ``output``
     also gets the plot (PNG)."""
-    from farm.report.curve import curve_points, curve_table
+    from farm.results.curve import curve_fits, curve_points, curve_table
 
     with open_store(settings) as engine:
         name = None if all_campaigns else (campaign or latest_campaign(engine))
@@ -163,7 +169,7 @@ def show_curve(settings: Settings, campaign: str | None, fmt: str, *,
     if output is not None:
         from farm.report.plots import engine_curve
 
-        engine_curve(points, output)
+        engine_curve(points, curve_fits(points), output)
         print(f"wrote {output}", file=sys.stderr if fmt != "table" else sys.stdout)
 
 
@@ -173,7 +179,7 @@ def show_recommendation(settings: Settings, campaign: str | None, fmt: str, *,
     """``farm recommend``: the best setting per GPU class x model x category with the
     runner-up and why; ``output`` gets the matrix that checks them; ``verify`` names the
     campaign that ran it, to put predictions and measurements side by side."""
-    from farm.report import recommend
+    from farm.results import recommend
 
     with open_store(settings) as engine:
         name = campaign or latest_campaign(engine)
@@ -219,7 +225,7 @@ def _write_verify_matrix(engine: Engine, campaign: str, candidates: pd.DataFrame
     (written whole or not at all)."""
     import yaml
 
-    from farm.report.recommend import verify_matrix
+    from farm.results.recommend import verify_matrix
 
     top = candidates[candidates["rank"] <= 2]
     engines = top[["model", "build"]].drop_duplicates()

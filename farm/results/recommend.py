@@ -5,7 +5,7 @@ A *drafter setting* is what a variant job changes apart from its draft length (s
 p-min, ...). For each setting, GPU class, model and prompt category, its runs give an
 acceptance profile (``farm.stats.Profile``: accepted per draft at each position, runs as
 clusters); the engine cost curves of the same build x model x GPU class x spec type
-(``farm.report.curve``, from synthetic-acceptance jobs of any campaign in the store) give
+(``farm.results.curve``, from synthetic-acceptance jobs of any campaign in the store) give
 what each draft length costs. ``farm.stats.predict_speedup`` combines the two. The best
 candidate of each row is the recommendation, the next one the runner-up; when every
 candidate is predicted slower than the baseline, the recommendation is no speculation.
@@ -23,9 +23,11 @@ from sqlalchemy import Engine, select
 
 from farm.matrix.flags import LENGTH_FLAGS, draft_length, draft_length_flag, varying_text
 from farm.matrix.spec import JobSpec
-from farm.report.curve import ENGINE_KEYS, cost_curves, curve_points
-from farm.report.frames import job_report, runs_frame
-from farm.stats import CostCurve, Prediction, Profile, predict_speedup
+from farm.results.curve import ENGINE_KEYS, cost_curves, curve_points
+from farm.results.rows import job_report
+from farm.results.runs import runs_frame
+from farm.stats.curve import CostCurve
+from farm.stats.prediction import Prediction, Profile, predict_speedup
 
 ALL_CATEGORIES = "(all)"
 NO_SPECULATION = "no speculation"
@@ -252,7 +254,7 @@ def check(engine: Engine, candidates: pd.DataFrame, verify_campaign: str) -> pd.
     class, model, build, category and setting, the prediction, the measured speedup with
     its interval and half-width, and a verdict: "inside" the measured interval, "within 5%"
     of the measured speedup, or "off"."""
-    from farm.report.frames import category_report
+    from farm.results.groups import category_report
 
     report = job_report(engine, verify_campaign)
     runs = runs_frame(engine, verify_campaign)

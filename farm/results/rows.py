@@ -1,12 +1,10 @@
-"""The store read for reports: the per-job report as plain rows, and pandas frames.
+"""The per-job report as plain rows (and a frame), read from the store.
 
 ``job_rows`` is the per-job report in plain Python (no pandas, no numpy: loading them took
 0.4 s of a cold ``farm report --format json``, which prints the rows as they are);
-``job_report`` is the same rows as the frame every other report works on. Functions that
-return a frame load pandas themselves, so that importing this module does not.
-
-``runs_frame`` is the entry point for notebooks: one row per run, with its job's
-identity and every measurement and provenance column.
+``job_report`` is the same rows as the frame every other report works on. A row's
+statistics are the fields of the job's summary (``farm.results.summary``), its facts the
+summary's run facts or, for a job without them, what SQL reads from its runs.
 """
 
 from __future__ import annotations
@@ -17,13 +15,14 @@ from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, RowMapping, bindparam, select, text
+from sqlalchemy import Connection, Engine, RowMapping, bindparam, text
 
-from farm.errors import ConfigError
 from farm.gpus import bandwidth_bound_share
-from farm.matrix.flags import draft_length, varying_text
-from farm.report.sql import RUN_FACTS, job_report_sql, run_facts_sql
-from farm.studentt import best_of_interval
+from farm.matrix.flags import varying_text
+from farm.results.sql import job_report_sql, run_facts_sql
+from farm.results.summary import FACTS, STATISTICS, RunFacts, upgraded
+from farm.stats.intervals import best_of_interval
+from farm.store.campaigns import campaign_id
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,21 +43,23 @@ REPORT_COLUMNS = [
     "peak_vram_mb_baseline", "peak_vram_mb_variant", "draft_context_mib", "memory_cost_mb",
     "concurrency", "aggregate_speedup", "aggregate_ci_low", "aggregate_ci_high", "overlap_min",
     "slot_acceptance", "low_slots", "prompt_tokens", "prompt_tok_s_baseline",
-    "prompt_tok_s_variant"]
+    "prompt_tok_s_variant",
+    # Stored from the first and shown since the summary was typed (after the columns above,
+    # so that readers of the older rows find every column where it was).
+    "interval_method", "order_effect", "order_low", "order_high", "agreement_control",
+    "agreement_applicable", "drift_per_block", "drift_low", "drift_high", "acceptance_low",
+    "acceptance_high", "overlap_mean", "tpot_p99_ms_baseline", "e2e_p99_ms_baseline",
+    "median_speedup", "model_size"]
 
 # What a report row takes from the job's row as it is.
 JOB_COLUMNS = ("campaign", "job_key", "model", "variant", "build", "gpu_class", "worker",
                "state", "error", "failure_class", "speculation", "pairs", "stop_reason",
                "log_se", "df")
-# What it takes from the statistics a job kept in its summary when it finished.
-SUMMARY_COLUMNS = ("kind", "ci_low", "ci_high", "agreement", "agreement_suspect", "drift_flag",
-                   "incomplete_pairs", "invalid_runs", "degenerate",
-                   "mean_accepted_length", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
-                   "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant",
-                   "e2e_p99_ms_variant", "stop_mismatch", "concurrency", "aggregate_speedup",
-                   "aggregate_ci_low", "aggregate_ci_high", "overlap_min", "slot_acceptance",
-                   "low_slots", "prompt_tokens", "prompt_tok_s_baseline",
-                   "prompt_tok_s_variant")
+# What it takes from the summary: its statistics, except those the job's row holds typed
+# (log_se, df: the job's columns also hold older jobs' read-back) and those made again
+# below (kind and speedup, with their fallbacks).
+SUMMARY_COLUMNS = tuple(name for name in STATISTICS
+                        if name not in ("log_se", "df", "kind", "speedup"))
 # Measures: a float or None in rows, NaN in the frame.
 FLOAT_COLUMNS = ("speedup", "ci_low", "ci_high", "log_se", "agreement", "mean_accepted_length",
                  "baseline_tok_s", "variant_tok_s", "sd_log_speedup", "draft_ms_per_token",
@@ -66,75 +67,15 @@ FLOAT_COLUMNS = ("speedup", "ci_low", "ci_high", "log_se", "agreement", "mean_ac
                  "peak_rss_mb_baseline", "peak_rss_mb_variant", "peak_vram_mb_baseline",
                  "peak_vram_mb_variant", "draft_context_mib", "memory_cost_mb",
                  "aggregate_speedup", "aggregate_ci_low", "aggregate_ci_high", "overlap_min",
-                 "prompt_tokens", "prompt_tok_s_baseline", "prompt_tok_s_variant")
-# The run facts a row shows (the median speedup and the model's size feed others).
-SHOWN_FACTS = tuple(name for name in RUN_FACTS if name in REPORT_COLUMNS)
+                 "prompt_tokens", "prompt_tok_s_baseline", "prompt_tok_s_variant",
+                 "order_effect", "order_low", "order_high", "agreement_control",
+                 "drift_per_block", "drift_low", "drift_high", "acceptance_low",
+                 "acceptance_high", "overlap_mean", "tpot_p99_ms_baseline",
+                 "e2e_p99_ms_baseline", "median_speedup")
 # Counters: 0 when nothing was counted.
 COUNT_COLUMNS = ("drafted", "accepted", "runs", "throttled_runs", "spilled_runs")
 # Whole numbers that may be unknown: pandas' nullable integers in the frame.
-OPTIONAL_COUNT_COLUMNS = ("pairs", "best_of", "stop_mismatch", "concurrency")
-
-
-def latest_campaign(engine: Engine) -> str:
-    """The name of the campaign created last."""
-    query = text("SELECT name FROM campaign ORDER BY created_at DESC, id DESC LIMIT 1")
-    with engine.connect() as connection:
-        name = connection.scalar(query)
-    if name is None:
-        raise ConfigError("the store holds no campaign yet; run `farm run MATRIX` first")
-    return str(name)
-
-
-def _campaign_id(engine: Engine, name: str) -> int:
-    with engine.connect() as connection:
-        campaign_id = connection.scalar(text("SELECT id FROM campaign WHERE name = :name"),
-                                        {"name": name})
-    if campaign_id is None:
-        raise ConfigError(f"no campaign named {name!r}; `farm report` without a name shows "
-                          "the latest")
-    return int(campaign_id)
-
-
-def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
-    """Every run of ``campaign`` (default: all), one row each, with its job's identity and
-    kind ("variant", "control" or "synthetic")."""
-    import pandas as pd
-
-    # Here, not at the top: the ORM takes a tenth of a second to load, and reports of jobs
-    # query without it.
-    from farm.store.models import Campaign, Job, Run
-
-    query = (select(Campaign.name.label("campaign"), Job.job_key,
-                    Job.model_name.label("model"), Job.variant_name.label("variant"),
-                    *[column for column in Run.__table__.columns])
-             .join(Job, Run.job_id == Job.id).join(Campaign, Job.campaign_id == Campaign.id)
-             .order_by(Run.job_id, Run.block, Run.prompt_id, Run.repetition))
-    jobs = select(Job.id, Job.summary, Job.spec)
-    if campaign is not None:
-        campaign_id = _campaign_id(engine, campaign)
-        query = query.where(Campaign.id == campaign_id)
-        jobs = jobs.where(Job.campaign_id == campaign_id)
-    with engine.connect() as connection:
-        runs = pd.DataFrame(connection.execute(query).mappings().all())
-        kinds = {job_id: _job_kind(summary, spec)
-                 for job_id, summary, spec in connection.execute(jobs)}
-    return runs.assign(kind=runs["job_id"].map(kinds)) if not runs.empty else runs
-
-
-def _job_kind(summary: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> str:
-    """What a job measures (``JobSpec.kind``): "variant", "control" or "synthetic", as its
-    summary kept it, else from its spec. A spec this farm cannot read is a variant's, as
-    reports read a job without a kind."""
-    from pydantic import ValidationError
-
-    from farm.matrix.spec import JobSpec
-
-    if summary and summary.get("kind"):
-        return str(summary["kind"])
-    try:
-        return JobSpec.model_validate(spec).kind
-    except ValidationError:
-        return "variant"
+OPTIONAL_COUNT_COLUMNS = ("pairs", "best_of", "stop_mismatch", "concurrency", "model_size")
 
 
 def job_rows(engine: Engine, campaign: str | None) -> list[Row]:
@@ -144,12 +85,13 @@ def job_rows(engine: Engine, campaign: str | None) -> list[Row]:
     jobs, params = "1 = 1", {}
     if campaign is not None:
         jobs, params = "job.campaign_id = :campaign_id", {
-            "campaign_id": _campaign_id(engine, campaign)}
+            "campaign_id": campaign_id(engine, campaign)}
     with engine.connect() as connection:
         found = connection.execute(text(job_report_sql(jobs)), params).mappings().all()
-        summaries = _parse_all([job["summary"] for job in found])
+        summaries = [upgraded(summary) if summary else {}
+                     for summary in _parse_all([job["summary"] for job in found])]
         lacking = [job["job_id"] for job, summary in zip(found, summaries, strict=True)
-                   if not _kept_facts(summary) and job["has_runs"]]
+                   if summary.get("facts") is None and job["has_runs"]]
         facts = _run_facts(connection, engine.dialect.name, lacking)
     rows = [_row(job, summary, varying, facts.get(job["job_id"], {}))
             for job, summary, varying in zip(found, summaries,
@@ -183,12 +125,12 @@ def report_frame(rows: Sequence[Row]) -> pd.DataFrame:
                          **dict.fromkeys(OPTIONAL_COUNT_COLUMNS, "Int64")})
 
 
-def run_facts(engine: Engine, job_id: int) -> dict[str, Any]:
-    """The ``RUN_FACTS`` of one job from its runs, JSON-friendly (what its summary keeps)."""
+def run_facts(engine: Engine, job_id: int) -> RunFacts:
+    """The run facts of one job, from its runs (what its summary keeps)."""
     query = text(run_facts_sql("job.id = :job_id", engine.dialect.name))
     with engine.connect() as connection:
         row = connection.execute(query, {"job_id": job_id}).mappings().one()
-    return {name: row[name] for name in RUN_FACTS}
+    return RunFacts.model_validate({name: row[name] for name in FACTS})
 
 
 # Job ids bound per run-facts query: twice this stays under either database's limit on
@@ -197,7 +139,7 @@ _IDS_PER_QUERY = 10_000
 
 
 def _run_facts(connection: Connection, dialect: str, job_ids: list[int]) -> dict[int, Row]:
-    """The ``RUN_FACTS`` of ``job_ids`` from their runs, by job id."""
+    """The run facts of ``job_ids`` from their runs, by job id."""
     query = text(run_facts_sql("job.id IN :ids", dialect)).bindparams(
         bindparam("ids", expanding=True))
     # The ids are listed, not selected by a condition, so the planner knows how many jobs
@@ -207,12 +149,6 @@ def _run_facts(connection: Connection, dialect: str, job_ids: list[int]) -> dict
         batch = {"ids": job_ids[start:start + _IDS_PER_QUERY]}
         facts |= {row["job_id"]: dict(row) for row in connection.execute(query, batch).mappings()}
     return facts
-
-
-def _kept_facts(summary: Mapping[str, Any]) -> bool:
-    # ``runs`` marks a summary with the run facts; jobs finished before they were kept
-    # have a summary without them.
-    return _number(summary.get("runs")) is not None
 
 
 def _number(value: Any) -> float | None:
@@ -247,16 +183,17 @@ _JOB_VALUES = itemgetter(*JOB_COLUMNS)
 def _row(job: RowMapping, summary: Mapping[str, Any], varying: dict[str, Any],
          found: Mapping[str, Any]) -> Row:
     """A job's report row. Prefer the statistics written when it finished (speedup over
-    block pairs, its interval, agreement, drift, and the run facts); a job without them
-    gets the facts of its runs (``found``: its speedup the geometric mean of per-prompt
-    medians, nothing counted for a job without runs) and no interval."""
-    facts = summary if _kept_facts(summary) else found
+    block pairs, its interval, agreement, drift, and the run facts; ``summary`` upgraded to
+    the current version); a job without them gets the facts of its runs (``found``: its
+    speedup the geometric mean of per-prompt medians, nothing counted for a job without
+    runs) and no interval."""
+    facts = summary.get("facts") or found
     row = _BLANK_ROW.copy()
     row.update(zip(JOB_COLUMNS, _JOB_VALUES(job), strict=True))
     if summary:
         row.update(zip(SUMMARY_COLUMNS, map(summary.get, SUMMARY_COLUMNS), strict=True))
     if facts:
-        row.update(zip(SHOWN_FACTS, map(facts.get, SHOWN_FACTS), strict=True))
+        row.update(zip(FACTS, map(facts.get, FACTS), strict=True))
     row.update({
         "varying": varying, "varying_flags": varying_text(varying),
         # Jobs that have not finished (or finished before kinds were kept) read as variants.
@@ -269,7 +206,7 @@ def _row(job: RowMapping, summary: Mapping[str, Any], varying: dict[str, Any],
         row["speedup"] = _number(facts.get("median_speedup"))
     # A variant that asked for speculation and drafted nothing is not a speedup to quote.
     if job["speculation"] == "none":
-        row["speedup"] = None
+        row["speedup"] = row["median_speedup"] = None
     for name in COUNT_COLUMNS:
         row[name] = int(_number(row[name]) or 0)
     if row["drafted"] > 0:
@@ -282,7 +219,7 @@ def _row(job: RowMapping, summary: Mapping[str, Any], varying: dict[str, Any],
 
 def _best_of(rows: Sequence[Row]) -> dict[int, Row]:
     """Mark the fastest of the m >= 2 variants of each campaign x model x GPU class: the row a
-    reader picks, so it gets a simultaneous interval (``farm.studentt.best_of_interval``).
+    reader picks, so it gets a simultaneous interval (``farm.stats.intervals.best_of_interval``).
     Control (A/A) and synthetic-acceptance jobs are not candidates: neither is a setting
     to pick. The marks by row index."""
     groups: dict[tuple[Any, ...], list[int]] = {}
@@ -303,76 +240,3 @@ def _best_of(rows: Sequence[Row]) -> dict[int, Row]:
     return marks
 
 
-def _pooled(frame: pd.DataFrame, keys: list[str], estimate: str) -> pd.DataFrame:
-    """Per group of ``keys``: the typical speedup with its random-effects interval and the
-    between-job spread tau (``farm.stats.pool_jobs``), from each job's ``estimate``, the
-    standard error of its log (``log_se``) and its degrees of freedom (``df``)."""
-    import numpy as np
-    import pandas as pd
-
-    from farm.stats import pool_jobs
-
-    rows = []
-    for key, jobs in frame.groupby(keys, dropna=False):
-        dfs = [int(n) if pd.notna(n) else 0 for n in jobs["df"]]
-        pooled = pool_jobs(np.log(jobs[estimate].astype(float)),
-                           jobs["log_se"].astype(float), dfs)
-        rows.append({**dict(zip(keys, key, strict=True)), "jobs": len(jobs),
-                     "speedup": pooled.estimate, "low": pooled.low, "high": pooled.high,
-                     "tau": pooled.tau})
-    return pd.DataFrame(rows, columns=[*keys, "jobs", "speedup", "low", "high", "tau"])
-
-
-def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
-    """Jobs grouped by a column: the typical speedup with its random-effects interval and
-    between-job spread (tau), the range, counters, runs. Kinds of job never pool together:
-    an A/A control or a synthetic arm is a group of its own beside the variants."""
-    import pandas as pd
-
-    keys = [by] if by == "kind" else [by, "kind"]
-    grouped = report.groupby(keys, dropna=False)
-    totals = pd.DataFrame({
-        "min_speedup": grouped["speedup"].min(),
-        "max_speedup": grouped["speedup"].max(),
-        "drafted": grouped["drafted"].sum(),
-        "accepted": grouped["accepted"].sum(),
-        "runs": grouped["runs"].sum(),
-    }).reset_index()
-    return _pooled(report, keys, "speedup").merge(totals, on=keys)
-
-
-def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
-    """The report plus what plots sweep over: the spec type and the draft length."""
-    import pandas as pd
-
-    spec_type = report["varying"].map(lambda v: v.get("spec-type") or "")
-    draft = report["varying"].map(draft_length)
-    return report.assign(spec_type=spec_type,
-                         draft_n_max=pd.to_numeric(draft, errors="coerce"))
-
-
-def category_report(runs: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
-    """Per job and prompt category: speedup with its interval over block pairs."""
-    import pandas as pd
-
-    from farm.stats import speedup_by
-
-    columns = ["job_key", "model", "variant", "category", "estimate", "low", "high", "pairs",
-               "log_se", "df"]
-    if runs.empty:
-        return pd.DataFrame(columns=columns)
-    names = {str(row["job_key"]): (row["model"], row["variant"])
-             for row in report.to_dict(orient="records")}
-    parts = []
-    for job_key, job_runs in runs.groupby("job_key"):
-        model, variant = names[str(job_key)]
-        by = speedup_by(job_runs, "prompt_category").rename(
-            columns={"prompt_category": "category"})
-        parts.append(by.assign(job_key=job_key, model=model, variant=variant))
-    return pd.concat(parts, ignore_index=True)[columns]
-
-
-def category_summary(categories: pd.DataFrame) -> pd.DataFrame:
-    """Per variant and category: the typical speedup of the jobs with its random-effects
-    interval and between-job spread (tau), from each job's log standard error and df."""
-    return _pooled(categories, ["variant", "category"], "estimate")

@@ -4,7 +4,7 @@ matrix's ``engine-curve``), kept in the store like every job.
 
 Each such job is one point: its measured mean acceptance length (tokens per speculative
 step, the target's included) and its speedup with interval. Per draft length the points fit
-a ``farm.stats.CostCurve``: the cost of one speculative step relative to a plain decode
+a ``farm.stats.curve.CostCurve``: the cost of one speculative step relative to a plain decode
 step, and the break-even acceptance length, each with its interval. Nothing is cached:
 the curve is refitted from the jobs' summaries whenever it is read.
 """
@@ -17,12 +17,14 @@ from typing import Any
 import pandas as pd
 
 from farm.matrix.flags import draft_length
-from farm.stats import CostCurve, cost_curve
+from farm.stats.curve import CostCurve, cost_curve
 
 ENGINE_KEYS = ["model", "gpu_class", "build", "spec_type"]
 POINT_COLUMNS = [*ENGINE_KEYS, "draft_n_max", "campaign", "job_key", "synth_len",
                  "acceptance_length", "speedup", "ci_low", "ci_high", "log_se", "df",
                  "step_cost"]
+FIT_COLUMNS = [*ENGINE_KEYS, "draft_n_max", "intercept", "slope", "break_even",
+               "break_even_low", "break_even_high"]
 CURVE_COLUMNS = [*ENGINE_KEYS, "draft_n_max", "points", "length_min", "length_max",
                  "step_cost", "step_cost_low", "step_cost_high", "break_even",
                  "break_even_low", "break_even_high", "speedup_at_max", "speedup_at_max_low",
@@ -37,7 +39,7 @@ def _number(value: Any) -> float:
 
 
 def curve_points(report: pd.DataFrame) -> pd.DataFrame:
-    """The synthetic-acceptance jobs of a job report (``farm.report.frames.job_report``)
+    """The synthetic-acceptance jobs of a job report (``farm.results.rows.job_report``)
     that measured a speedup and an acceptance length, one row each."""
     measured = report[(report["kind"] == "synthetic") & report["speedup"].notna()
                       & report["mean_accepted_length"].notna()]
@@ -85,3 +87,11 @@ def curve_table(points: pd.DataFrame) -> pd.DataFrame:
         rows.append([*key[:-1], int(key[-1]), curve.points, *curve.lengths, *cost, *even,
                      *top, curve.tau, curve.df])
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
+
+
+def curve_fits(points: pd.DataFrame) -> pd.DataFrame:
+    """One row per engine and draft length: the fitted line (intercept, slope) and the
+    break-even length with its interval, what a plot of the curve draws."""
+    rows = [[*key[:-1], key[-1], curve.intercept, curve.slope, *curve.break_even()]
+            for key, curve in cost_curves(points).items()]
+    return pd.DataFrame(rows, columns=FIT_COLUMNS)

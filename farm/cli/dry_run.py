@@ -1,0 +1,45 @@
+"""What a dry run prints: the expanded jobs, then the exact argv of each arm."""
+
+from __future__ import annotations
+
+import shlex
+
+from rich.console import Console
+from rich.table import Table
+
+from farm.matrix.spec import ArmRole, JobSpec
+from farm.runner import WorkerCheck
+from workers.runtime.server import HOST
+
+
+def arm_command(spec: JobSpec, role: ArmRole) -> list[str]:
+    """The exact argv of an arm, with the port the farm picks shown as ``PORT``."""
+    model = spec.model.path or f"MODELS_DIR/{spec.model.file}"
+    farm_flags = ["--model", model, "--host", HOST, "--port", "PORT", "--parallel", "1",
+                  "--metrics"]
+    arm = spec.arm(role)
+    return [arm.build.path or f"<build {arm.build.name}>", *farm_flags, *arm.argv]
+
+
+def print_dry_run(specs: list[JobSpec], console: Console) -> None:
+    """The expanded jobs as a table, then the exact argv of each arm (copy-pasteable)."""
+    table = Table(title=f"{len(specs)} jobs", title_justify="left")
+    for header in ("job key", "class", "model", "variant", "varying flags"):
+        table.add_column(header, overflow="fold")
+    for spec in specs:
+        table.add_row(spec.job_key[:12], spec.gpu_class, spec.model.name, spec.variant.name,
+                      spec.varying_text)
+    console.print(table)
+    for spec in specs:
+        console.print(f"\njob {spec.job_key[:12]} ({spec.model.name}, {spec.variant.name})",
+                      markup=False)
+        for role in ("baseline", "variant"):
+            console.print(f"  {role:9}{shlex.join(arm_command(spec, role))}", markup=False,
+                          soft_wrap=True)
+
+
+def print_worker_check(found: WorkerCheck, console: Console) -> None:
+    """``farm submit --dry-run``: the jobs as a worker checks them, and what was not."""
+    print_dry_run(found.shown, console)
+    for line in found.unchecked:
+        console.print(line, markup=False, soft_wrap=True)

@@ -1,0 +1,85 @@
+"""Jobs combined: per group of a report (random effects over jobs), per prompt category."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from farm.matrix.flags import draft_length
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _pooled(frame: pd.DataFrame, keys: list[str], estimate: str) -> pd.DataFrame:
+    """Per group of ``keys``: the typical speedup with its random-effects interval and the
+    between-job spread tau (``farm.stats.pooling.pool_jobs``), from each job's ``estimate``, the
+    standard error of its log (``log_se``) and its degrees of freedom (``df``)."""
+    import numpy as np
+    import pandas as pd
+
+    from farm.stats.pooling import pool_jobs
+
+    rows = []
+    for key, jobs in frame.groupby(keys, dropna=False):
+        dfs = [int(n) if pd.notna(n) else 0 for n in jobs["df"]]
+        pooled = pool_jobs(np.log(jobs[estimate].astype(float)),
+                           jobs["log_se"].astype(float), dfs)
+        rows.append({**dict(zip(keys, key, strict=True)), "jobs": len(jobs),
+                     "speedup": pooled.estimate, "low": pooled.low, "high": pooled.high,
+                     "tau": pooled.tau})
+    return pd.DataFrame(rows, columns=[*keys, "jobs", "speedup", "low", "high", "tau"])
+
+
+def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Jobs grouped by a column: the typical speedup with its random-effects interval and
+    between-job spread (tau), the range, counters, runs. Kinds of job never pool together:
+    an A/A control or a synthetic arm is a group of its own beside the variants."""
+    import pandas as pd
+
+    keys = [by] if by == "kind" else [by, "kind"]
+    grouped = report.groupby(keys, dropna=False)
+    totals = pd.DataFrame({
+        "min_speedup": grouped["speedup"].min(),
+        "max_speedup": grouped["speedup"].max(),
+        "drafted": grouped["drafted"].sum(),
+        "accepted": grouped["accepted"].sum(),
+        "runs": grouped["runs"].sum(),
+    }).reset_index()
+    return _pooled(report, keys, "speedup").merge(totals, on=keys)
+
+
+def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
+    """The report plus what plots sweep over: the spec type and the draft length."""
+    import pandas as pd
+
+    spec_type = report["varying"].map(lambda v: v.get("spec-type") or "")
+    draft = report["varying"].map(draft_length)
+    return report.assign(spec_type=spec_type,
+                         draft_n_max=pd.to_numeric(draft, errors="coerce"))
+
+
+def category_report(runs: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
+    """Per job and prompt category: speedup with its interval over block pairs."""
+    import pandas as pd
+
+    from farm.stats.speedup import speedup_by
+
+    columns = ["job_key", "model", "variant", "category", "estimate", "low", "high", "pairs",
+               "log_se", "df"]
+    if runs.empty:
+        return pd.DataFrame(columns=columns)
+    names = {str(row["job_key"]): (row["model"], row["variant"])
+             for row in report.to_dict(orient="records")}
+    parts = []
+    for job_key, job_runs in runs.groupby("job_key"):
+        model, variant = names[str(job_key)]
+        by = speedup_by(job_runs, "prompt_category").rename(
+            columns={"prompt_category": "category"})
+        parts.append(by.assign(job_key=job_key, model=model, variant=variant))
+    return pd.concat(parts, ignore_index=True)[columns]
+
+
+def category_summary(categories: pd.DataFrame) -> pd.DataFrame:
+    """Per variant and category: the typical speedup of the jobs with its random-effects
+    interval and between-job spread (tau), from each job's log standard error and df."""
+    return _pooled(categories, ["variant", "category"], "estimate")

@@ -1,0 +1,100 @@
+"""Runs as the tidy frame (``farm.stats.frame.tidy_runs``): a campaign's for reports and
+notebooks (``runs_frame``), one job's for its summary (``job_runs``) and its streams.
+
+Importing it loads no pandas (``farm report --format json`` imports it and prints rows):
+the functions do."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import ColumnElement, Engine, select
+
+from farm.store.campaigns import campaign_id
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# What a job's statistics read of each run (farm.stats): its place in the design, the
+# prompt, the measures and the speculative counters.
+STATS_COLUMNS = ("job_id", "arm", "block", "pair", "position", "prompt_id", "prompt_category",
+                 "repetition", "decode_tok_s", "generated_tokens", "ttft_ms", "e2e_ms",
+                 "tpot_ms", "spec_drafts", "spec_drafted", "spec_accepted",
+                 "spec_accepted_per_pos", "text", "tokens", "concurrency", "aggregate_tok_s",
+                 "overlap", "prompt_tokens", "prompt_tok_s")
+
+
+def _runs(engine: Engine, columns: Sequence[ColumnElement[Any]],
+          where: ColumnElement[bool] | None) -> pd.DataFrame:
+    """The tidy frame of the runs meeting ``where``, in job, block, prompt, repetition order."""
+    # Here, not at the top: the ORM takes a tenth of a second to load, and reports of jobs
+    # query without it.
+    from farm.stats.frame import tidy_runs
+    from farm.store.models import Campaign, Job, Run
+
+    query = (select(*columns).join(Job, Run.job_id == Job.id)
+             .join(Campaign, Job.campaign_id == Campaign.id)
+             .order_by(Run.job_id, Run.block, Run.prompt_id, Run.repetition))
+    if where is not None:
+        query = query.where(where)
+    with engine.connect() as connection:
+        rows = connection.execute(query).mappings().all()
+    return tidy_runs(rows, [str(column.key) for column in columns] if rows else [])
+
+
+def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
+    """Every run of ``campaign`` (default: all), one row each, with its job's identity and
+    kind ("variant", "control" or "synthetic")."""
+    from farm.store.models import Campaign, Job, Run
+
+    columns = [Campaign.name.label("campaign"), Job.job_key, Job.model_name.label("model"),
+               Job.variant_name.label("variant"), *Run.__table__.columns]
+    jobs = select(Job.id, Job.summary, Job.spec)
+    where = None
+    if campaign is not None:
+        chosen = campaign_id(engine, campaign)
+        where, jobs = Campaign.id == chosen, jobs.where(Job.campaign_id == chosen)
+    runs = _runs(engine, columns, where)
+    with engine.connect() as connection:
+        kinds = {job_id: _job_kind(summary, spec)
+                 for job_id, summary, spec in connection.execute(jobs)}
+    return runs.assign(kind=runs["job_id"].map(kinds)) if not runs.empty else runs
+
+
+def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:
+    """One job's runs, the columns its statistics read (``STATS_COLUMNS``)."""
+    from farm.stats.frame import tidy_runs
+    from farm.store.models import Run
+
+    frame = _runs(engine, [getattr(Run, name) for name in STATS_COLUMNS], Run.job_id == job_id)
+    return frame if not frame.empty else tidy_runs([], STATS_COLUMNS)
+
+
+def job_streams(engine: Engine, job_id: int) -> pd.DataFrame:
+    """One job's simultaneous streams (``farm.stats.traffic.slot_acceptance``'s frame)."""
+    from farm.stats.frame import tidy_runs
+    from farm.store.models import Run, Stream
+
+    columns = [Run.arm, Run.block, Run.prompt_id, Run.repetition, Stream.slot, Stream.draft_n,
+               Stream.draft_accepted]
+    with engine.connect() as connection:
+        rows = connection.execute(select(*columns).join(Stream, Stream.run_id == Run.id)
+                                  .where(Run.job_id == job_id)).mappings().all()
+    return tidy_runs(rows, [str(column.key) for column in columns])
+
+
+def _job_kind(summary: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> str:
+    """What a job measures (``JobSpec.kind``): "variant", "control" or "synthetic", as its
+    summary kept it, else from its spec. A spec this farm cannot read is a variant's, as
+    reports read a job without a kind."""
+    from pydantic import ValidationError
+
+    from farm.matrix.spec import JobSpec
+
+    if summary and summary.get("kind"):
+        return str(summary["kind"])
+    try:
+        return JobSpec.model_validate(spec).kind
+    except ValidationError:
+        return "variant"

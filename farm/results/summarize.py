@@ -1,0 +1,75 @@
+"""Make a job's summary from its runs: the one function that does (``summarize``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from farm.matrix.spec import JobKind
+from farm.results.summary import JobSummary, RunFacts
+from farm.stats.acceptance import acceptance
+from farm.stats.agreement import agreement, stop_mismatches
+from farm.stats.design import Design
+from farm.stats.drift import drift
+from farm.stats.frame import valid_runs
+from farm.stats.speedup import estimate, pair_log_ratios, pair_orders
+from farm.stats.traffic import latency, prompt_figures, stream_figures
+
+# The latency percentiles a summary keeps, per arm (farm.stats.traffic.latency has more).
+LATENCY_KEPT = ("tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
+
+
+def summarize(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, design: Design | None,
+              no_agreement: str | None = None,
+              streams: pd.DataFrame | None = None) -> JobSummary:
+    """The job's summary from its runs (the tidy frame of ``farm.results.runs.job_runs``)
+    and their ``facts``.
+
+    ``design`` is the job's (its interval is the two-stage one when it has a second stage);
+    ``no_agreement`` says why output agreement does not apply to it
+    (``farm.stats.agreement``); ``streams`` are its runs' simultaneous streams, if any.
+    """
+    ratios = pair_log_ratios(runs)
+    found = estimate(ratios, pair_orders(runs), design)
+    speedup = found.speedup
+    agreed = agreement(runs, not_applicable=no_agreement)
+    accepted = acceptance(runs)
+    moved = drift(runs)
+    latencies = {f"{name}_{arm}": float(value)
+                 for arm, row in latency(runs).iterrows() for name, value in row.items()
+                 if name in LATENCY_KEPT}
+    return JobSummary.model_validate({
+        "kind": kind,
+        "speedup": speedup.estimate,
+        "ci_low": speedup.low,
+        "ci_high": speedup.high,
+        # What a group interval needs to combine this job with others (farm.stats.pooling).
+        "log_se": found.log_se,
+        "df": found.df,
+        "interval_method": found.method,
+        # How much faster a pair's second block runs than its first, with its interval.
+        "order_effect": found.order_effect,
+        "order_low": found.order_low,
+        "order_high": found.order_high,
+        # Flags: pairs left out for a missing prompt or arm, runs with unusable tok/s, and
+        # a zero spread (identical pairs), which is a fault, not certainty.
+        "incomplete_pairs": int(runs["pair"].nunique()) - speedup.pairs,
+        "invalid_runs": len(runs) - len(valid_runs(runs)),
+        "degenerate": bool(speedup.pairs >= 2 and float(ratios.std(ddof=0)) == 0.0),
+        "agreement": agreed.identical_share,
+        "agreement_control": agreed.control_share,
+        "agreement_applicable": agreed.applicable,
+        "agreement_suspect": agreed.suspect,
+        # Variant runs that stopped at another length than the baseline's (stop: natural).
+        "stop_mismatch": stop_mismatches(runs),
+        "drift_flag": moved.flag,
+        "drift_per_block": moved.slope_per_block,
+        "drift_low": moved.low,
+        "drift_high": moved.high,
+        "acceptance_low": accepted.rate_low,
+        "acceptance_high": accepted.rate_high,
+        "mean_accepted_length": accepted.mean_accepted_length,
+        **stream_figures(runs, streams, design),
+        **prompt_figures(runs),
+        **latencies,
+        "facts": facts,
+    })

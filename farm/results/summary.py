@@ -1,0 +1,191 @@
+"""The job summary: what a finished job found, typed and versioned, stored in ``job.summary``.
+
+One function makes it (``farm.results.summarize.summarize``); reports read its fields
+(``farm.results.rows``). A stored summary carries its ``version``; an older one is read
+through the upgrade of each version after it (``UPGRADES``), never by guessing its age
+from which keys it has. Migration 0014 stamped the versions of summaries stored before
+they had one, by the frozen rules written there.
+
+    version 1  the speedup, its interval and flags; no log_se/df kept (the job's columns
+               hold what migration 0008 read back from the interval)
+    version 2  + log_se, df, the interval's method, order effect, drift, acceptance bounds
+    version 3  + the run facts (medians, counters, memory: what reports otherwise read
+               from the runs)
+    version 4  + kind, flat: the facts beside the statistics, ``pairs`` (the interval's)
+               and ``acceptance_rate`` (accepted / drafted) kept as well
+    version 5  the facts nested under ``facts``; ``pairs`` and ``acceptance_rate`` gone (the
+               job's ``pairs`` column and the facts' counters say them)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from farm.matrix.spec import JobKind
+
+SUMMARY_VERSION: Final = 5
+
+
+def _finite(value: Any) -> Any:
+    # JSON has no NaN: a statistic that could not be computed is null.
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+Measure = Annotated[float | None, BeforeValidator(_finite)]
+
+
+class _Fields(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RunFacts(_Fields):
+    """What SQL reads from a job's runs (``farm.results.sql.run_facts_sql``)."""
+
+    baseline_tok_s: Measure = Field(None, description="Median decode tok/s of the baseline.")
+    variant_tok_s: Measure = Field(None, description="Median decode tok/s of the variant.")
+    median_speedup: Measure = Field(None, description="Geometric mean over prompts of the "
+                                    "ratio of the arms' median decode tok/s.")
+    sd_log_speedup: Measure = Field(None, description="SD over prompts of those log ratios.")
+    drafted: int = Field(0, description="Tokens the variant drafted.")
+    accepted: int = Field(0, description="Drafted tokens it accepted.")
+    runs: int = Field(0, description="Runs of both arms.")
+    gpu_name: str | None = Field(None, description="The GPU the baseline ran on.")
+    model_size: int | None = Field(None, description="The model file's size in bytes.")
+    throttled_runs: int = Field(0, description="Runs with a GPU throttle reason.")
+    spilled_runs: int = Field(0, description="Runs whose weights were not all on the GPU.")
+    draft_ms_per_token: Measure = Field(None, description="Variant's drafting ms per token.")
+    verify_ms_per_token: Measure = Field(None, description="Variant's other decode ms per "
+                                         "token, less accepting.")
+    peak_rss_mb_baseline: Measure = Field(None, description="Baseline server's peak RSS.")
+    peak_rss_mb_variant: Measure = Field(None, description="Variant server's peak RSS.")
+    peak_vram_mb_baseline: Measure = Field(None, description="Baseline's peak VRAM.")
+    peak_vram_mb_variant: Measure = Field(None, description="Variant's peak VRAM.")
+    draft_context_mib: Measure = Field(None, description="The variant's draft context size.")
+
+
+class JobSummary(_Fields):
+    """A finished job's statistics (``farm.stats``), its run facts and its kind."""
+
+    version: Literal[5] = SUMMARY_VERSION
+    kind: JobKind | None = Field(None, description="What the job measures (JobSpec.kind); "
+                                 "None in summaries stored before it was kept.")
+    speedup: Measure = Field(None, description="Variant over baseline decode tok/s: the "
+                             "crossover estimate over block pairs.")
+    ci_low: Measure = Field(None, description="Its 95% interval, low end.")
+    ci_high: Measure = Field(None, description="Its 95% interval, high end.")
+    log_se: Measure = Field(None, description="Standard error of the log speedup.")
+    df: int | None = Field(None, description="Its degrees of freedom.")
+    interval_method: str | None = Field(None, description="two-stage crossover, crossover "
+                                        "or paired t.")
+    order_effect: Measure = Field(None, description="How much faster a pair's second block "
+                                  "runs than its first.")
+    order_low: Measure = Field(None, description="Its 95% interval, low end.")
+    order_high: Measure = Field(None, description="Its 95% interval, high end.")
+    incomplete_pairs: int | None = Field(None, description="Pairs left out of the interval "
+                                         "(a prompt or an arm missing).")
+    invalid_runs: int | None = Field(None, description="Runs without a usable decode speed.")
+    degenerate: bool | None = Field(None, description="Identical pairs: a fault.")
+    agreement: Measure = Field(None, description="Share of variant outputs identical to the "
+                               "baseline's.")
+    agreement_control: Measure = Field(None, description="The same share for the baseline's "
+                                       "later blocks against its first.")
+    agreement_applicable: bool | None = Field(None, description="False when outputs need "
+                                              "not match (temperature > 0, synthetic).")
+    agreement_suspect: bool | None = Field(None, description="More prompts part early than "
+                                           "in the control.")
+    stop_mismatch: int | None = Field(None, description="Variant runs that stopped at another "
+                                      "length than the baseline's.")
+    drift_flag: bool | None = Field(None, description="The machine's trend differs from 0.")
+    drift_per_block: Measure = Field(None, description="Its slope, log units per block.")
+    drift_low: Measure = Field(None, description="Its 95% interval, low end.")
+    drift_high: Measure = Field(None, description="Its 95% interval, high end.")
+    acceptance_low: Measure = Field(None, description="Acceptance rate's 95% interval, low "
+                                    "end (runs as clusters).")
+    acceptance_high: Measure = Field(None, description="Its high end.")
+    mean_accepted_length: Measure = Field(None, description="(accepted + drafts) / drafts.")
+    concurrency: int | None = Field(None, description="Simultaneous streams per run.")
+    aggregate_speedup: Measure = Field(None, description="Speedup of the streams' aggregate "
+                                       "tok/s.")
+    aggregate_ci_low: Measure = Field(None, description="Its 95% interval, low end.")
+    aggregate_ci_high: Measure = Field(None, description="Its 95% interval, high end.")
+    overlap_min: Measure = Field(None, description="Least share of a run's window in which "
+                                 "every stream decoded.")
+    overlap_mean: Measure = Field(None, description="Mean of that share over runs.")
+    slot_acceptance: dict[str, Measure] | None = Field(None, description="The variant's "
+                                                       "acceptance per server slot.")
+    low_slots: list[int] | None = Field(None, description="Slots below the others.")
+    prompt_tokens: Measure = Field(None, description="Median prompt tokens per run.")
+    prompt_tok_s_baseline: Measure = Field(None, description="Baseline's prompt tok/s.")
+    prompt_tok_s_variant: Measure = Field(None, description="Variant's prompt tok/s.")
+    tpot_p50_ms_baseline: Measure = Field(None, description="Time per output token, p50.")
+    tpot_p50_ms_variant: Measure = Field(None, description="Time per output token, p50.")
+    tpot_p99_ms_baseline: Measure = Field(None, description="Time per output token, p99.")
+    tpot_p99_ms_variant: Measure = Field(None, description="Time per output token, p99.")
+    e2e_p50_ms_baseline: Measure = Field(None, description="End-to-end latency, p50.")
+    e2e_p50_ms_variant: Measure = Field(None, description="End-to-end latency, p50.")
+    e2e_p99_ms_baseline: Measure = Field(None, description="End-to-end latency, p99.")
+    e2e_p99_ms_variant: Measure = Field(None, description="End-to-end latency, p99.")
+    facts: RunFacts | None = Field(None, description="The run facts; None in summaries "
+                                   "stored before they were kept (reports read the runs).")
+
+
+# The statistics' fields (every one but the version and the nested facts).
+STATISTICS = tuple(name for name in JobSummary.model_fields if name not in ("version", "facts"))
+FACTS = tuple(RunFacts.model_fields)
+Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _from_v1(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 kept no log_se or df: version 2 has them, unknown here."""
+    return {**summary, "log_se": None, "df": None, "version": 2}
+
+
+def _from_v2(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 kept no run facts: reports read them from the runs."""
+    return {**summary, "version": 3}
+
+
+def _from_v3(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 kept no kind: unknown, reports read it as a variant's."""
+    return {**summary, "kind": None, "version": 4}
+
+
+def _from_v4(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 kept the facts flat (``runs`` among them when kept at all), the interval's
+    ``pairs`` and ``acceptance_rate``; version 5 nests the facts and drops the other two."""
+    upgraded = {key: value for key, value in summary.items()
+                if key not in FACTS and key not in ("pairs", "acceptance_rate")}
+    kept = "runs" in summary
+    upgraded["facts"] = {name: summary.get(name) for name in FACTS} if kept else None
+    if kept:
+        upgraded["facts"] |= {name: summary.get(name) or 0
+                              for name in ("drafted", "accepted", "runs", "throttled_runs",
+                                           "spilled_runs")}
+    return {**upgraded, "version": 5}
+
+
+UPGRADES: dict[int, Upgrade] = {1: _from_v1, 2: _from_v2, 3: _from_v3, 4: _from_v4}
+
+
+class SummaryError(ValueError):
+    """A stored summary this farm cannot read (no version, or a newer one)."""
+
+
+def upgraded(summary: dict[str, Any]) -> dict[str, Any]:
+    """A stored summary in the current version's shape, through each version's upgrade."""
+    version = summary.get("version")
+    if not isinstance(version, int) or not 1 <= version <= SUMMARY_VERSION:
+        raise SummaryError(f"job summary of version {version!r}: this farm reads versions 1 "
+                           f"to {SUMMARY_VERSION}; run `farm db upgrade` (or upgrade the farm)")
+    while summary.get("version") != SUMMARY_VERSION:
+        summary = UPGRADES[int(summary["version"])](summary)
+    return summary
+
+
+def read_summary(stored: dict[str, Any] | None) -> JobSummary | None:
+    """The typed summary of a stored one (None for a job without)."""
+    return JobSummary.model_validate(upgraded(stored)) if stored else None

@@ -1,0 +1,240 @@
+"""``farm run``: check a matrix on this machine, then store and execute its jobs in-process
+on the embedded store, telling a ``Progress`` what happens (the CLI prints it).
+
+``check_matrix`` makes every check a run makes (nothing written or started: a dry run
+stops there); ``run_matrix`` runs what it checked; ``check_as_worker`` checks jobs as a
+worker would (``farm submit --dry-run``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+from farm.errors import ConfigError, FarmError, JobsFailed
+from farm.matrix.load import load_matrix
+from farm.matrix.schema import Matrix
+from farm.matrix.spec import JobSpec
+from farm.settings import Settings
+from farm.store import repo
+from farm.store.db import connected, upgrade
+from farm.store.models import JobState
+from workers.checks import Preflight, check_arms, preflight
+from workers.executor import RunResult, execute_job
+from workers.node import NodeFiles, NotOnThisNode, local_files, resolve, resolve_builds
+from workers.paths import NodePaths
+from workers.sinks import DbRunSink, finish_values
+from workers.telemetry import GpuInfo, all_gpus
+
+
+def _where(path: Path, matrix: Matrix, spec: JobSpec, exc: ConfigError) -> str:
+    """The place in the matrix a job check failed on: a model, the build, the baseline's
+    flags or a variant."""
+    if exc.role == "build":
+        return f"{path}: build"
+    if exc.role == "baseline":
+        return f"{path}: flags (baseline)"
+    if exc.role == "variant":
+        for index, variant in enumerate(matrix.variants):
+            name = spec.variant.name
+            if name == variant.name or name.startswith(variant.name + "["):
+                return f"{path}: variants[{index}] ({name})"
+        if matrix.engine_curve is not None:
+            return f"{path}: engine-curve ({spec.variant.name})"
+        return f"{path}: variant {spec.variant.name}"
+    index = next(i for i, model in enumerate(matrix.models) if model.name == spec.model.name)
+    return f"{path}: models[{index}].{'path' if spec.model.path else 'file'}"
+
+
+def checked_jobs(path: Path, matrix: Matrix, specs: list[JobSpec], node: NodeFiles,
+                 paths: NodePaths) -> list[tuple[JobSpec, Preflight]]:
+    """Every job resolved on ``node`` and checked against its build and model before
+    anything is written or started: each as it will run (files resolved) and as checked
+    (renames applied). Errors name the matrix file and the place in it."""
+    checked = []
+    for spec in specs:
+        try:
+            resolved = resolve(spec, node)
+            checked.append((resolved, preflight(resolved, node, paths)))
+        except ConfigError as exc:
+            raise type(exc)(f"{_where(path, matrix, spec, exc)}: {exc}", role=exc.role) from exc
+    return checked
+
+
+def _flags_checked(path: Path, matrix: Matrix, spec: JobSpec, node: NodeFiles) -> JobSpec:
+    """The job's arms resolved and checked against their builds, its model left as written."""
+    try:
+        return check_arms(resolve_builds(spec, node), node)[0]
+    except NotOnThisNode:
+        raise
+    except ConfigError as exc:
+        raise type(exc)(f"{_where(path, matrix, spec, exc)}: {exc}", role=exc.role) from exc
+
+
+class Progress(Protocol):
+    """What ``run_matrix`` tells as it goes (the CLI draws a bar; a selftest nothing)."""
+
+    def start(self, jobs: int, skipped: int, least_runs: int) -> None:
+        """``jobs`` to run (``skipped`` already done), at least ``least_runs`` runs."""
+
+    def job(self, index: int, count: int, spec: JobSpec, runs_done: int) -> None:
+        """Job ``index`` of ``count`` starts, with ``runs_done`` runs already stored."""
+
+    def run(self, result: RunResult) -> None:
+        """One run finished."""
+
+    def failed(self, spec: JobSpec, error: FarmError) -> None:
+        """A job failed (the campaign goes on)."""
+
+    def close(self) -> None:
+        """Every job ran (or the run was interrupted)."""
+
+
+class Silent:
+    """A ``Progress`` that says nothing."""
+
+    def start(self, jobs: int, skipped: int, least_runs: int) -> None:
+        """Say nothing."""
+
+    def job(self, index: int, count: int, spec: JobSpec, runs_done: int) -> None:
+        """Say nothing."""
+
+    def run(self, result: RunResult) -> None:
+        """Say nothing."""
+
+    def failed(self, spec: JobSpec, error: FarmError) -> None:
+        """Say nothing."""
+
+    def close(self) -> None:
+        """Say nothing."""
+
+
+def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: NodeFiles,
+             settings: Settings, progress: Progress, gpus: list[GpuInfo]) -> int:
+    pending = [(spec, job_id) for spec, job_id in zip(specs, job_ids, strict=True)
+               if repo.job_state(engine, job_id) != JobState.DONE]
+    # The least each job runs; its first stage may plan more.
+    progress.start(len(pending), len(specs) - len(pending),
+                   sum(2 * s.design.least_pairs * len(s.prompts) * s.repetitions
+                       for s, _ in pending))
+    failed = 0
+    try:
+        for index, (spec, job_id) in enumerate(pending, start=1):
+            sink = DbRunSink(engine, job_id)
+            progress.job(index, len(pending), spec, len(sink.done()))
+            repo.mark_running(engine, job_id)
+            try:
+                outcome = execute_job(spec, sink, node=node, paths=NodePaths.of(settings),
+                                      on_run=progress.run, gpus=gpus)
+            except KeyboardInterrupt:
+                repo.mark_finished(engine, job_id, JobState.QUEUED,
+                                   "interrupted; `farm run` resumes")
+                raise
+            except FarmError as exc:
+                repo.mark_finished(engine, job_id, JobState.FAILED, str(exc), exc.failure_class)
+                progress.failed(spec, exc)
+                failed += 1
+                continue
+            repo.mark_finished(engine, job_id, JobState.DONE,
+                               summary=finish_values(engine, job_id, outcome))
+    finally:
+        progress.close()
+    return failed
+
+
+def _one_class(path: Path, matrix: Matrix, gpu_class: str | None) -> str:
+    if gpu_class is None and len(matrix.gpu_classes) == 1:
+        return matrix.gpu_classes[0]
+    if gpu_class in matrix.gpu_classes:
+        return gpu_class
+    raise ConfigError(f"{path}: gpu-classes: `farm run` runs on this one machine; pick one "
+                      f"of {', '.join(matrix.gpu_classes)} with --gpu-class")
+
+
+@dataclass(frozen=True)
+class WorkerCheck:
+    """``farm submit --dry-run``'s answer: each job as checked, and what was not checked
+    on this machine."""
+
+    shown: list[JobSpec]
+    unchecked: list[str] = field(default_factory=list)
+
+
+def check_as_worker(path: Path, matrix: Matrix, specs: list[JobSpec], paths: NodePaths,
+                    allow_options: frozenset[str] = frozenset()) -> WorkerCheck:
+    """Each job checked as a worker would check it (names inside the models dir, builds by
+    name) with this machine's builds and models. Without the model here, its flags are
+    still checked against the build; without the build, the job is shown as written.
+    Either way it says what was not checked."""
+    node = local_files(paths, None, allow_options=allow_options)
+    found = WorkerCheck([])
+    for spec in specs:
+        try:
+            found.shown.append(checked_jobs(path, matrix, [spec], node, paths)[0][1].spec)
+            continue
+        except NotOnThisNode as exc:
+            missing = exc
+        try:
+            found.shown.append(_flags_checked(path, matrix, spec, node))
+            found.unchecked.append(f"job {spec.job_key[:12]}: flags checked against the "
+                                   f"build; not checked on this machine: {missing}")
+        except NotOnThisNode:
+            found.shown.append(spec)
+            found.unchecked.append(f"job {spec.job_key[:12]} not checked on this machine: "
+                                   f"{missing}")
+    return found
+
+
+@dataclass(frozen=True)
+class CheckedMatrix:
+    """A matrix read and every job it runs here checked: what ``run_matrix`` runs."""
+
+    path: Path
+    matrix: Matrix
+    checked: list[tuple[JobSpec, Preflight]]  # as it will run (files resolved), as checked
+    node: NodeFiles
+
+    @property
+    def specs(self) -> list[JobSpec]:
+        """The jobs as they will run."""
+        return [spec for spec, _ in self.checked]
+
+
+def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None,
+                 allow_options: frozenset[str] = frozenset(),
+                 allow_build_path: bool = False) -> CheckedMatrix:
+    """Validate, resolve and check a matrix's jobs of one GPU class on this machine:
+    everything a run checks, nothing written or started. ``allow_options``: harmless
+    options beyond the allow-list (``farm run --allow-option``); ``allow_build_path``: the
+    matrix's own build binaries may run."""
+    matrix, specs = load_matrix(path, allow_options)
+    chosen = _one_class(path, matrix, gpu_class)
+    paths = NodePaths.of(settings)
+    node = local_files(paths, path.parent, allow_options=allow_options,
+                       allow_build_path=allow_build_path)
+    return CheckedMatrix(path, matrix, checked_jobs(
+        path, matrix, [s for s in specs if s.gpu_class == chosen], node, paths), node)
+
+
+def run_matrix(checked: CheckedMatrix, settings: Settings, progress: Progress,
+               gpus: list[GpuInfo] | None = None) -> str:
+    """Store the checked jobs and execute those not done; returns the campaign. ``gpus``:
+    the GPUs runs are pinned to and sampled on (default every GPU NVML sees).
+
+    Raises ``FarmError`` subclasses; a failed job is told to ``progress`` and counted,
+    then ``JobsFailed`` names how many.
+    """
+    matrix, specs = checked.matrix, checked.specs
+    with connected(settings.database_url) as engine:
+        upgrade(engine)
+        job_ids = repo.register(engine, matrix.campaign, str(checked.path.resolve()), specs)
+        failed = _execute(engine, specs, job_ids, checked.node, settings, progress,
+                          all_gpus() if gpus is None else gpus)
+    if failed:
+        raise JobsFailed(f"{failed} of {len(specs)} jobs failed; see `farm report "
+                         f"{matrix.campaign}` and the server logs in {settings.logs_dir}",
+                         matrix.campaign)
+    return matrix.campaign

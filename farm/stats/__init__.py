@@ -1,0 +1,20 @@
+"""Statistics: pure functions on the tidy runs frame (one row per run, ``frame.tidy_runs``)
+and on numbers. No database, network, broker, files or settings; no module here imports
+another package of the farm.
+
+    distributions  Student's t and F without scipy (no numpy)
+    intervals      Interval, the t margin and log intervals, best-of-m (no numpy)
+    design         the design of a job and the stop decision (no numpy, no pydantic)
+    frame          the runs frame: its columns, valid runs, one job at a time
+    speedup        pair values, paired t, the crossover model, a job's estimate
+    twostage       the two-stage rule: pairs planned from the first stage
+    pooling        jobs combined: random-effects over log speedups, variance shrinkage
+    acceptance     accepted over drafted with runs as clusters, per position
+    agreement      variant outputs against the baseline's, against the baseline's repeats
+    drift          the machine's trend over a job's blocks
+    traffic        latency percentiles, prompt figures, simultaneous streams and slots
+    curve          the engine cost curve over acceptance lengths
+    prediction     a drafter's speedup from its acceptance and the cost curve
+
+Nothing is imported here: ``from farm.stats.design import Design`` loads no numpy.
+"""

@@ -1,0 +1,98 @@
+"""How much of a variant's drafting was accepted, with runs as clusters."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from farm.stats.frame import NAN, LogRatios, ratio
+from farm.stats.intervals import t_margin
+
+
+def cluster_ratio(numerators: LogRatios, denominators: LogRatios) -> tuple[float, float, int]:
+    """sum(numerators) / sum(denominators) over the clusters (runs) with a positive
+    denominator, its standard error with clusters as the unit (the ratio estimator's
+    linearisation) and its df (clusters - 1): rate, NaN, 0 below two clusters, NaN, NaN, 0
+    without any."""
+    a = np.asarray(numerators, dtype=float)
+    d = np.asarray(denominators, dtype=float)
+    used = np.isfinite(a) & np.isfinite(d) & (d > 0)
+    a, d = a[used], d[used]
+    runs = int(a.size)
+    if runs == 0:
+        return NAN, NAN, 0
+    rate = float(a.sum() / d.sum())
+    if runs < 2:
+        return rate, NAN, 0
+    se = math.sqrt(runs / (runs - 1) * float(np.sum((a - rate * d) ** 2))) / float(d.sum())
+    return rate, se, runs - 1
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """The variant's draft counters and the rates derived from them; ``rate_low`` and
+    ``rate_high`` bound the acceptance rate (95%, runs as clusters)."""
+
+    drafts: int
+    drafted: int
+    accepted: int
+    rate: float
+    rate_low: float
+    rate_high: float
+    mean_accepted_length: float
+    per_position: list[float]
+
+
+def _summed_positions(values: pd.Series) -> list[int]:
+    totals: list[int] = []
+    for counts in values:
+        # None / NaN: a run without per-position counters adds nothing.
+        if not isinstance(counts, list | tuple | np.ndarray):
+            continue
+        totals.extend([0] * (len(counts) - len(totals)))
+        for position, count in enumerate(counts):
+            totals[position] += int(count)
+    return totals
+
+
+def rate_interval(accepted: LogRatios, drafted: LogRatios,
+                  level: float = 0.95) -> tuple[float, float]:
+    """An interval for sum(accepted) / sum(drafted) that treats each run as a cluster.
+
+    Drafts within one run share its text, so they are not independent trials: a binomial
+    interval over drafts is far too narrow. This is the ratio estimator's cluster-robust
+    (linearisation) standard error over runs, with a t quantile on runs - 1 df, clipped to
+    [0, 1]. Fewer than two runs with drafts: NaN.
+    """
+    rate, se, df = cluster_ratio(accepted, drafted)
+    if df < 1:
+        return NAN, NAN
+    margin = t_margin(se, df, level)
+    return max(0.0, rate - margin), min(1.0, rate + margin)
+
+
+def acceptance(runs: pd.DataFrame) -> Acceptance:
+    """The variant's acceptance from its raw counters.
+
+    ``rate`` is accepted / drafted (llama.cpp's), with ``rate_interval`` over the variant's
+    runs; ``mean_accepted_length`` is (accepted + drafts) / drafts, vLLM's acceptance
+    length, which counts the bonus token each verify step yields; ``per_position[i]`` is
+    accepted at draft position i per draft. No drafts gives NaN, not zero: nothing was
+    measured.
+    """
+    variant = runs[runs["arm"] == "variant"]
+    drafts, drafted, accepted = (int(variant[column].fillna(0).sum())
+                                 for column in ("spec_drafts", "spec_drafted", "spec_accepted"))
+    low, high = rate_interval(variant["spec_accepted"].astype(float),
+                              variant["spec_drafted"].astype(float))
+    # Per position: over the drafts of runs that have the counters (older builds lack them).
+    counted = variant["spec_accepted_per_pos"].map(
+        lambda counts: isinstance(counts, list | tuple | np.ndarray) and len(counts) > 0)
+    counted_drafts = int(variant.loc[counted, "spec_drafts"].fillna(0).sum())
+    per_position = [ratio(count, counted_drafts)
+                    for count in _summed_positions(variant["spec_accepted_per_pos"])]
+    return Acceptance(drafts, drafted, accepted, ratio(accepted, drafted), low, high,
+                      ratio(accepted + drafts, drafts), per_position)

@@ -1,0 +1,54 @@
+"""How many block pairs a job runs: the design (first stage, most pairs, target, assurance)
+and the stopping decision. Plain dataclasses, no numpy and no pydantic: the matrix, the
+runner and the reports read a design without loading the statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Pairs a second stage adds at least: its crossover fit needs two pairs of each order for a
+# residual df of 2 (t 4.30 at 95%).
+MIN_SECOND_STAGE = 4
+
+
+@dataclass(frozen=True)
+class StopDecision:
+    """Whether a job has enough pairs, and why."""
+
+    stop: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Design:
+    """How many block pairs a job runs: ``first_stage`` pairs always; then, when
+    ``max_pairs`` leaves room for a second stage, as many as the first stage's spread says
+    the ``target`` half-width needs (at most ``max_pairs``). ``max_pairs == first_stage``
+    is a fixed design.
+
+    ``assurance`` (None, or a probability): None plans as if the first stage's spread were
+    the true one, which meets the target about six times in ten; a probability plans the
+    fewest pairs that meet it with that probability (``planned_pairs``)."""
+
+    first_stage: int
+    max_pairs: int
+    target: float = 0.03
+    assurance: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.two_stage and self.max_pairs < self.first_stage + MIN_SECOND_STAGE:
+            raise ValueError(f"max_pairs ({self.max_pairs}) must equal first_stage "
+                             f"({self.first_stage}) or exceed it by {MIN_SECOND_STAGE} or more")
+        if self.two_stage and self.first_stage < 3:
+            raise ValueError(f"a two-stage design needs a first stage of 3 or more pairs, "
+                             f"got {self.first_stage}")
+
+    @property
+    def least_pairs(self) -> int:
+        """The fewest pairs a job of this design runs."""
+        return self.first_stage + MIN_SECOND_STAGE if self.two_stage else self.first_stage
+
+    @property
+    def two_stage(self) -> bool:
+        """Whether the first stage plans a second one (else the pair count is fixed)."""
+        return self.max_pairs > self.first_stage
