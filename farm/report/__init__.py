@@ -1,6 +1,6 @@
 """Reports: the store read into pandas frames, and those frames rendered for people.
 
-- ``sql``: the report query and the median it shares with the analysts' SQL views.
+- ``sql``: the report queries and the SQL of a job's run facts (medians, median speedup).
 - ``frames``: store -> DataFrames (``runs_frame`` for notebooks, ``job_report``).
 - ``compare``: two campaigns or two builds, job by comparable job.
 - ``cells``: how one value reads in a table cell, the same in every output.
