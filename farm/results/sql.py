@@ -1,12 +1,12 @@
-"""The per-job report queries, and the SQL facts they share with the analysts' views.
+"""The per-job report queries and the SQL of a job's run facts.
 
 Each fact is written once: the median decode tok/s (``median_select``) and the
-geometric-mean speedup with its spread (``speedup_stats``, ``SD_LOG_SPEEDUP``) serve both
-a job's run facts (``run_facts_sql``: kept in its summary when it finishes, computed by
-reports for the jobs without) and ``migrations/views.py``. Portable SQL for SQLite >= 3.35
-(window and math functions) and PostgreSQL. Views are created from this text by
-migrations, so a change here reaches existing databases only through a migration that
-recreates the views.
+geometric-mean speedup with its spread (``speedup_stats``, ``SD_LOG_SPEEDUP``) make a
+job's run facts (``run_facts_sql``: kept in its summary when it finishes, computed by
+reports for the jobs without). Portable SQL for SQLite >= 3.35 (window and math functions)
+and PostgreSQL. The analysts' views (``migrations/views.py``) are not built from this
+text: each migration holds its views as literal SQL (the same figures: a test compares
+them), so a change here reaches them only through a new migration with new view text.
 """
 
 from __future__ import annotations

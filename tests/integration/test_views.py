@@ -124,18 +124,24 @@ def test_group_report_and_runs_frame(engine: Engine) -> None:
     assert len(runs_frame(engine, "views")) == 8
 
 
-def test_views_give_the_reports_medians_and_speedup(engine: Engine) -> None:
+def test_views_give_the_reports_medians_and_median_speedup(engine: Engine) -> None:
     _fill(engine)
     with engine.connect() as connection:
         medians: dict[str, float] = dict(connection.execute(text(
             "SELECT arm || '/' || prompt_id, median_tok_s FROM prompt_median")).all())
         arms: dict[str, float] = dict(connection.execute(text(
             "SELECT arm, median_tok_s FROM arm_summary")).all())
-        speedup, sd = connection.execute(text(
-            "SELECT speedup, sd_log_speedup FROM job_speedup WHERE variant = 'v'")).one()
+        job_id, speedup, log_speedup, sd = connection.execute(text(
+            "SELECT job_id, median_speedup, log_median_speedup, sd_log_speedup "
+            "FROM job_speedup WHERE variant = 'v'")).one()
     assert medians == pytest.approx({"baseline/a": 100.0, "variant/a": 200.0,
                                      "baseline/b": 100.0, "variant/b": 50.0})
     row = job_report(engine, "views").set_index("variant").loc["v"]
     assert arms == pytest.approx({"baseline": row["baseline_tok_s"],
                                   "variant": row["variant_tok_s"]})
+    # The view's figure is the run fact median_speedup (the report's speedup only for a
+    # job without a crossover estimate, as here).
+    facts = run_facts(engine, job_id)
+    assert (speedup, sd) == pytest.approx((facts["median_speedup"], facts["sd_log_speedup"]))
     assert (speedup, sd) == pytest.approx((row["speedup"], row["sd_log_speedup"]))
+    assert log_speedup == pytest.approx(math.log(speedup))
