@@ -21,7 +21,7 @@
 Each class names its ``failure_class``: the string stored with a failed job, grouped by in
 reports and keyed on by retries, so these strings never change. The code that knows why
 something failed raises the matching class (llama-server's own words are read in
-``workers/runtime/server_log.py``); nothing downstream parses messages.
+``workers/job/runtime/server_log.py``); nothing downstream parses messages.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class ServiceUnavailable(RuntimeFarmError):
 class ServerStartError(RuntimeFarmError):
     """llama-server did not start; this class itself: it exited for no reason its log names.
 
-    ``workers/runtime/server_log.py`` picks the subclass from the server's log.
+    ``workers/job/runtime/server_log.py`` picks the subclass from the server's log.
     """
 
     failure_class = "crash"

@@ -22,12 +22,13 @@ from farm.settings import Settings
 from farm.store import repo
 from farm.store.db import connected, upgrade
 from farm.store.models import JobState
-from workers.checks import Preflight, check_arms, preflight
-from workers.executor import RunResult, execute_job
-from workers.node import NodeFiles, NotOnThisNode, local_files, resolve, resolve_builds
+from workers.job.checks import Preflight, check_arms, preflight
+from workers.job.executor import RunResult, execute_job
+from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_builds
+from workers.job.sinks import DbRunSink, finish_values
+from workers.job.telemetry import GpuInfo, all_gpus
 from workers.paths import NodePaths
-from workers.sinks import DbRunSink, finish_values
-from workers.telemetry import GpuInfo, all_gpus
+from workers.setup.builds import built_here
 
 
 def _where(path: Path, matrix: Matrix, spec: JobSpec, exc: ConfigError) -> str:
@@ -169,7 +170,7 @@ def check_as_worker(path: Path, matrix: Matrix, specs: list[JobSpec], paths: Nod
     name) with this machine's builds and models. Without the model here, its flags are
     still checked against the build; without the build, the job is shown as written.
     Either way it says what was not checked."""
-    node = local_files(paths, None, allow_options=allow_options)
+    node = built_here(paths, None, allow_options=allow_options)
     found = WorkerCheck([])
     for spec in specs:
         try:
@@ -213,7 +214,7 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
     matrix, specs = load_matrix(path, allow_options)
     chosen = _one_class(path, matrix, gpu_class)
     paths = NodePaths.of(settings)
-    node = local_files(paths, path.parent, allow_options=allow_options,
+    node = built_here(paths, path.parent, allow_options=allow_options,
                        allow_build_path=allow_build_path)
     return CheckedMatrix(path, matrix, checked_jobs(
         path, matrix, [s for s in specs if s.gpu_class == chosen], node, paths), node)

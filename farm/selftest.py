@@ -34,9 +34,9 @@ from farm.runner import Silent, check_matrix, run_matrix
 from farm.settings import Settings
 from farm.stats.intervals import log_interval
 from farm.store.db import connected
+from workers.job.telemetry import GpuInfo, gpus_for_devices
 from workers.paths import NodePaths
-from workers.provision import Provisioned, provision
-from workers.telemetry import GpuInfo, gpus_for_devices
+from workers.setup.provision import Provisioned, provision
 
 SYNTH_RATES = (0.9, 0.6, 0.3)
 Z_999 = 3.2905  # two-sided 99.9% normal quantile
@@ -52,7 +52,7 @@ class Check:
 
 
 @dataclass(frozen=True)
-class Node:
+class Testbed:
     """What the checks run on: the build, extra baseline flags (``-ngl 99`` on a GPU) and
     the GPUs the runs are pinned to (none on a CPU node)."""
 
@@ -61,24 +61,24 @@ class Node:
     gpus: list[GpuInfo]
 
 
-def _matrix(campaign: str, node: Node, model: Path, variants: list[dict[str, Any]],
+def _matrix(campaign: str, testbed: Testbed, model: Path, variants: list[dict[str, Any]],
             **design: Any) -> dict[str, Any]:
-    return {"campaign": campaign, "build": node.build, "prompt-mode": "completion",
+    return {"campaign": campaign, "build": testbed.build, "prompt-mode": "completion",
             "models": [{"name": model.stem, "path": str(model)}],
             "prompts": ["one two three four", "the farm reads the log"],
             "n-predict": 64, "repetitions": 1, "pairs": 1, "max-pairs": 1,
-            "flags": {"ctx-size": 512, "threads": 2, **node.flags},
+            "flags": {"ctx-size": 512, "threads": 2, **testbed.flags},
             "variants": variants, **design}
 
 
 class _Runner:
     """Runs matrices on a temporary data dir and store, and reads their jobs back."""
 
-    def __init__(self, settings: Settings, workdir: Path, node: Node) -> None:
+    def __init__(self, settings: Settings, workdir: Path, testbed: Testbed) -> None:
         self.settings = settings.model_copy(update={
             "data_dir": workdir / "data",
             "database_url": f"sqlite:///{workdir / 'data' / 'selftest.db'}"})
-        self.workdir, self.node = workdir, node
+        self.workdir, self.testbed = workdir, testbed
 
     def run(self, matrix: dict[str, Any]) -> tuple[list[dict[Hashable, Any]],
                                                  list[dict[Hashable, Any]]]:
@@ -91,8 +91,8 @@ class _Runner:
         # A binary by path here is the operator's own (a worker config's build), never a
         # matrix's: the matrices are the selftest's.
         checked = check_matrix(path, self.settings,
-                               allow_build_path=isinstance(self.node.build, dict))
-        run_matrix(checked, self.settings, Silent(), gpus=self.node.gpus)
+                               allow_build_path=isinstance(self.testbed.build, dict))
+        run_matrix(checked, self.settings, Silent(), gpus=self.testbed.gpus)
         with connected(self.settings.database_url) as engine:
             jobs = job_report(engine, matrix["campaign"]).to_dict(orient="records")
             runs = runs_frame(engine, matrix["campaign"])
@@ -101,7 +101,7 @@ class _Runner:
 
 def _mtp_job(runner: _Runner, models: Provisioned, fixture: str) -> dict[Hashable, Any]:
     """The report row of a draft-mtp (n-max 3) job on one of the tiny MTP fixtures."""
-    [job], _ = runner.run(_matrix(f"selftest-{fixture}", runner.node, models.models[fixture],
+    [job], _ = runner.run(_matrix(f"selftest-{fixture}", runner.testbed, models.models[fixture],
                                   [{"name": "mtp", "flags": {"spec-type": "draft-mtp",
                                                              "spec-draft-n-max": 3}}]))
     return job
@@ -124,7 +124,7 @@ def _anti_oracle(runner: _Runner, models: Provisioned) -> Check:
 
 def _synthetic(runner: _Runner, models: Provisioned) -> Check:
     _, runs = runner.run(_matrix(
-        "selftest-synthetic", runner.node, models.models["qwen35-mtp-anti"],
+        "selftest-synthetic", runner.testbed, models.models["qwen35-mtp-anti"],
         [{"name": "synth", "flags": {"spec-type": "draft-mtp", "spec-draft-n-max": 3,
                                      "spec-synth-rates": ",".join(map(str, SYNTH_RATES))}}],
         **{"n-predict": 230, "repetitions": 6}))
@@ -146,7 +146,7 @@ def _synthetic(runner: _Runner, models: Provisioned) -> Check:
 
 def _speed(runner: _Runner, models: Provisioned) -> Check:
     [job], _ = runner.run(_matrix(
-        "selftest-speed", runner.node, models.models["qwen35-mtp-oracle-cpu"],
+        "selftest-speed", runner.testbed, models.models["qwen35-mtp-oracle-cpu"],
         [{"name": "mtp", "flags": {"spec-type": "draft-mtp", "spec-draft-n-max": 2}}],
         **{"n-predict": 96, "pairs": 8, "max-pairs": 8}))
     speedup, low = float(job["speedup"]), float(job["ci_low"])
@@ -156,7 +156,7 @@ def _speed(runner: _Runner, models: Provisioned) -> Check:
 
 def _control(runner: _Runner, models: Provisioned) -> Check:
     [job], _ = runner.run(_matrix(
-        "selftest-control", runner.node, models.models["qwen35-mtp-oracle-cpu"],
+        "selftest-control", runner.testbed, models.models["qwen35-mtp-oracle-cpu"],
         [{"name": "aa", "control": True}], **{"n-predict": 96, "pairs": 8, "max-pairs": 8}))
     low, high = log_interval(math.log(float(job["speedup"])), float(job["log_se"]),
                              int(job["df"]), 0.999)
@@ -165,7 +165,7 @@ def _control(runner: _Runner, models: Provisioned) -> Check:
 
 
 def _telemetry(runner: _Runner, models: Provisioned) -> Check:
-    _, runs = runner.run(_matrix("selftest-telemetry", runner.node,
+    _, runs = runner.run(_matrix("selftest-telemetry", runner.testbed,
                                  models.models["qwen35-mtp-oracle"],
                                  [{"name": "mtp", "flags": {"spec-type": "draft-mtp"}}]))
     named = sum(1 for run in runs if run.get("gpu_name"))
@@ -180,14 +180,14 @@ CHECKS: list[Callable[[_Runner, Provisioned], Check]] = [
     _oracle, _anti_oracle, _synthetic, _speed, _control]
 
 
-def selftest(settings: Settings, node: Node, console: Console) -> list[Check]:
+def selftest(settings: Settings, testbed: Testbed, console: Console) -> list[Check]:
     """Run every check (telemetry too where the node has GPUs), printing one line each as
     it finishes; returns them all."""
     models = provision(NodePaths.of(settings))
-    checks = [*CHECKS, *([_telemetry] if node.gpus else [])]
+    checks = [*CHECKS, *([_telemetry] if testbed.gpus else [])]
     results = []
     with tempfile.TemporaryDirectory(prefix="farm-selftest-") as scratch:
-        runner = _Runner(settings, Path(scratch), node)
+        runner = _Runner(settings, Path(scratch), testbed)
         for check in checks:
             result = check(runner, models)
             mark = "[green]PASS[/green]" if result.passed else "[red]FAIL[/red]"
@@ -198,11 +198,11 @@ def selftest(settings: Settings, node: Node, console: Console) -> list[Check]:
 
 
 
-def node_for(build: dict[str, str], devices: list[int] | None) -> Node:
+def testbed_for(build: dict[str, str], devices: list[int] | None) -> Testbed:
     """The node to check: ``build`` ({name} or {name, path}); on ``devices`` (GPU indices)
     with every layer offloaded, else on the CPU."""
     gpus = gpus_for_devices(devices) if devices else []
-    return Node(build=build if "path" in build else build["name"],
+    return Testbed(build=build if "path" in build else build["name"],
                 flags={"n-gpu-layers": 99} if gpus else {}, gpus=gpus)
 
 

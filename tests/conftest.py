@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 from farm.settings import load_settings
 from farm.store.db import make_engine, upgrade
 from workers.paths import NodePaths
-from workers.provision import Provisioned, provision
+from workers.setup.provision import Provisioned, provision
 
 PG_ADMIN_URL = os.environ.get("FARM_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

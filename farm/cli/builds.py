@@ -36,7 +36,7 @@ def build_command(name: str, source: str | None, binary: Path | None, ref: str |
     register one built elsewhere (--binary)."""
     from typing import cast
 
-    from workers.builds import (
+    from workers.setup.builds import (
         Backend,
         BuildRequest,
         build,
@@ -71,7 +71,7 @@ def builds_command() -> None:
     """The builds made on this node, with what each binary reports."""
     from rich.table import Table
 
-    from workers.builds import all_manifests
+    from workers.setup.builds import all_manifests
 
     table = Table(title="builds", title_justify="left")
     for header in ("name", "backend", "source", "ref", "commit / sdist", "version"):
@@ -86,7 +86,7 @@ def builds_command() -> None:
 @cli.command()
 def provision() -> None:
     """Build the CPU llama-server and fetch the tiny models (idempotent, cached)."""
-    from workers.provision import provision as do_provision
+    from workers.setup.provision import provision as do_provision
 
     result = do_provision(_paths())
     click.echo(f"build cpu: {result.server}")

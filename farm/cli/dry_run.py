@@ -9,7 +9,7 @@ from rich.table import Table
 
 from farm.matrix.spec import ArmRole, JobSpec
 from farm.runner import WorkerCheck
-from workers.runtime.server import HOST
+from workers.job.runtime.server import HOST
 
 
 def arm_command(spec: JobSpec, role: ArmRole) -> list[str]:

@@ -133,8 +133,8 @@ def parse_devices(value: str | None) -> list[int] | None:
 def worker(gpu_class: str | None, devices: str | None, config_path: Path | None,
            check_first: bool) -> None:
     """Run a Celery worker for one GPU (or GPU set): concurrency 1, late acks."""
-    from workers.config import load_worker_config
-    from workers.daemon import run_worker
+    from workers.fleet.config import load_worker_config
+    from workers.fleet.daemon import run_worker
     from workers.paths import NodePaths
 
     if not gpu_class and not config_path:
@@ -145,10 +145,10 @@ def worker(gpu_class: str | None, devices: str | None, config_path: Path | None,
     if check_first:
         from rich.console import Console
 
-        from farm.selftest import node_for, report_failures, selftest
+        from farm.selftest import report_failures, selftest, testbed_for
 
         name, binary = next(iter(config.builds.items()))
-        node = node_for({"name": name, "path": str(binary)}, config.devices or None)
+        node = testbed_for({"name": name, "path": str(binary)}, config.devices or None)
         report_failures(selftest(settings, node, Console()))
     run_worker(settings, config)
 

@@ -7,7 +7,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from farm.errors import FarmError
 from farm.matrix.spec import JobSpec
-from workers.executor import RunResult
+from workers.job.executor import RunResult
 
 
 class RunProgress:

@@ -70,11 +70,11 @@ def selftest(gpu_class: str | None, devices: str | None, build_name: str) -> Non
     the baseline on the oracle, an A/A control covers 1, GPUs report telemetry. Exits 1 on
     any failure."""
     from farm.cli.fleet import parse_devices
-    from farm.selftest import node_for, report_failures
+    from farm.selftest import report_failures, testbed_for
     from farm.selftest import selftest as run_checks
 
     console = Console()
-    node = node_for({"name": build_name}, parse_devices(devices))
+    node = testbed_for({"name": build_name}, parse_devices(devices))
     if gpu_class:
         console.print(f"selftest of GPU class {gpu_class}", markup=False)
     report_failures(run_checks(load_settings(), node, console))

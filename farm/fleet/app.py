@@ -24,7 +24,7 @@ def make_app(settings: Settings) -> Celery:
     if not settings.broker_url:
         raise ConfigError("FARM_BROKER_URL is not set; the fleet needs Redis, e.g. "
                           "FARM_BROKER_URL=redis://:PASSWORD@HOST:6379/0")
-    app = Celery("specfarm", broker=settings.broker_url, include=["workers.tasks"])
+    app = Celery("specfarm", broker=settings.broker_url, include=["workers.fleet.task"])
     app.conf.update(
         task_serializer="json", result_serializer="json", accept_content=["json"],
         task_acks_late=True,

@@ -252,7 +252,7 @@ def _tier(prompts: tuple[Prompt, ...], length: int, path: Path) -> tuple[Prompt,
 
 def _models(matrix: Matrix, path: Path) -> list[ModelRef]:
     """Models as written: a ``file`` name, or a ``path`` the node that runs the job resolves
-    (``workers.node.resolve``)."""
+    (``workers.job.resolve.resolve``)."""
     refs = [ModelRef(name=model.name, file=model.file_name if model.path is None else None,
                      path=model.path) for model in matrix.models]
     names = [ref.name for ref in refs]
@@ -292,7 +292,7 @@ def expand(matrix: Matrix, path: Path, allow: frozenset[str] = frozenset()) -> l
     operator lets this node pass (``farm.matrix.options``).
 
     Pure: builds and models stay as the matrix names them; the node that runs a job
-    resolves them to files (``workers.node.resolve``).
+    resolves them to files (``workers.job.resolve.resolve``).
     """
     prompts = _prompts(matrix, path)
     models = _models(matrix, path)

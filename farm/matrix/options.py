@@ -10,11 +10,11 @@ dir, prints and exits, or is not a benchmark option. Only the last kind (harmles
 no benchmark needs it) can be allowed by an operator on a node (``allow-options`` in a
 worker's config, ``--allow-option`` on ``farm run``); the others never. An option this
 table does not know (a fork's) is refused unless an operator allows it, and then typed
-from the build's own help on the node (``workers/checks.py``).
+from the build's own help on the node (``workers/job/checks.py``).
 
 Names are canonical before any list is read: every alias of b11434 maps to its long
 name (``ALIASES``: ``-ngl`` -> ``n-gpu-layers``, ``-mm`` -> ``mmproj``, ``-nkvo`` ->
-``no-kv-offload``), the rule ``workers.runtime.probe`` applies to any build's help, so a
+``no-kv-offload``), the rule ``workers.job.runtime.probe`` applies to any build's help, so a
 short or old spelling can neither slip past a list nor reach the command line.
 ``tests/security/test_options.py`` classifies every option of the provisioned build.
 """
@@ -131,7 +131,7 @@ ALLOWED: dict[str, Allowed] = {
              "spec-ngram-map-k-size-m", "spec-ngram-map-k-min-hits", "spec-ngram-map-k4v-size-n",
              "spec-ngram-map-k4v-size-m", "spec-ngram-map-k4v-min-hits",
              # Removed spellings: translated to their successors, or refused by the node's
-             # check with the build's own words (workers/checks.py).
+             # check with the build's own words (workers/job/checks.py).
              "draft", "draft-min", "spec-ngram-size-n", "spec-ngram-size-m",
              "spec-ngram-min-hits"),
     **_group(SPECULATION, ValueType.NUMBERS, "spec-synth-rates"),

@@ -48,8 +48,10 @@ def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
     kind ("variant", "control" or "synthetic")."""
     from farm.store.models import Campaign, Job, Run
 
-    columns = [Campaign.name.label("campaign"), Job.job_key, Job.model_name.label("model"),
-               Job.variant_name.label("variant"), *Run.__table__.columns]
+    # In the order of their names: the order exports have always had.
+    columns = sorted([Campaign.name.label("campaign"), Job.job_key, Job.model_name.label("model"),
+                      Job.variant_name.label("variant"), *Run.__table__.columns],
+                     key=lambda column: str(column.key))
     jobs = select(Job.id, Job.summary, Job.spec)
     where = None
     if campaign is not None:

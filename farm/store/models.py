@@ -196,7 +196,7 @@ class Run(Base):
     server_log: Mapped[str | None] = mapped_column(Text)
     slot_speculative: Mapped[bool | None] = mapped_column()  # /slots of the arm's server
     tokens: Mapped[list[Any] | None] = mapped_column()  # the text's token ids (/tokenize)
-    # The request's seed (workers.executor.run_sampling): the same for a prompt and
+    # The request's seed (workers.job.executor.run_sampling): the same for a prompt and
     # repetition in both arms. Null for runs stored before it was kept.
     seed: Mapped[int | None] = mapped_column(BigInteger)
     # Gaps between streamed chunks: not inter-token latency (a chunk can carry several
@@ -216,7 +216,7 @@ class Run(Base):
     throttled: Mapped[bool | None] = mapped_column()
     throttle_reasons: Mapped[list[Any] | None] = mapped_column()
     weights_spilled: Mapped[bool | None] = mapped_column()  # not all layers on the GPU
-    # MiB of the server's contexts, from its log (workers.runtime.server_log.context_memory):
+    # MiB of the server's contexts, from its log (workers.job.runtime.server_log.context_memory):
     # the target's KV cache and recurrent state, and the whole speculative draft context.
     kv_mib: Mapped[float | None] = mapped_column(Float)
     draft_context_mib: Mapped[float | None] = mapped_column(Float)

@@ -1,6 +1,6 @@
 """Campaigns, jobs (idempotent by job_key) and models in the store.
 
-Runs are written by the sinks in ``workers.sinks``, beside the executor that makes them."""
+Runs are written by the sinks in ``workers.job.sinks``, beside the executor that makes them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Fleet scale benchmark (a script, not a test): a 1,000,000-run store, timed CLI commands.
 
 Fills a fresh PostgreSQL database with 10 campaigns x 1,000 jobs x 100 runs (COPY) and
-gives each job the summary a worker writes when it finishes (``workers.sinks``: its
+gives each job the summary a worker writes when it finishes (``workers.job.sinks``: its
 statistics and the facts reports would otherwise read from its runs; about 5 minutes on
 two cores), then times cold ``farm`` processes against it:
 
@@ -50,7 +50,7 @@ from farm.stats.design import Design
 from farm.store import registry
 from farm.store.db import make_engine
 from farm.store.models import Job
-from workers.sinks import job_values
+from workers.job.sinks import job_values
 
 CAMPAIGNS = 10
 JOBS_PER_CAMPAIGN = 1_000
@@ -285,7 +285,7 @@ def fill(bench: Bench) -> None:
 
 def _summarize_jobs(task: tuple[str, list[int]]) -> int:
     """Each job's summary as a worker computes it when the job finishes (its runs read back,
-    ``workers.sinks.job_values``), written in one statement."""
+    ``workers.job.sinks.job_values``), written in one statement."""
     db_url, job_ids = task
     engine = make_engine(db_url)
     try:

@@ -1,6 +1,6 @@
 """CPU oracle benchmark (a script, not a test): does draft-mtp pay on this machine's CPU?
 
-Makes the CPU oracle (``workers/mtp_fixture.py``) afresh from the provisioned Qwen3.5
+Makes the CPU oracle (``workers/setup/mtp_oracles.py``) afresh from the provisioned Qwen3.5
 template into a temporary folder, timing it and checking its pinned sha256, then runs
 baseline vs ``draft-mtp`` (n-max 2 and 3) on it through ``farm run`` (``-t 2``, 256 tokens
 a run, 4 block pairs) with a private data dir, and prints per variant: baseline and
@@ -28,9 +28,14 @@ from typing import Any
 import yaml
 
 from farm.settings import load_settings
-from workers.mtp_fixture import CPU_ORACLE_DIMS, CPU_ORACLE_NAME, CPU_ORACLE_TYPE, write_cpu_oracle
 from workers.paths import NodePaths, file_sha256
-from workers.provision import PINNED_SHA256, QWEN35_NAME
+from workers.setup.mtp_oracles import (
+    CPU_ORACLE_DIMS,
+    CPU_ORACLE_NAME,
+    CPU_ORACLE_TYPE,
+    write_cpu_oracle,
+)
+from workers.setup.provision import PINNED_SHA256, QWEN35_NAME
 
 FARM = Path(sys.executable).with_name("farm")
 TARGET_SPEEDUP, TARGET_ACCEPTANCE = 1.3, 0.95

@@ -32,7 +32,7 @@ import yaml
 from farm.settings import load_settings
 from tests.bench.farm_cli import ORACLE_PROMPTS, farm, private_store, smollm2_prompts
 from workers.paths import NodePaths
-from workers.provision import provision
+from workers.setup.provision import provision
 
 
 def engines(models: dict[str, Path]) -> list[dict[str, Any]]:

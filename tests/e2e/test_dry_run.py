@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e.test_mtp import _tutorial
 from tests.helpers import matrix_dict, run_cli, write_matrix
-from workers.provision import Provisioned
+from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 

@@ -16,7 +16,7 @@ import yaml
 
 from tests.e2e.test_farm_run import farm
 from tests.helpers import write_matrix
-from workers.provision import Provisioned
+from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from farm.store.db import make_engine
 from farm.store.models import Job, Run
 from tests.helpers import COPY_PROMPT
-from workers.provision import Provisioned
+from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 FARM = str(Path(sys.executable).with_name("farm"))

@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e.test_farm_run import farm, report_rows
 from tests.helpers import write_matrix
-from workers.provision import Provisioned
+from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 

@@ -19,9 +19,9 @@ import pytest
 
 from tests.e2e.test_farm_run import farm, report_rows
 from tests.helpers import matrix_dict, write_matrix
-from workers.mtp_fixture import ANTI_ORACLE_NAME, CPU_ORACLE_NAME, ORACLE_NAME
 from workers.paths import NodePaths, file_sha256
-from workers.provision import (
+from workers.setup.mtp_oracles import ANTI_ORACLE_NAME, CPU_ORACLE_NAME, ORACLE_NAME
+from workers.setup.provision import (
     PINNED_SHA256,
     QWEN35_NAME,
     Provisioned,

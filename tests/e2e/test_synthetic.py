@@ -20,7 +20,7 @@ import pytest
 
 from tests.e2e.test_farm_run import farm
 from tests.helpers import write_matrix
-from workers.provision import Provisioned
+from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 RATES = (0.9, 0.6, 0.3)

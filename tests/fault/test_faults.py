@@ -24,7 +24,7 @@ import yaml
 
 from tests.e2e.test_fleet import Fleet, open_fleet, servers_of, wait_for
 from tests.helpers import COPY_PROMPT
-from workers.provision import Provisioned
+from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 LEASE = 15

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ConfigError
-from workers.builds import BuildRequest, build, build_argv, configure_argv
 from workers.paths import NodePaths
-from workers.provision import Provisioned, cpu_build_request
+from workers.setup.builds import BuildRequest, build, build_argv, configure_argv
+from workers.setup.provision import Provisioned, cpu_build_request
 
 pytestmark = pytest.mark.server
 

@@ -11,11 +11,11 @@ from farm.errors import ConfigError, NoMtpHeads, UnsupportedByBuild
 from farm.matrix.flags import FlagValue
 from farm.matrix.options import REFUSED, Reason, refusal
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
-from workers.checks import check_arm, preflight
-from workers.node import local_files
+from workers.job.checks import check_arm, preflight
+from workers.job.runtime.probe import BinaryProbe, Option, probe_binary
 from workers.paths import NodePaths
-from workers.provision import Provisioned
-from workers.runtime.probe import BinaryProbe, Option, probe_binary
+from workers.setup.builds import built_here
+from workers.setup.provision import Provisioned
 
 # The metavars the real build prints for numbers (--ctx-size N, --spec-draft-p-min P).
 NUMERIC = ("N", "P", "SEED")
@@ -99,5 +99,5 @@ def test_draft_mtp_on_a_model_without_mtp_heads_is_refused_before_any_server_sta
         varying={}, prompt_mode="completion", prompts=(Prompt(id="p", text="t", category="c"),),
         n_predict=8, sampling={}, repetitions=1, pairs=1, max_pairs=1, target_ci=0.03)
     with pytest.raises(NoMtpHeads, match="needs MTP heads") as caught:
-        preflight(spec, local_files(node_paths, None), node_paths)
+        preflight(spec, built_here(node_paths, None), node_paths)
     assert caught.value.role == "variant" and caught.value.failure_class == "no_mtp_heads"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from farm.errors import RETRYABLE, ServerStartError
-from workers.provision import Provisioned
-from workers.runtime.server import LlamaServer
+from workers.job.runtime.server import LlamaServer
+from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 

@@ -5,7 +5,7 @@ synthetic-acceptance jobs measure speedup L / (1 + 0.3 k) at acceptance length L
 drafter whose acceptance falls off after position 2 (0.9, 0.8, 0.1, 0.05 per draft): the
 predicted speedups are 1.46x, 1.69x, 1.47x and 1.30x at n-max 1-4, so n-max 2 is best and
 n-max 4 worst. The runs are written as a worker writes them (block pairs, summaries from
-``workers.sinks.job_values``); only the numbers are made up.
+``workers.job.sinks.job_values``); only the numbers are made up.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from farm.store import repo
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Job, Run
 from tests.helpers import run_cli, write_matrix
-from workers.sinks import job_values
+from workers.job.sinks import job_values
 
 RATES = (0.9, 0.8, 0.1, 0.05)
 DRAFTS = 100

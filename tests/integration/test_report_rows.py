@@ -30,7 +30,7 @@ from farm.store import repo
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Job, Run
 from tests.helpers import matrix_dict, run_cli, write_matrix
-from workers.sinks import job_values
+from workers.job.sinks import job_values
 
 REPO = Path(__file__).resolve().parents[2]
 PAIRS = 3

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ServerStartError
-from workers.provision import Provisioned
-from workers.runtime import server as server_module
-from workers.runtime.client import ServerClient
-from workers.runtime.server import LlamaServer
+from workers.job.runtime import server as server_module
+from workers.job.runtime.client import ServerClient
+from workers.job.runtime.server import LlamaServer
+from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 ARGS = ["--ctx-size", "512", "--threads", "2"]

@@ -142,6 +142,6 @@ def test_views_give_the_reports_medians_and_median_speedup(engine: Engine) -> No
     # The view's figure is the run fact median_speedup (the report's speedup only for a
     # job without a crossover estimate, as here).
     facts = run_facts(engine, job_id)
-    assert (speedup, sd) == pytest.approx((facts["median_speedup"], facts["sd_log_speedup"]))
+    assert (speedup, sd) == pytest.approx((facts.median_speedup, facts.sd_log_speedup))
     assert (speedup, sd) == pytest.approx((row["speedup"], row["sd_log_speedup"]))
     assert log_speedup == pytest.approx(math.log(speedup))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import matrix_dict, run_cli, write_matrix
-from workers.provision import Provisioned
+from workers.setup.provision import Provisioned
 
 
 def _their_binary(tmp_path: Path) -> tuple[Path, Path]:

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from farm.store.models import Job
 from tests.e2e.test_fleet import FARM, Fleet, shared_redis_fleet, wait_for
-from workers.provision import Provisioned
+from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 

@@ -30,9 +30,9 @@ from farm.matrix.options import (
     refusal,
 )
 from farm.matrix.spec import Arm, BuildRef
-from workers.checks import check_arm
-from workers.provision import Provisioned
-from workers.runtime.probe import BinaryProbe, Option, probe_binary
+from workers.job.checks import check_arm
+from workers.job.runtime.probe import BinaryProbe, Option, probe_binary
+from workers.setup.provision import Provisioned
 
 ROOT = Path(__file__).resolve().parents[2]
 HARMLESS = frozenset(name for name, why in REFUSED.items() if why.reason is Reason.NOT_BENCHMARK)

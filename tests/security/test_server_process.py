@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ConfigError, ProcessNotStarted
-from workers.builds import SAFE_FLAGS, BuildRequest, configure_argv, load_manifest
+from workers.job.runtime.server import LlamaServer
 from workers.paths import NodePaths
-from workers.provision import Provisioned
-from workers.runtime.server import LlamaServer
+from workers.setup.builds import SAFE_FLAGS, BuildRequest, configure_argv, load_manifest
+from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 ARGS = ["--ctx-size", "512", "--threads", "2"]

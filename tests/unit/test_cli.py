@@ -14,7 +14,7 @@ from click.testing import Result
 
 import farm.errors
 import farm.runner
-import workers.provision
+import workers.setup.provision
 from farm.cli import cli, main
 from farm.errors import ConfigError, FarmError, JobsFailed
 from tests.helpers import run_cli
@@ -403,14 +403,14 @@ def test_each_farm_error_is_its_message_and_its_exit_code(
         error_class: type[FarmError], monkeypatch: pytest.MonkeyPatch) -> None:
     error = (error_class("it broke; do this", "c") if error_class is JobsFailed
              else error_class("it broke; do this"))
-    monkeypatch.setattr(workers.provision, "provision", _raise(error))
+    monkeypatch.setattr(workers.setup.provision, "provision", _raise(error))
     expected = 2 if issubclass(error_class, ConfigError) else 1
     assert error_class.exit_code == expected
     assert_one_line_error(run_cli("provision"), expected, "error: it broke; do this")
 
 
 def test_an_unexpected_error_is_not_disguised(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workers.provision, "provision", _raise(ValueError("a bug")))
+    monkeypatch.setattr(workers.setup.provision, "provision", _raise(ValueError("a bug")))
     result = run_cli("provision")
     assert result.exit_code == 1 and isinstance(result.exception, ValueError)
 

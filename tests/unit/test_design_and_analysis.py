@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from workers.executor import merge_streams, pair_slots, run_sampling, stream_window, variant_opens
-from workers.runtime.client import Generation
+from workers.job.executor import (
+    merge_streams,
+    pair_slots,
+    run_sampling,
+    stream_window,
+    variant_opens,
+)
+from workers.job.runtime.client import Generation
 
 
 def test_blocks_are_counterbalanced_ab_ba() -> None:

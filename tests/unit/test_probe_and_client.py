@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.runtime.client import Generation, SpecCounters, parse_metrics
-from workers.runtime.probe import parse_help, parse_version
+from workers.job.runtime.client import Generation, SpecCounters, parse_metrics
+from workers.job.runtime.probe import parse_help, parse_version
 
 HELP_SAMPLE = """----- common params -----
 

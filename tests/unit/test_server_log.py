@@ -23,8 +23,8 @@ from farm.errors import (
     ServiceUnavailable,
     UnsupportedByBuild,
 )
-from workers.runtime import server_log
-from workers.runtime.server_log import SpecStats, SpecStatsLog, context_memory
+from workers.job.runtime import server_log
+from workers.job.runtime.server_log import SpecStats, SpecStatsLog, context_memory
 
 
 @pytest.mark.parametrize(("log", "expected"), [

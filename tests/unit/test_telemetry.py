@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pynvml  # type: ignore[import-untyped]
 import pytest
 
-from workers.telemetry import (
+from workers.job.telemetry import (
     GpuInfo,
     RunTelemetry,
     Sampler,

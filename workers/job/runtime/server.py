@@ -17,7 +17,7 @@ from typing import IO
 import httpx
 
 from farm.errors import ProcessNotStarted, ServerStartError
-from workers.runtime import server_log
+from workers.job.runtime import server_log
 
 HOST = "127.0.0.1"
 # Why exec failed when the binary or its command line is at fault (not a lack of memory or

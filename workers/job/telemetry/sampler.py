@@ -8,9 +8,16 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
-from workers.telemetry.nvml import GpuInfo, NvmlSource, Sample, open_devices, read_sample, shutdown
-from workers.telemetry.procfs import ProcessSample, read_process
-from workers.telemetry.summary import RunTelemetry, summarize
+from workers.job.telemetry.nvml import (
+    GpuInfo,
+    NvmlSource,
+    Sample,
+    open_devices,
+    read_sample,
+    shutdown,
+)
+from workers.job.telemetry.procfs import ProcessSample, read_process
+from workers.job.telemetry.summary import RunTelemetry, summarize
 
 
 class Sampler:

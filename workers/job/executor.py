@@ -24,19 +24,19 @@ from farm.stats.design import StopDecision
 from farm.stats.frame import tidy_runs
 from farm.stats.speedup import pair_log_ratios, pair_orders
 from farm.stats.twostage import stop_decision
-from workers.checks import Preflight, preflight
-from workers.node import NodeFiles
-from workers.paths import NodePaths
-from workers.runtime.client import Generation, ServerClient, SpecCounters
-from workers.runtime.server import LlamaServer
-from workers.runtime.server_log import (
+from workers.job.checks import Preflight, preflight
+from workers.job.resolve import NodeFiles
+from workers.job.runtime.client import Generation, ServerClient, SpecCounters
+from workers.job.runtime.server import LlamaServer
+from workers.job.runtime.server_log import (
     ContextMemory,
     SpecStats,
     SpecStatsLog,
     context_memory,
     weights_spilled,
 )
-from workers.telemetry import GpuInfo, RunTelemetry, Sample, Sampler, cuda_env
+from workers.job.telemetry import GpuInfo, RunTelemetry, Sample, Sampler, cuda_env
+from workers.paths import NodePaths
 
 WARMUP_TOKENS = 8
 

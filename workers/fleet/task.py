@@ -33,18 +33,18 @@ from farm.settings import Settings
 from farm.store import leases
 from farm.store.db import make_engine
 from farm.store.models import Job, JobState
-from workers.config import WorkerConfig
-from workers.executor import execute_job
-from workers.node import resolve, worker_files
+from workers.fleet.config import WorkerConfig
+from workers.job.executor import execute_job
+from workers.job.resolve import resolve
+from workers.job.sinks import LeasedRunSink, finish_values
+from workers.job.telemetry import GpuInfo
 from workers.paths import NodePaths
-from workers.sinks import LeasedRunSink, finish_values
-from workers.telemetry import GpuInfo
 
 
 @dataclass
-class Node:
+class WorkerContext:
     """This worker process's settings, config and GPUs: attached by ``farm worker`` to its
-    Celery app (``app.farm_node``) before the pool forks."""
+    Celery app (``app.farm_worker``) before the pool forks."""
 
     settings: Settings
     config: WorkerConfig
@@ -68,17 +68,17 @@ class WorkerStopping(Exception):
     """SIGTERM reached the process running a job: hand the job back and stop."""
 
 
-class NodeTask(Task):  # type: ignore[misc]  # Celery is untyped
-    """Base of the job task: it reads the node `farm worker` attached to its Celery app."""
+class WorkerTask(Task):  # type: ignore[misc]  # Celery is untyped
+    """Base of the job task: it reads the worker `farm worker` attached to its Celery app."""
 
     @property
-    def node(self) -> Node:
-        """The node ``farm worker`` attached to the app; a RuntimeError if there is none."""
-        node = getattr(self.app, "farm_node", None)
-        if not isinstance(node, Node):
-            raise RuntimeError("this Celery app has no farm node: start workers with "
+    def worker(self) -> WorkerContext:
+        """The worker ``farm worker`` attached to the app; a RuntimeError if there is none."""
+        worker = getattr(self.app, "farm_worker", None)
+        if not isinstance(worker, WorkerContext):
+            raise RuntimeError("this Celery app has no farm worker: start workers with "
                                "`farm worker`")
-        return node
+        return worker
 
 
 class LeaseKeeper:
@@ -158,13 +158,13 @@ def _sigterm_stops_the_job() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-@shared_task(name=TASK_NAME, bind=True, acks_late=True, base=NodeTask)
-def execute_job_task(self: NodeTask, job_id: int) -> str:
+@shared_task(name=TASK_NAME, bind=True, acks_late=True, base=WorkerTask)
+def execute_job_task(self: WorkerTask, job_id: int) -> str:
     """Run job ``job_id`` if this worker can claim it; the return value says what happened."""
-    node = self.node
-    engine, settings = node.engine(), node.settings
+    worker = self.worker
+    engine, settings = worker.engine(), worker.settings
     patient = _patient(settings.repost_after, job_id)
-    lease = patient(lambda: leases.claim(engine, job_id, node.config.worker_name,
+    lease = patient(lambda: leases.claim(engine, job_id, worker.config.worker_name,
                                          settings.lease_seconds), "claiming")
     if lease is None:
         return (f"job {job_id}: not claimable (running elsewhere, finished, waiting out a "
@@ -174,7 +174,7 @@ def execute_job_task(self: NodeTask, job_id: int) -> str:
         return _retry_or_fail(engine, lease, max_attempts, spec, patient)
     with _sigterm_stops_the_job():
         try:
-            return _run(node, lease, spec, max_attempts)
+            return _run(worker, lease, spec, max_attempts)
         except WorkerStopping:
             return _hand_back(engine, lease, settings)
 
@@ -191,16 +191,16 @@ def _patient(within: float, job_id: int) -> Callable[[Callable[[], T], str], T]:
     return call
 
 
-def _run(node: Node, lease: leases.Lease, spec: JobSpec, max_attempts: int) -> str:
-    engine, settings, job_id = node.engine(), node.settings, lease.job_id
+def _run(worker: WorkerContext, lease: leases.Lease, spec: JobSpec, max_attempts: int) -> str:
+    engine, settings, job_id = worker.engine(), worker.settings, lease.job_id
     patient = _patient(settings.repost_after, job_id)
     try:
         with LeaseKeeper(engine, lease, settings.lease_seconds) as keeper:
-            sink = LeasedRunSink(engine, lease, keeper.lost, node.config.worker_name,
+            sink = LeasedRunSink(engine, lease, keeper.lost, worker.config.worker_name,
                                  settings.repost_after)
-            files = worker_files(node.config)
+            files = worker.config.files()
             outcome = execute_job(resolve(spec, files), sink, node=files,
-                                  paths=NodePaths.of(settings), gpus=node.gpus)
+                                  paths=NodePaths.of(settings), gpus=worker.gpus)
         summary = patient(lambda: finish_values(engine, job_id, outcome), "summarizing")
     except leases.LeaseLost as exc:
         return f"job {job_id}: {exc}"

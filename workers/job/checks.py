@@ -18,10 +18,10 @@ from farm.errors import ConfigError, NoMtpHeads, UnsupportedByBuild
 from farm.matrix.flags import FlagValue
 from farm.matrix.options import check_flag, value_type
 from farm.matrix.spec import Arm, JobSpec
-from workers.model_info import ModelInfo, inspect_model
-from workers.node import NodeFiles, resolve_flag_files
+from workers.job.model_info import ModelInfo, inspect_model
+from workers.job.resolve import NodeFiles, resolve_flag_files
+from workers.job.runtime.probe import BinaryProbe, Option, probe_binary
 from workers.paths import NodePaths
-from workers.runtime.probe import BinaryProbe, Option, probe_binary
 
 # Flags whose value is a comma-separated list of enumerated items.
 _LIST_VALUED = frozenset({"spec-type"})
@@ -201,7 +201,8 @@ def check_arms(spec: JobSpec, node: NodeFiles,
 
 def preflight(spec: JobSpec, node: NodeFiles, paths: NodePaths) -> Preflight:
     """Probe the builds, check and translate both arms, check the model; ConfigError if
-    unfit. ``spec`` has its builds and model resolved on ``node`` (``workers.node.resolve``)."""
+    unfit. ``spec`` has its builds and model resolved on ``node``
+    (``workers.job.resolve.resolve``)."""
     checked, probes, translations = check_arms(spec, node)
     model = inspect_model(spec.model.local_path, paths)
     _check_model(checked, model, paths)

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Literal
 
 from farm.errors import ConfigError, RuntimeFarmError
+from workers.job.resolve import NodeFiles
+from workers.job.runtime.probe import probe_binary
 from workers.paths import NodePaths, file_sha256
-from workers.runtime.probe import probe_binary
 
 Backend = Literal["cpu", "cuda", "metal", "vulkan"]
 BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
@@ -331,3 +332,14 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
     _write_manifest(manifest, build_dir / "bin", paths)
     _say(f"{request.name}: {probe.version.splitlines()[0]}")
     return manifest
+
+
+def built_here(paths: NodePaths, matrix_dir: Path | None, *,
+               allow_options: frozenset[str] = frozenset(),
+               allow_build_path: bool = False) -> NodeFiles:
+    """This machine's files for ``farm run``: every build `farm build`/`farm provision`
+    made or registered here; with a ``matrix_dir`` the matrix's own model paths count too."""
+    builds = {manifest.name: Path(manifest.server) for manifest in all_manifests(paths)}
+    return NodeFiles(name="this machine", builds=builds, models_dir=paths.models_dir,
+                     matrix_dir=matrix_dir, allow_options=allow_options,
+                     allow_build_path=allow_build_path)

@@ -22,10 +22,10 @@ from farm.retry import OUTAGE
 from farm.settings import Settings
 from farm.store import leases, registry
 from farm.store.db import make_engine, require_current_schema
-from workers import tasks
-from workers.config import WorkerConfig
-from workers.node import advertise
-from workers.telemetry import cpu_info, gpus_for_devices
+from workers.fleet import task
+from workers.fleet.advertise import advertise
+from workers.fleet.config import WorkerConfig
+from workers.job.telemetry import cpu_info, gpus_for_devices
 
 log = logging.getLogger("farm.worker")
 # One line per HTTP request to llama-server would drown the worker log.
@@ -117,7 +117,7 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
         **asdict(advertisement), "gpu_class": config.gpu_class, "devices": config.devices,
         "gpus": [asdict(gpu) for gpu in gpus] or [cpu_info()],
         "driver": gpus[0].driver if gpus else None, "pid": os.getpid()})
-    app.farm_node = tasks.Node(settings=settings, config=config, gpus=gpus)
+    app.farm_worker = task.WorkerContext(settings=settings, config=config, gpus=gpus)
     logging.getLogger("celery.app.trace").addFilter(_RejectWithoutTraceback())
     heartbeat = Heartbeat(engine, app, settings, config.worker_name)
     heartbeat.beat()

@@ -25,10 +25,10 @@ from farm.retry import retrying
 from farm.stats.design import Design
 from farm.store import leases, repo
 from farm.store.models import GpuSample, Job, Run, Stream
-from workers.checks import Preflight, asks_for_speculation
-from workers.executor import Outcome, RunKey, RunResult, Slot, host_name
-from workers.runtime.server_log import SpecStats
-from workers.telemetry import Sample
+from workers.job.checks import Preflight, asks_for_speculation
+from workers.job.executor import Outcome, RunKey, RunResult, Slot, host_name
+from workers.job.runtime.server_log import SpecStats
+from workers.job.telemetry import Sample
 
 log = logging.getLogger("farm.worker")
 

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
 
-from workers.telemetry.nvml import Sample, decode_throttle_reasons
-from workers.telemetry.procfs import ProcessSample
+from workers.job.telemetry.nvml import Sample, decode_throttle_reasons
+from workers.job.telemetry.procfs import ProcessSample
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ from farm.errors import ConfigError
 from farm.matrix.load import read_yaml
 from farm.matrix.options import check_allowances
 from farm.matrix.schema import Strict
-from workers.builds import all_manifests
+from workers.job.resolve import NodeFiles
 from workers.paths import NodePaths
+from workers.setup.builds import all_manifests
 
 
 class WorkerConfig(Strict):
@@ -29,6 +30,11 @@ class WorkerConfig(Strict):
         "allow-list that jobs may pass on this node (a fork's, or one refused as 'not a "
         "benchmark option'); never one that runs programs, reaches the network or writes "
         "or reads files.")
+
+    def files(self) -> NodeFiles:
+        """What the worker runs jobs with: its builds and models dir, no matrix paths."""
+        return NodeFiles(name=f"worker {self.worker_name}", builds=self.builds,
+                         models_dir=self.models_dir, allow_options=self.allowed_options)
 
     @property
     def allowed_options(self) -> frozenset[str]:

@@ -8,8 +8,8 @@ import pytest
 
 from farm.errors import ConfigError
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
-from workers.config import WorkerConfig, load_worker_config
-from workers.node import NodeFiles, NotOnThisNode, resolve, resolve_flag_files, worker_files
+from workers.fleet.config import WorkerConfig, load_worker_config
+from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_flag_files
 from workers.paths import NodePaths
 
 
@@ -38,11 +38,11 @@ def _spec(variant_flags: tuple[tuple[str, str | bool], ...], model: str = "targe
 
 def test_names_resolve_inside_the_models_dir(config: WorkerConfig) -> None:
     spec = _spec((("spec-draft-model", "draft.gguf"),))
-    resolved = resolve(spec, worker_files(config))
+    resolved = resolve(spec, config.files())
     assert resolved.model.path == str(config.models_dir.resolve() / "target.gguf")
     assert resolved.build.path == str(config.builds["master"])
     assert resolved.variant.flags == spec.variant.flags  # files are looked up once checked
-    assert resolve_flag_files(resolved.variant, worker_files(config)).flags == (
+    assert resolve_flag_files(resolved.variant, config.files()).flags == (
         ("spec-draft-model", str(config.models_dir.resolve() / "draft.gguf")),)
 
 
@@ -54,7 +54,7 @@ def test_names_resolve_inside_the_models_dir(config: WorkerConfig) -> None:
 def test_worker_refuses_what_a_matrix_must_not_do(
         config: WorkerConfig, model: str, build: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        resolve(_spec((), model, build), worker_files(config))
+        resolve(_spec((), model, build), config.files())
 
 
 @pytest.mark.parametrize(("flag", "value"), [
@@ -66,7 +66,7 @@ def test_every_file_a_flag_names_stays_inside_the_models_dir(
         config: WorkerConfig, flag: str, value: str) -> None:
     arm = _spec(((flag, value),)).variant
     with pytest.raises(ConfigError, match="outside the models dir"):
-        resolve_flag_files(arm, worker_files(config))
+        resolve_flag_files(arm, config.files())
 
 
 def test_worker_config_file_with_command_line_on_top(tmp_path: Path,
@@ -97,7 +97,7 @@ def test_farm_run_resolves_the_matrix_paths_a_worker_refuses(
     resolved = resolve(spec, _local(config, tmp_path))
     assert resolved.model.path == str(elsewhere / "mine.gguf")
     with pytest.raises(NotOnThisNode, match="not found in the models dir"):
-        resolve(spec, worker_files(config))
+        resolve(spec, config.files())
 
 
 def test_a_matrix_binary_runs_on_farm_run_only_when_allowed_or_registered(
@@ -115,7 +115,7 @@ def test_a_matrix_binary_runs_on_farm_run_only_when_allowed_or_registered(
     assert resolve(registered, _local(config, tmp_path)).build.path == str(config.builds["master"])
     # A worker never runs a path a job names: only its own builds, by name.
     with pytest.raises(NotOnThisNode, match="build 'theirs' is not on worker"):
-        resolve(spec, worker_files(config))
+        resolve(spec, config.files())
 
 
 def test_a_missing_build_says_what_the_node_has(config: WorkerConfig, tmp_path: Path) -> None:

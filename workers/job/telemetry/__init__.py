@@ -11,7 +11,7 @@ block, and the executor calls :meth:`Sampler.mark` before and after each run, th
     sampler.py  the background thread that takes the readings while an arm runs
 """
 
-from workers.telemetry.nvml import (
+from workers.job.telemetry.nvml import (
     GpuInfo,
     NvmlSource,
     Sample,
@@ -20,9 +20,9 @@ from workers.telemetry.nvml import (
     decode_throttle_reasons,
     gpus_for_devices,
 )
-from workers.telemetry.procfs import ProcessSample, cpu_info, read_process
-from workers.telemetry.sampler import Sampler
-from workers.telemetry.summary import RunTelemetry
+from workers.job.telemetry.procfs import ProcessSample, cpu_info, read_process
+from workers.job.telemetry.sampler import Sampler
+from workers.job.telemetry.summary import RunTelemetry
 
 __all__ = [
     "GpuInfo",

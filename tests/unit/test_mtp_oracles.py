@@ -11,7 +11,8 @@ import pytest
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 from farm.errors import RuntimeFarmError
-from workers.mtp_fixture import (
+from workers.paths import file_sha256
+from workers.setup.mtp_oracles import (
     CPU_ORACLE_DIMS,
     CPU_ORACLE_NAME,
     F16,
@@ -21,8 +22,7 @@ from workers.mtp_fixture import (
     write_cpu_oracle,
     write_oracle,
 )
-from workers.paths import file_sha256
-from workers.provision import PINNED_SHA256, QWEN35_NAME, check_pinned
+from workers.setup.provision import PINNED_SHA256, QWEN35_NAME, check_pinned
 
 N_VOCAB, N_EMBD, N_FF, SSM_STATE = 6, 8, 16, 4
 # The scaled oracle's size in these tests: two heads of 8, four blocks.

@@ -1,0 +1,27 @@
+"""What a worker tells the coordinator about itself when it registers."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+from workers.fleet.config import WorkerConfig
+from workers.job.runtime.probe import probe_binary
+
+
+@dataclass(frozen=True)
+class Advertisement:
+    """What a worker tells the coordinator about itself: host, builds and models."""
+
+    host: str
+    builds: dict[str, str]  # build name -> `llama-server --version`
+    models: list[str]  # GGUF files in the models dir, relative to it
+
+
+def advertise(config: WorkerConfig) -> Advertisement:
+    """This worker's host, each build's ``--version``, and the GGUF files in its models dir."""
+    builds = {name: probe_binary(path).version for name, path in config.builds.items()}
+    root = config.models_dir
+    models = sorted(str(p.relative_to(root)) for p in root.rglob("*.gguf")) if root.is_dir() \
+        else []
+    return Advertisement(host=socket.gethostname(), builds=builds, models=models)
