@@ -9,7 +9,7 @@ an error itself raises the same ``ServiceUnavailable`` through the two builders.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from farm.errors import ServiceUnavailable, first_line
 from farm.settings import load_settings, redact_url
@@ -19,10 +19,15 @@ if TYPE_CHECKING:
 
 
 def _address(url: str) -> str:
-    """``-h HOST -p PORT`` for pg_isready and redis-cli, as far as the URL gives them."""
+    """``-h HOST -p PORT`` for pg_isready and redis-cli, as far as the URL gives them (none
+    for a URL that does not parse)."""
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return ""
     return "".join(f" -{flag} {value}" for flag, value in (("h", parsed.host),
                                                            ("p", parsed.port)) if value)
 
@@ -56,13 +61,10 @@ def service_error(exc: Exception) -> ServiceUnavailable | None:
     """The operator's line if ``exc`` means the database or the broker does not answer."""
     # Imported here: most commands never meet these errors, and `farm --help` should not
     # wait for kombu, redis and SQLAlchemy to load.
-    import redis.exceptions
-    from kombu.exceptions import OperationalError as BrokerError
-    from sqlalchemy.exc import InterfaceError, OperationalError
+    from farm.retry import BROKER_ERRORS, DATABASE_ERRORS
 
-    if isinstance(exc, OperationalError | InterfaceError):
-        return database_unreachable(load_settings().database_url, exc)
-    if isinstance(exc, BrokerError | redis.exceptions.ConnectionError
-                  | redis.exceptions.TimeoutError):
+    if isinstance(exc, DATABASE_ERRORS):
+        return database_unreachable(load_settings().database_url, cast("DBAPIError", exc))
+    if isinstance(exc, BROKER_ERRORS):
         return broker_unreachable(load_settings().broker_url or "", exc)
     return None

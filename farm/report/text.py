@@ -69,7 +69,7 @@ def to_json(report: pd.DataFrame) -> str:
 
 
 def rows_to_json(rows: Sequence[Mapping[str, Any]]) -> str:
-    """``to_json`` of plain rows (``farm.report.frames.job_rows``), without pandas."""
+    """``to_json`` of plain rows (``farm.results.rows.job_rows``), without pandas."""
     return _json_list([_json_object(row) for row in rows])
 
 

@@ -3,11 +3,11 @@ the settings to use, and the matrix that checks them.
 
 A *drafter setting* is what a variant job changes apart from its draft length (spec type,
 p-min, ...). For each setting, GPU class, model and prompt category, its runs give an
-acceptance profile (``farm.stats.Profile``: accepted per draft at each position, runs as
-clusters); the engine cost curves of the same build x model x GPU class x spec type
-(``farm.results.curve``, from synthetic-acceptance jobs of any campaign in the store) give
-what each draft length costs. ``farm.stats.predict_speedup`` combines the two. The best
-candidate of each row is the recommendation, the next one the runner-up; when every
+acceptance profile (``farm.stats.prediction.Profile``: accepted per draft at each position,
+runs as clusters); the engine cost curves of the same build x model x GPU class x spec
+type (``farm.results.curve``, from synthetic-acceptance jobs of any campaign in the store)
+give what each draft length costs. ``farm.stats.prediction.predict_speedup`` combines the
+two. The best candidate of each row is the recommendation, the next one the runner-up; when every
 candidate is predicted slower than the baseline, the recommendation is no speculation.
 """
 

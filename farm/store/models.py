@@ -91,8 +91,9 @@ class Job(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3, server_default="3")
     error: Mapped[str | None] = mapped_column(Text)
-    # The database owns job ownership (see DESIGN.md, fleet semantics): the worker holding
-    # the lease until lease_expires_at (database clock) is the only one allowed to write.
+    # The database owns job ownership (docs/deployment.md, "Visibility timeout and
+    # leases"): the worker holding the lease until lease_expires_at (database clock) is the
+    # only one allowed to write.
     lease_owner: Mapped[str | None] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The job table is the outbox of the broker (see farm.fleet.reconcile): a queued or lost
@@ -114,12 +115,16 @@ class Job(Base):
     # shown as a speedup) or "not-requested".
     speculation: Mapped[str | None] = mapped_column(String(16))
     # Written when the job finishes: pairs run, why the design stopped adding pairs, and
-    # the statistics of farm.stats (speedup with its interval over block pairs, output
-    # agreement, drift) so reports need not recompute them from every run.
+    # its summary (farm.results.summary: the speedup with its interval over block pairs,
+    # output agreement, drift, the run facts) so reports need not recompute them from
+    # every run.
     pairs: Mapped[int | None] = mapped_column(Integer)
     stop_reason: Mapped[str | None] = mapped_column(Text)
-    # The job's log speedup's standard error and degrees of freedom (pairs - 1): what a
-    # random-effects interval over jobs needs (farm.stats.pool_jobs), typed for SQL users.
+    # The job's log speedup's standard error and degrees of freedom: what a random-effects
+    # interval over jobs needs (farm.stats.pooling.pool_jobs), typed for SQL users. The df
+    # is pairs - 2 for the crossover interval, second-stage pairs - 2 for the two-stage
+    # rule, pairs - 1 for the paired t (fewer than 4 pairs, or one order; and migration
+    # 0008's read-back of older jobs).
     log_se: Mapped[float | None] = mapped_column(Float)
     df: Mapped[int | None] = mapped_column(Integer)
     summary: Mapped[dict[str, Any] | None] = mapped_column()

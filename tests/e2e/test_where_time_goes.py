@@ -61,8 +61,8 @@ def test_ngram_runs_store_the_servers_statistics_and_the_report_splits_decode_ti
     per_token = row["draft_ms_per_token"] + row["verify_ms_per_token"]
     assert per_token == pytest.approx(1000.0 / row["variant_tok_s"], rel=0.25)
     summary = _summary(isolated_data_dir)
-    assert summary["draft_ms_per_token"] == pytest.approx(row["draft_ms_per_token"])
-    assert summary["verify_ms_per_token"] == pytest.approx(row["verify_ms_per_token"])
+    assert summary["facts"]["draft_ms_per_token"] == pytest.approx(row["draft_ms_per_token"])
+    assert summary["facts"]["verify_ms_per_token"] == pytest.approx(row["verify_ms_per_token"])
 
 
 def test_mtp_oracle_runs_store_every_draft_accepted_and_its_draft_time(

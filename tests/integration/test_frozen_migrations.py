@@ -258,3 +258,45 @@ def test_job_speedup_names_its_median_speedup_and_keeps_its_values(engine: Engin
     assert "speedup" not in columns and "mean_log_speedup" not in columns
     downgrade(engine, "0012")  # the old view again
     assert _job_speedup(engine, old) == before
+
+
+def test_stored_summaries_get_their_version_and_every_version_reads(engine: Engine) -> None:
+    from farm.results.summary import JobSummary, RunFacts, read_summary
+
+    facts = {"baseline_tok_s": 10.0, "drafted": 8, "accepted": 6, "runs": 4}
+    shapes = [{"speedup": 1.2, "pairs": 4},  # before log_se
+              {"speedup": 1.2, "pairs": 4, "log_se": 0.01, "df": 2},  # before runs
+              {"speedup": 1.2, "log_se": 0.01, "df": 2, **facts},  # before kind
+              {"speedup": 1.2, "log_se": 0.01, "df": 2, **facts, "kind": "control",
+               "acceptance_rate": 0.75, "pairs": 4},
+              JobSummary(speedup=1.2, facts=RunFacts(drafted=8, accepted=6)).model_dump(
+                  mode="json")]
+    _upgrade_without_farm(engine, "0013")
+    with engine.begin() as connection:
+        connection.execute(_campaign.insert().values(id=1, name="v", matrix_path="m.yaml"))
+        for index, summary in enumerate(shapes, start=1):
+            connection.execute(_job.insert().values(
+                id=index, campaign_id=1, job_key=f"{index:064d}", model_name="m",
+                build_name="cpu", variant_name=f"v{index}", state="done", attempt=1,
+                varying={}, spec={}, summary=summary))
+    _upgrade_without_farm(engine, "0014")
+    stored = _summaries(engine)
+    assert [summary["version"] for summary in stored] == [1, 2, 3, 4, 5]
+    typed = [read_summary(summary) for summary in stored]
+    assert all(summary is not None and summary.speedup == 1.2 for summary in typed)
+    assert [summary.facts is not None for summary in typed if summary] == [
+        False, False, True, True, True]
+    assert typed[3] is not None and typed[3].kind == "control"
+    assert typed[3].facts == RunFacts(baseline_tok_s=10.0, drafted=8, accepted=6, runs=4)
+    downgrade(engine, "0013")
+    flat = _summaries(engine)
+    assert all("version" not in summary for summary in flat)
+    assert flat[:4] == shapes[:4]
+    assert flat[4]["acceptance_rate"] == 0.75 and flat[4]["drafted"] == 8
+
+
+def _summaries(engine: Engine) -> list[dict[str, Any]]:
+    with engine.connect() as connection:
+        return [summary if isinstance(summary, dict) else json.loads(summary)
+                for (summary,) in connection.execute(sa.select(_job.c.summary)
+                                                     .order_by(_job.c.id))]

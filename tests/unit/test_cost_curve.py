@@ -1,4 +1,4 @@
-"""The engine cost curve (``farm.stats.cost_curve``): exact on a noiseless line, and a
+"""The engine cost curve (``farm.stats.curve.cost_curve``): exact on a noiseless line, and a
 simulation with a fixed seed that measures the coverage of its intervals (README, "What the
 intervals mean"): 4,000 simulated curves per cell.
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy.exc
 
-from farm.retry import LONGEST_PAUSE, retrying
+from farm.retry import LONGEST_PAUSE, FailingLog, retrying
 
 
 def _outage(failures: int) -> tuple[list[int], Callable[[], str]]:
@@ -49,3 +49,32 @@ def test_other_errors_are_not_retried() -> None:
 
     with pytest.raises(sqlalchemy.exc.IntegrityError):
         retrying(call, within=60, what="x", log=logging.getLogger("t"), sleep=lambda _: None)
+
+
+def test_a_failing_log_says_once_when_it_fails_and_once_when_it_recovers(
+        caplog: pytest.LogCaptureFixture) -> None:
+    trouble = FailingLog(logging.getLogger("t"), "heartbeat failing", "heartbeat recovered")
+    with caplog.at_level(logging.WARNING):
+        trouble.succeeded()
+        for reason in ("refused", "reset", "refused"):
+            trouble.failed(ConnectionError(f"{reason}\nIs the server running?"))
+        assert trouble.failing == "refused"
+        trouble.succeeded()
+        trouble.succeeded()
+    assert [r.getMessage() for r in caplog.records] == ["heartbeat failing: refused",
+                                                        "heartbeat recovered"]
+    assert trouble.failing is None
+
+
+def test_the_operators_line_tells_a_database_from_a_broker_by_the_one_table() -> None:
+    from kombu.exceptions import OperationalError as BrokerError
+
+    from farm.retry import BROKER_ERRORS, DATABASE_ERRORS, TRANSIENT
+    from farm.unreachable import service_error
+
+    database = service_error(sqlalchemy.exc.OperationalError("x", {}, Exception("refused")))
+    broker = service_error(BrokerError("refused"))
+    assert database is not None and "database" in str(database)
+    assert broker is not None and "broker" in str(broker)
+    assert set(DATABASE_ERRORS) | set(BROKER_ERRORS) < set(TRANSIENT)
+    assert service_error(ValueError("a bug")) is None

@@ -14,11 +14,10 @@ from celery.signals import worker_shutting_down
 from celery.worker import WorkController
 from sqlalchemy import Engine
 
-from farm.errors import first_line
 from farm.fleet.app import make_app, queue_name
 from farm.fleet.reconcile import reconcile
 from farm.fleet.submit import require_fleet
-from farm.retry import OUTAGE
+from farm.retry import OUTAGE, FailingLog
 from farm.settings import Settings
 from farm.store import leases, registry
 from farm.store.db import make_engine, require_current_schema
@@ -41,7 +40,8 @@ class Heartbeat:
     def __init__(self, engine: Engine, app: Celery, settings: Settings, name: str) -> None:
         self.engine, self.app, self.name = engine, app, name
         self.interval, self.repost_after = settings.lease_seconds / 3, settings.repost_after
-        self.failing: str | None = None
+        self.trouble = FailingLog(
+            log, f"heartbeat failing, retrying every {self.interval:.0f} s", "heartbeat recovered")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
 
@@ -64,15 +64,9 @@ class Heartbeat:
                 self.beat()
             except OUTAGE as exc:
                 # A database or broker outage must not kill the heartbeat for good.
-                problem = first_line(exc)
-                if self.failing is None:
-                    log.warning("heartbeat failing, retrying every %.0f s: %s", self.interval,
-                                problem)
-                self.failing = problem
+                self.trouble.failed(exc)
                 continue
-            if self.failing is not None:
-                log.warning("heartbeat recovered")
-            self.failing = None
+            self.trouble.succeeded()
 
     def start(self) -> None:
         """Beat every third of a lease in a background thread until :meth:`stop`."""

@@ -28,7 +28,7 @@ from farm.errors import RETRYABLE, ConfigError, FarmError, InternalError, first_
 from farm.fleet.app import TASK_NAME
 from farm.fleet.reconcile import reconcile
 from farm.matrix.spec import JobSpec
-from farm.retry import OUTAGE, TRANSIENT, retrying
+from farm.retry import OUTAGE, TRANSIENT, FailingLog, retrying
 from farm.settings import Settings
 from farm.store import leases
 from farm.store.db import make_engine
@@ -96,7 +96,8 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
 
     def _loop(self) -> None:
-        failing = False
+        trouble = FailingLog(log, f"job {self.lease.job_id}: lease renewal failing, retrying",
+                             f"job {self.lease.job_id}: lease renewed again")
         while not self._stop.wait(self.seconds / 3):
             try:
                 leases.renew(self.engine, self.lease, self.seconds)
@@ -105,14 +106,9 @@ class LeaseKeeper:
                 self.lost.set()
                 return
             except TRANSIENT as exc:
-                if not failing:
-                    log.warning("job %s: lease renewal failing, retrying: %s",
-                                self.lease.job_id, first_line(exc))
-                failing = True
+                trouble.failed(exc)
                 continue
-            if failing:
-                log.warning("job %s: lease renewed again", self.lease.job_id)
-            failing = False
+            trouble.succeeded()
 
     def __enter__(self) -> LeaseKeeper:
         self._thread.start()
