@@ -153,9 +153,9 @@ def show_curve(settings: Settings, campaign: str | None, fmt: str, *,
         points = curve_points(job_report(engine, name))
     title = "all campaigns" if name is None else f"campaign {name}"
     if points.empty:
-        raise ConfigError(f"{title} has no synthetic-acceptance job with a speedup yet: add an "
-                          "`engine-curve:` to the matrix (README, \"Engine cost curve\") and "
-                          "run it, or give another campaign")
+        raise ConfigError(f"{title} has no synthetic-acceptance job with a speedup yet: add "
+                          "an `engine-curve:` to the matrix (docs/statistics.md, \"Engine cost "
+                          "curve\") and run it, or give another campaign")
     curves = curve_table(points)
     if fmt == "json":
         print(json.dumps({"curves": json.loads(curves.to_json(orient="records")),
@@ -192,7 +192,7 @@ def show_recommendation(settings: Settings, campaign: str | None, fmt: str, *,
                 f"campaign {name}: nothing to recommend from. It needs variant jobs that "
                 "drafted (per-position acceptance counters) and an engine cost curve of "
                 "the same build, model, GPU class and spec type in the store (an "
-                "`engine-curve:` campaign: README, \"farm recommend\")")
+                "`engine-curve:` campaign: docs/statistics.md, \"farm recommend\")")
         if verify is not None:
             checked = recommend.check(engine, candidates, verify)
             _print_frame(checked, fmt, lambda: [check_table(checked, f"{name} -> {verify}")])

@@ -190,7 +190,7 @@ class Matrix(Strict):
     concurrency: Concurrency | Annotated[list[Concurrency], Field(min_length=1)] = Field(
         1, description="Simultaneous streams per run, against a server with as many slots "
                        "(--parallel); a list sweeps it, one job per value.")
-    # The two-stage rule (farm.stats.twostage, README "How many pairs"): the first
+    # The two-stage rule (farm.stats.twostage, docs/statistics.md "How many pairs"): the first
     # stage's spread fixes the number of pairs, the second stage's measures the interval.
     pairs: Pairs = Field(4, description="First stage: block pairs (AB, BA, ...) every job "
                                         "runs; they plan the rest.")

@@ -47,7 +47,7 @@ def engines(models: dict[str, Path]) -> list[dict[str, Any]]:
          "drafter": {"spec-type": "draft-mtp", "spec-draft-n-max": 3}},
         {"key": "smollm2", "model": smollm2, "prompt-mode": "chat",
          # 96 tokens, as for the oracle: with 48, a run's last draft, cut by the token
-         # budget, was one draft in six (predictions ran 5% low; see README).
+         # budget, was one draft in six (predictions ran 5% low; see docs/statistics.md).
          "prompts": smollm2_prompts(), "n-predict": 96,
          # A lookup n-gram of 2 tokens, so that drafts of 2 to 8 tokens can happen.
          "curve": {"spec-type": "ngram-simple", "draft-n-max": [2, 4, 8],

@@ -1,6 +1,6 @@
 """The engine cost curve (``farm.stats.curve.cost_curve``): exact on a noiseless line, and a
-simulation with a fixed seed that measures the coverage of its intervals (README, "What the
-intervals mean"): 4,000 simulated curves per cell.
+simulation with a fixed seed that measures the coverage of its intervals
+(docs/statistics.md, "Engine cost curve"): 4,000 simulated curves per cell.
 
 Run with ``-s`` to see the figures.
 """

@@ -1,7 +1,8 @@
 """Predicting a drafter's speedup from its acceptance profile and the engine cost curve
 (``farm.stats.prediction.predict_speedup``): exact on noiseless inputs, picks the best
 draft length a constructed profile makes best, and a simulation with a fixed seed that
-measures the coverage of its interval (README, "farm recommend"): 4,000 predictions per cell.
+measures the coverage of its interval (docs/statistics.md, "farm recommend"): 4,000
+predictions per cell.
 
 Run with ``-s`` to see the figures.
 """

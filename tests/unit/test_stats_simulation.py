@@ -1,4 +1,4 @@
-"""Simulations with fixed seeds that measure the error rates farm.stats claims (README,
+"""Simulations with fixed seeds that measure the error rates farm.stats claims (docs/statistics.md,
 "What the numbers mean"): the two-stage rule's coverage per scenario and for the jobs that
 stop earliest, how often an assured plan meets its target, an A/A control, the drift test,
 the agreement control, the acceptance interval and the per-slot acceptance test. 4,000
