@@ -44,6 +44,7 @@ def build_command(name: str, source: str | None, binary: Path | None, ref: str |
         configure_argv,
         register_binary,
     )
+    from workers.setup.ondemand import building
 
     if binary is not None and source is None:
         manifest = register_binary(name, binary, _paths())
@@ -61,7 +62,9 @@ def build_command(name: str, source: str | None, binary: Path | None, ref: str |
         click.echo(" ".join(configure_argv(request, tree, out)))
         click.echo(" ".join(build_argv(out, request.targets)))
         return
-    manifest = build(request, _paths())
+    paths = _paths()
+    with building(paths):
+        manifest = build(request, paths)
     click.echo(f"build {manifest.name}: {manifest.server}")
     click.echo(manifest.version)
 

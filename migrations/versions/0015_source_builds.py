@@ -1,0 +1,40 @@
+"""Builds made from source on the worker: job.refusals (the workers that could not make a
+job's build, and why), job.build_seconds (the time spent making its builds, apart from the
+measurement), run.build_commit (the llama.cpp commit each run's server was built from)
+
+Revision ID: 0015
+Revises: 0014
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from migrations.views import VIEWS_0013, create_views, drop_views
+
+revision = "0015"
+down_revision = "0014"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    drop_views(VIEWS_0013)  # SQLite's batch mode rebuilds `job` and `run`, which they read
+    with op.batch_alter_table("job", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("refusals", sa.JSON(), nullable=False,
+                                      server_default="{}"))
+        batch_op.add_column(sa.Column("build_seconds", sa.Float(), nullable=True))
+    with op.batch_alter_table("run", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("build_commit", sa.String(40), nullable=True))
+    create_views(VIEWS_0013)
+
+
+def downgrade() -> None:
+    drop_views(VIEWS_0013)
+    with op.batch_alter_table("run", schema=None) as batch_op:
+        batch_op.drop_column("build_commit")
+    with op.batch_alter_table("job", schema=None) as batch_op:
+        batch_op.drop_column("build_seconds")
+        batch_op.drop_column("refusals")
+    create_views(VIEWS_0013)
