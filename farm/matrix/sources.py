@@ -97,3 +97,14 @@ def resolve_commit(git: str, ref: str, where: str) -> str:
                 return listed[name]
     raise ConfigError(f"{where}.ref: {git} has no ref {ref!r}; give a branch, a tag, "
                       "pull/N/head or a full commit id it has")
+
+
+def _normal(source: str) -> str:
+    text = source.rstrip("/").removesuffix(".git").rstrip("/")
+    return text if "://" in text or ":" in text else str(Path(text).expanduser().resolve())
+
+
+def source_allowed(git: str, allowed: list[str] | tuple[str, ...]) -> bool:
+    """Whether ``git`` is one of ``allowed`` (a trailing ``/`` or ``.git`` aside, local
+    paths compared resolved)."""
+    return _normal(git) in {_normal(item) for item in allowed}

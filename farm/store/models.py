@@ -331,6 +331,8 @@ class Worker(Base):
     gpus: Mapped[list[Any]] = mapped_column()  # [{index, name, uuid}] or [] on a CPU node
     driver: Mapped[str | None] = mapped_column(String(100))
     builds: Mapped[dict[str, Any]] = mapped_column()  # build name -> llama-server --version
+    # Git sources it makes jobs' source builds from (its config's `sources:`).
+    sources: Mapped[list[Any]] = mapped_column(default=list, server_default="[]")
     models: Mapped[list[Any]] = mapped_column()  # GGUF file names in its models dir
     pid: Mapped[int] = mapped_column(Integer)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

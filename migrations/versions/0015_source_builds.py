@@ -1,4 +1,5 @@
-"""Builds made from source on the worker: job.refusals (the workers that could not make a
+"""Builds made from source on the worker: worker.sources (the git sources it may build
+from), job.refusals (the workers that could not make a
 job's build, and why), job.build_seconds (the time spent making its builds, apart from the
 measurement), run.build_commit (the llama.cpp commit each run's server was built from)
 
@@ -28,9 +29,14 @@ def upgrade() -> None:
     with op.batch_alter_table("run", schema=None) as batch_op:
         batch_op.add_column(sa.Column("build_commit", sa.String(40), nullable=True))
     create_views(VIEWS_0013)
+    with op.batch_alter_table("worker", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("sources", sa.JSON(), nullable=False,
+                                      server_default="[]"))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("worker", schema=None) as batch_op:
+        batch_op.drop_column("sources")
     drop_views(VIEWS_0013)
     with op.batch_alter_table("run", schema=None) as batch_op:
         batch_op.drop_column("build_commit")

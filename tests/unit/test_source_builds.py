@@ -6,7 +6,10 @@ compiled here (tests/e2e/test_source_builds.py builds llama.cpp)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,12 +17,16 @@ import yaml
 
 from farm.errors import BuildUnavailable, ConfigError
 from farm.matrix.load import load_matrix
+from farm.matrix.sources import resolve_commit
 from farm.matrix.spec import BuildSource
+from tests.e2e.test_fleet import wait_for
+from tests.e2e.test_source_builds import git_daemon
 from tests.helpers import run_cli
 from tests.unit.test_telemetry import MIB, Device, FakeClock, FakeNvml
 from workers.job.telemetry import gpus_for_devices
-from workers.setup.builds import configure_argv
-from workers.setup.ondemand import check_allowed, source_request
+from workers.paths import NodePaths
+from workers.setup.builds import BuildRequest, configure_argv, resolve_source
+from workers.setup.ondemand import building, check_allowed, measuring, source_request
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -140,3 +147,54 @@ def test_a_node_builds_only_the_sources_its_operator_allows(tmp_path: Path) -> N
         check_allowed(source, [str(tmp_path / "mirror.git")])
     assert (f"source https://github.com/ggml-org/llama.cpp is not allowed on this node (it "
             f"builds only from: {tmp_path / 'mirror.git'})") in str(caught.value)
+
+
+def test_a_source_fetched_through_git_daemon_is_checked_out_at_the_stored_commit(
+        repo: Path, tmp_path: Path, node_paths: NodePaths) -> None:
+    first = _git(repo, "rev-parse", "HEAD")
+    second = _commit(repo, "B")
+    served = tmp_path / "served"
+    served.mkdir()
+    _git(tmp_path, "clone", "-q", "--bare", str(repo), str(served / "repo.git"))
+    daemon, port = git_daemon(served)
+    url = f"git://127.0.0.1:{port}/repo.git"
+    try:
+        assert resolve_commit(url, "master", "m.yaml: build") == second
+        paths = replace(node_paths, cache_dir=tmp_path / "cache")
+        tree = resolve_source(BuildRequest(name="x", source=url, ref=first), paths)
+        assert (tree.commit, (tree.path / "server.cpp").read_text()) == (first, "A")
+        again = resolve_source(BuildRequest(name="x", source=url, ref=second), paths)
+        assert again.path == tree.path and (again.path / "server.cpp").read_text() == "B"
+    finally:
+        daemon.terminate()
+        daemon.wait()
+    with pytest.raises(BuildUnavailable, match=f"{url}: cannot fetch"):
+        resolve_source(BuildRequest(name="x", source=url, ref="c" * 40), paths)
+
+
+def _hold(paths: NodePaths, kind: str, seconds: float, log: Path) -> None:
+    with building(paths) if kind == "build" else measuring(paths):
+        with log.open("a") as out:
+            out.write(f"{kind} {time.monotonic():.3f}\n")
+        time.sleep(seconds)
+        with log.open("a") as out:
+            out.write(f"{kind}-end {time.monotonic():.3f}\n")
+
+
+def test_a_build_waits_for_measurements_and_goes_before_new_ones(
+        tmp_path: Path, node_paths: NodePaths) -> None:
+    paths = replace(node_paths, cache_dir=tmp_path / "cache")
+    log = tmp_path / "order"
+    context = multiprocessing.get_context("fork")
+    first = context.Process(target=_hold, args=(paths, "measure", 1.5, log))
+    first.start()
+    wait_for(lambda: log.exists(), 30, "the first measurement")
+    builder = context.Process(target=_hold, args=(paths, "build", 1.0, log))
+    builder.start()
+    time.sleep(0.5)  # the build is waiting now
+    late = context.Process(target=_hold, args=(paths, "measure", 0.1, log))
+    late.start()
+    for process in (first, builder, late):
+        process.join(30)
+    order = [line.split()[0] for line in log.read_text().splitlines()]
+    assert order == ["measure", "measure-end", "build", "build-end", "measure", "measure-end"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm.errors import BuildUnavailable
+from farm.matrix.sources import source_allowed
 from farm.matrix.spec import SOURCE_BUILD_PREFIX, BuildSource, JobSpec
 from workers.job.resolve import NodeFiles
 from workers.job.telemetry import GpuInfo
@@ -98,16 +99,10 @@ def source_request(source: BuildSource, gpus: Sequence[GpuInfo]) -> BuildRequest
                         cmake_args=source.cmake, targets=("llama-server",))
 
 
-def _normal(source: str) -> str:
-    text = source.rstrip("/").removesuffix(".git").rstrip("/")
-    return str(Path(text).expanduser().resolve()) if "://" not in text and ":" not in text \
-        else text
-
-
 def check_allowed(source: BuildSource, allowed: Sequence[str] | None) -> None:
     """BuildUnavailable unless ``source.git`` is one the node's operator allows (``None``:
     ``farm run``, which builds what the user's own matrix names)."""
-    if allowed is None or _normal(source.git) in {_normal(item) for item in allowed}:
+    if allowed is None or source_allowed(source.git, tuple(allowed)):
         return
     raise BuildUnavailable(
         f"source {source.git} is not allowed on this node (it builds only from: "
