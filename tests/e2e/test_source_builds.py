@@ -24,11 +24,13 @@ import yaml
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from farm.errors import BuildFailed
 from farm.matrix.spec import BuildSource
 from farm.settings import load_settings
+from farm.store.db import make_engine
 from farm.store.models import Job, Run
 from tests.e2e.test_fleet import Fleet, shared_redis_fleet, wait_for
-from tests.helpers import COPY_PROMPT
+from tests.helpers import COPY_PROMPT, run_cli
 from workers.paths import NodePaths
 from workers.setup.builds import load_manifest
 from workers.setup.ondemand import make_source_build
@@ -82,6 +84,12 @@ def two_commits(provisioned: Provisioned, tmp_path_factory: pytest.TempPathFacto
     return TwoCommits(repo, first, _git(repo, "rev-parse", "HEAD"))
 
 
+@pytest.fixture(scope="module")
+def node_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache dir the tests of this module share (their builds), apart from the node's."""
+    return tmp_path_factory.mktemp("cache")
+
+
 def _start_line(server: Path) -> str:
     """The line the server logs as it starts (it then fails on the missing model)."""
     result = subprocess.run([str(server), "-m", "/nonexistent.gguf", "--port", "0"],
@@ -102,9 +110,9 @@ def _ccache_log(log: Path) -> dict[str, int]:
 
 
 def test_two_commits_built_in_one_tree_each_binary_runs_its_own_code(
-        two_commits: TwoCommits, tmp_path: Path, node_paths: NodePaths,
+        two_commits: TwoCommits, tmp_path: Path, node_paths: NodePaths, node_cache: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    paths = replace(node_paths, cache_dir=tmp_path / "cache")
+    paths = replace(node_paths, cache_dir=node_cache)
     monkeypatch.setenv("CCACHE_STATSLOG", str(tmp_path / "a.ccache"))
     started = time.monotonic()
     a = make_source_build(two_commits.source(two_commits.a), paths, [], None).manifest
@@ -122,14 +130,47 @@ def test_two_commits_built_in_one_tree_each_binary_runs_its_own_code(
                                  text=True, check=True).stdout
         assert not re.search(r"lib(llama|ggml|mtmd)", dynamic), dynamic
         assert "RUNPATH" not in dynamic and "RPATH" not in dynamic
-    # A's binary does not depend on its tree: with the tree gone it still runs A's code.
-    shutil.rmtree(a.configure[2])
+    # A's binary does not depend on its tree: with the tree moved away it still runs A's code.
+    tree = Path(a.configure[2])
+    tree.rename(tree.with_name("moved"))
     assert "initializing ..." in _start_line(Path(a.server))
+    tree.with_name("moved").rename(tree)
     second = _ccache_log(tmp_path / "b.ccache")
     # B changed one translation unit; build-info.cpp (the commit it reports) is the other.
     assert 1 <= second["misses"] <= 2, second
+    # A commit that does not compile fails with the compiler's own words.
+    _git(two_commits.repo, "checkout", "-q", "-b", "broken")
+    broken = two_commits.repo / SERVER_SOURCE
+    broken.write_text(broken.read_text().replace(LINE_B, "this is not C++;"))
+    _git(two_commits.repo, "commit", "-qam", "C: does not compile")
+    commit = _git(two_commits.repo, "rev-parse", "HEAD")
+    _git(two_commits.repo, "checkout", "-q", "master")
+    with pytest.raises(BuildFailed) as caught:
+        make_source_build(two_commits.source(commit), paths, [], None)
+    assert "the build failed (exit" in str(caught.value)
+    assert "server.cpp" in str(caught.value) and "error:" in str(caught.value)
     print(f"\nbuild of A {a_seconds:.0f} s (ccache {_ccache_log(tmp_path / 'a.ccache')}), "
           f"of B in the same tree {b_seconds:.0f} s (ccache {second})")
+
+
+def test_farm_run_builds_the_commit_its_matrix_names(
+        two_commits: TwoCommits, node_cache: Path, smollm2: Path, tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump({
+        "campaign": "commit-a", "build": {"name": "a", "git": str(two_commits.repo),
+                                          "ref": "master~1"},
+        "models": [{"name": "smollm2", "path": str(smollm2)}], "prompts": [COPY_PROMPT],
+        "n-predict": 16, "repetitions": 1, "pairs": 1, "max-pairs": 1,
+        "flags": {"ctx-size": 1024, "threads": 2},
+        "variants": [{"name": "ngram", "flags": {"spec-type": "ngram-simple"}}]}))
+    result = run_cli("run", str(matrix), env={"FARM_CACHE_DIR": str(node_cache)})
+    assert result.exit_code == 0, result.output
+    engine = make_engine(load_settings().database_url)
+    with Session(engine) as session:
+        runs = list(session.scalars(select(Run)))
+    engine.dispose()
+    assert runs and {run.build_commit for run in runs} == {two_commits.a}
+    assert all("initializing ..." in Path(run.server_log or "").read_text() for run in runs)
 
 
 def git_daemon(root: Path) -> tuple[subprocess.Popen[bytes], int]:
@@ -221,7 +262,8 @@ def test_two_workers_on_one_box_build_once_and_both_run_that_commit(
 
 
 def test_a_worker_not_allowed_the_source_hands_the_job_to_one_that_is(
-        box: Box, two_commits: TwoCommits) -> None:
+        box: Box, two_commits: TwoCommits, node_cache: Path) -> None:
+    box.cache = node_cache  # where the first test built B: this one is about trust
     box.start("allowed", [two_commits.url])
     box.start("refuses", ["https://github.com/ggml-org/llama.cpp"])
     assert box.fleet.farm("submit", str(box.matrix("trust", two_commits.url))).returncode == 0

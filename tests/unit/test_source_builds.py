@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import multiprocessing
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
+from celery.exceptions import SoftTimeLimitExceeded
 
-from farm.errors import BuildUnavailable, ConfigError
+from farm.errors import BuildFailed, BuildUnavailable, ConfigError
 from farm.matrix.load import load_matrix
 from farm.matrix.sources import resolve_commit
 from farm.matrix.spec import BuildSource
@@ -23,9 +25,16 @@ from tests.e2e.test_fleet import wait_for
 from tests.e2e.test_source_builds import git_daemon
 from tests.helpers import run_cli
 from tests.unit.test_telemetry import MIB, Device, FakeClock, FakeNvml
+from workers.fleet.task import job_clock
 from workers.job.telemetry import gpus_for_devices
 from workers.paths import NodePaths
-from workers.setup.builds import BuildRequest, configure_argv, resolve_source
+from workers.setup.builds import (
+    TAIL_LINES,
+    BuildRequest,
+    compile_step,
+    configure_argv,
+    resolve_source,
+)
 from workers.setup.ondemand import building, check_allowed, measuring, source_request
 
 
@@ -198,3 +207,26 @@ def test_a_build_waits_for_measurements_and_goes_before_new_ones(
         process.join(30)
     order = [line.split()[0] for line in log.read_text().splitlines()]
     assert order == ["measure", "measure-end", "build", "build-end", "measure", "measure-end"]
+
+
+def test_a_failed_compile_step_keeps_its_last_lines_and_a_full_disk_is_not_a_failure() -> None:
+    noisy = "for i in range(100): print(f'line {i}')\nprint('x.cpp:1:2: error: boom')\nexit(2)"
+    with pytest.raises(BuildFailed) as caught:
+        compile_step([sys.executable, "-c", noisy], {}, "the build")
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "the build failed (exit 2); its last lines:"
+    assert lines[1:] == [f"line {i}" for i in range(100 - TAIL_LINES + 1, 100)] + [
+        "x.cpp:1:2: error: boom"]
+    full = "print('ld: final link failed: No space left on device'); exit(1)"
+    with pytest.raises(BuildUnavailable, match="no space left on device"):
+        compile_step([sys.executable, "-c", full], {}, "the build")
+
+
+def test_the_jobs_time_limit_starts_when_its_builds_are_made() -> None:
+    started = time.monotonic()
+    with pytest.raises(SoftTimeLimitExceeded), job_clock(1):
+        time.sleep(5)
+    assert 0.9 < time.monotonic() - started < 2
+    with job_clock(1):
+        pass
+    time.sleep(1.2)  # disarmed on the way out
