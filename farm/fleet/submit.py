@@ -81,13 +81,14 @@ class SubmitResult:
 
 def _reopen(session: Session, campaign_id: int, retry_failed: bool,
             retry_cancelled: bool) -> None:
-    """Failed and cancelled jobs run again only when asked, with their attempts reset."""
+    """Failed and cancelled jobs run again only when asked, with their attempts and the
+    workers' refusals reset (an operator may have allowed the source since)."""
     states = [state for state, asked in ((JobState.FAILED, retry_failed),
                                          (JobState.CANCELLED, retry_cancelled)) if asked]
     if states:
         session.execute(update(Job).where(Job.campaign_id == campaign_id, Job.state.in_(states))
                         .values(state=JobState.QUEUED, attempt=0, error=None, posted_at=None,
-                                due_at=None))
+                                due_at=None, refusals={}))
 
 
 def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings, app: Celery,

@@ -7,7 +7,14 @@ import json
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from farm.errors import ConfigError
 from farm.matrix.flags import FlagValue, to_argv, varying_text
@@ -100,6 +107,15 @@ class BuildRef(Frozen):
     name: Name
     path: str | None = None
     source: BuildSource | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_source(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A build by name is stored as it always was ({name, path}): specs, and the frozen
+        # migrations that read them, stay as they were.
+        data: dict[str, Any] = handler(self)
+        if data.get("source") is None:
+            data.pop("source", None)
+        return data
 
     @property
     def key_part(self) -> str | dict[str, Any]:

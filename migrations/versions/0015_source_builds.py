@@ -40,7 +40,9 @@ def downgrade() -> None:
     drop_views(VIEWS_0013)
     with op.batch_alter_table("run", schema=None) as batch_op:
         batch_op.drop_column("build_commit")
-    with op.batch_alter_table("job", schema=None) as batch_op:
+    # A plain DROP COLUMN (SQLite 3.35+): rebuilding `job` would drop it, and its runs with
+    # it (ON DELETE CASCADE).
+    with op.batch_alter_table("job", schema=None, recreate="never") as batch_op:
         batch_op.drop_column("build_seconds")
         batch_op.drop_column("refusals")
     create_views(VIEWS_0013)
