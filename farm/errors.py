@@ -14,6 +14,8 @@
         │   ├── ServerNoMtpHeads          ... because the model has no MTP layers
         │   ├── ServerOutOfMemory         ... because the model did not fit
         │   └── ServerModelUnreadable     ... because it could not open or load the model
+        ├── BuildFailed               a job's llama.cpp commit did not compile (its last lines)
+        ├── BuildUnavailable          this node cannot make a job's build (now): handed back
         ├── BenchmarkError            a request failed or returned something unusable
         ├── InternalError             a failure nobody foresaw (a worker's job, logged whole)
         └── JobsFailed                some jobs of a campaign failed (the rest are stored)
@@ -122,6 +124,19 @@ class ServerModelUnreadable(ServerStartError):
     """llama-server could not open or load the model file."""
 
     failure_class = "model_unreadable"
+
+
+class BuildFailed(RuntimeFarmError):
+    """The sources did not configure or compile: every node would fail the same."""
+
+    failure_class = "build_failed"
+
+
+class BuildUnavailable(RuntimeFarmError):
+    """This node cannot make the build (source not allowed, fetch failed, disk full, no
+    toolkit): another node, or this one later, may; the job is handed back, not failed."""
+
+    failure_class = "build_unavailable"
 
 
 class BenchmarkError(RuntimeFarmError):

@@ -29,6 +29,7 @@ from workers.job.sinks import DbRunSink, finish_values
 from workers.job.telemetry import GpuInfo, all_gpus
 from workers.paths import NodePaths
 from workers.setup.builds import built_here
+from workers.setup.ondemand import measuring, with_source_builds
 
 
 def _where(path: Path, matrix: Matrix, spec: JobSpec, exc: ConfigError) -> str:
@@ -128,8 +129,10 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: Nod
             progress.job(index, len(pending), spec, len(sink.done()))
             repo.mark_running(engine, job_id)
             try:
-                outcome = execute_job(spec, sink, node=node, paths=NodePaths.of(settings),
-                                      on_run=progress.run, gpus=gpus)
+                # As a worker measures: no build of this node's workers runs meanwhile.
+                with measuring(NodePaths.of(settings)):
+                    outcome = execute_job(spec, sink, node=node, paths=NodePaths.of(settings),
+                                          on_run=progress.run, gpus=gpus)
             except KeyboardInterrupt:
                 repo.mark_finished(engine, job_id, JobState.QUEUED,
                                    "interrupted; `farm run` resumes")
@@ -197,6 +200,8 @@ class CheckedMatrix:
     matrix: Matrix
     checked: list[tuple[JobSpec, Preflight]]  # as it will run (files resolved), as checked
     node: NodeFiles
+    # A dry run's jobs whose source builds are not made here yet: as written, and why.
+    unbuilt: list[tuple[JobSpec, str]] = field(default_factory=list)
 
     @property
     def specs(self) -> list[JobSpec]:
@@ -205,19 +210,37 @@ class CheckedMatrix:
 
 
 def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None,
-                 allow_options: frozenset[str] = frozenset(),
-                 allow_build_path: bool = False) -> CheckedMatrix:
+                 allow_options: frozenset[str] = frozenset(), allow_build_path: bool = False,
+                 make_builds: bool = True) -> CheckedMatrix:
     """Validate, resolve and check a matrix's jobs of one GPU class on this machine:
-    everything a run checks, nothing written or started. ``allow_options``: harmless
-    options beyond the allow-list (``farm run --allow-option``); ``allow_build_path``: the
-    matrix's own build binaries may run."""
+    everything a run checks, no job written or server started. ``allow_options``:
+    harmless options beyond the allow-list (``farm run --allow-option``);
+    ``allow_build_path``: the matrix's own build binaries may run; ``make_builds``: the
+    matrix's source builds are made here first (a dry run shows their commits instead)."""
     matrix, specs = load_matrix(path, allow_options)
     chosen = _one_class(path, matrix, gpu_class)
     paths = NodePaths.of(settings)
     node = built_here(paths, path.parent, allow_options=allow_options,
                        allow_build_path=allow_build_path)
-    return CheckedMatrix(path, matrix, checked_jobs(
-        path, matrix, [s for s in specs if s.gpu_class == chosen], node, paths), node)
+    specs = [s for s in specs if s.gpu_class == chosen]
+    unbuilt = []
+    if make_builds:
+        gpus = all_gpus()
+        for spec in specs:
+            node = with_source_builds(spec, node, paths, gpus, None)[0]
+    else:
+        ready = [s for s in specs if _built(s, node)]
+        unbuilt = [(s, "its source build is made when the job runs") for s in specs
+                   if s not in ready]
+        specs = ready
+    return CheckedMatrix(path, matrix, checked_jobs(path, matrix, specs, node, paths), node,
+                         unbuilt)
+
+
+def _built(spec: JobSpec, node: NodeFiles) -> bool:
+    """Whether every source build of the job is made on ``node``."""
+    return all(arm.build.source is None or arm.build.source.local_name in node.builds
+               for arm in (spec.baseline, spec.variant))
 
 
 def run_matrix(checked: CheckedMatrix, settings: Settings, progress: Progress,

@@ -46,9 +46,10 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     allowed = check_allowances(allow_options, "--allow-option")
     checked = check_matrix(matrix, settings, gpu_class=gpu_class, allow_options=allowed,
-                           allow_build_path=allow_build_path)
+                           allow_build_path=allow_build_path, make_builds=not dry_run)
     if dry_run:
-        print_dry_run([check.spec for _, check in checked.checked], wide_console())
+        print_dry_run([check.spec for _, check in checked.checked]
+                      + [spec for spec, _ in checked.unbuilt], wide_console())
         return
     try:
         campaign = run_matrix(checked, settings, RunProgress(console))
