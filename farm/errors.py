@@ -14,6 +14,8 @@
         │   ├── ServerNoMtpHeads          ... because the model has no MTP layers
         │   ├── ServerOutOfMemory         ... because the model did not fit
         │   └── ServerModelUnreadable     ... because it could not open or load the model
+        ├── ModelUnavailable          this node cannot get a job's model (offline, no space,
+        │                             no token for a gated repository, a wrong hash)
         ├── BenchmarkError            a request failed or returned something unusable
         ├── InternalError             a failure nobody foresaw (a worker's job, logged whole)
         └── JobsFailed                some jobs of a campaign failed (the rest are stored)
@@ -122,6 +124,15 @@ class ServerModelUnreadable(ServerStartError):
     """llama-server could not open or load the model file."""
 
     failure_class = "model_unreadable"
+
+
+class ModelUnavailable(RuntimeFarmError):
+    """This node cannot get a job's model: it is not here, and downloading it failed or
+    cannot start (offline, too little disk, a gated repository without a token, a file
+    whose sha256 is not the source's). Nothing half-written is left where jobs read
+    models. Another node may have it or reach it: a worker hands the job back."""
+
+    failure_class = "model_unavailable"
 
 
 class BenchmarkError(RuntimeFarmError):

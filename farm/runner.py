@@ -8,16 +8,17 @@ worker would (``farm submit --dry-run``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from sqlalchemy import Engine
 
-from farm.errors import ConfigError, FarmError, JobsFailed
+from farm.errors import ConfigError, FarmError, JobsFailed, ModelUnavailable
 from farm.matrix.load import load_matrix
 from farm.matrix.schema import Matrix
-from farm.matrix.spec import JobSpec
+from farm.matrix.spec import JobSpec, ModelRef
 from farm.settings import Settings
 from farm.store import repo
 from farm.store.db import connected, upgrade
@@ -27,8 +28,10 @@ from workers.job.executor import RunResult, execute_job
 from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_builds
 from workers.job.sinks import DbRunSink, finish_values
 from workers.job.telemetry import GpuInfo, all_gpus
-from workers.paths import NodePaths
+from workers.paths import NodePaths, downloaded_files
 from workers.setup.builds import built_here
+from workers.setup.download import fetch_models
+from workers.setup.hub import HubAccess, pin_specs
 
 
 def _where(path: Path, matrix: Matrix, spec: JobSpec, exc: ConfigError) -> str:
@@ -197,6 +200,9 @@ class CheckedMatrix:
     matrix: Matrix
     checked: list[tuple[JobSpec, Preflight]]  # as it will run (files resolved), as checked
     node: NodeFiles
+    # A dry run's jobs whose model is still to download: shown as far as they could be
+    # checked, with what was not.
+    undownloaded: WorkerCheck = field(default_factory=lambda: WorkerCheck([]))
 
     @property
     def specs(self) -> list[JobSpec]:
@@ -204,20 +210,63 @@ class CheckedMatrix:
         return [spec for spec, _ in self.checked]
 
 
+def _models_here(path: Path, matrix: Matrix, specs: list[JobSpec], settings: Settings,
+                 say: Callable[[str], None], download: bool) -> tuple[list[JobSpec], list[str]]:
+    """The jobs with their Hub models pinned, and each remote model downloaded here when
+    ``download``; a dry run instead says what a run would download, or why it could not.
+    Returns the jobs and, for a dry run, what it could not pin or find."""
+    hub, models_dir = HubAccess.of(settings), settings.models_dir
+    notes: list[str] = []
+    try:
+        specs = pin_specs(specs, hub, models_dir, say)
+    except ModelUnavailable as exc:
+        if download:
+            raise ModelUnavailable(f"{path}: models: {exc}") from exc
+        notes.append(f"not pinned: {exc}")
+    if download:
+        fetch_models(specs, models_dir, hub, say)
+        return specs, notes
+    for model in {spec.model.name: spec.model for spec in specs if spec.model.remote}.values():
+        if not model.pinned or _on_node(model, models_dir):
+            continue  # an unpinned one has its note
+        size = sum(item.size or 0 for item in model.files)
+        notes.append(f"model {model.name} ({model.source}) is not on this machine: `farm run` "
+                     f"downloads it first" + (f" ({size / 1e9:.2f} GB)" if size else "")
+                     + f" into {models_dir}")
+    return specs, notes
+
+
 def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None,
                  allow_options: frozenset[str] = frozenset(),
-                 allow_build_path: bool = False) -> CheckedMatrix:
+                 allow_build_path: bool = False, download: bool = True,
+                 say: Callable[[str], None] = lambda _line: None) -> CheckedMatrix:
     """Validate, resolve and check a matrix's jobs of one GPU class on this machine:
     everything a run checks, nothing written or started. ``allow_options``: harmless
     options beyond the allow-list (``farm run --allow-option``); ``allow_build_path``: the
-    matrix's own build binaries may run."""
+    matrix's own build binaries may run. Hub models are pinned to a commit first and, with
+    ``download``, fetched (``say`` tells the progress); without (a dry run), jobs whose
+    model is not here are checked as far as they can be, and it says so."""
     matrix, specs = load_matrix(path, allow_options)
     chosen = _one_class(path, matrix, gpu_class)
+    specs, notes = _models_here(path, matrix, [s for s in specs if s.gpu_class == chosen],
+                                settings, say, download)
     paths = NodePaths.of(settings)
     node = built_here(paths, path.parent, allow_options=allow_options,
                        allow_build_path=allow_build_path)
-    return CheckedMatrix(path, matrix, checked_jobs(
-        path, matrix, [s for s in specs if s.gpu_class == chosen], node, paths), node)
+    missing = [spec for spec in specs if spec.model.remote and not download
+               and not _on_node(spec.model, paths.models_dir)]
+    here = [spec for spec in specs if spec not in missing]
+    undownloaded = check_as_worker(path, matrix, missing, paths, allow_options) \
+        if missing else WorkerCheck([])
+    undownloaded.unchecked[:0] = notes
+    return CheckedMatrix(path, matrix, checked_jobs(path, matrix, here, node, paths), node,
+                         undownloaded)
+
+
+def _on_node(model: ModelRef, models_dir: Path) -> bool:
+    """Whether a remote model is pinned and every file of it downloaded here."""
+    return model.pinned and all(
+        place.is_file() for _, place in downloaded_files(model, models_dir))
 
 
 def run_matrix(checked: CheckedMatrix, settings: Settings, progress: Progress,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -10,11 +11,14 @@ from rich.table import Table
 from farm.matrix.spec import ArmRole, JobSpec
 from farm.runner import WorkerCheck
 from workers.job.runtime.server import HOST
+from workers.paths import downloaded_files
 
 
 def arm_command(spec: JobSpec, role: ArmRole) -> list[str]:
     """The exact argv of an arm, with the port the farm picks shown as ``PORT``."""
-    model = spec.model.path or f"MODELS_DIR/{spec.model.file}"
+    model = spec.model.path or str(
+        downloaded_files(spec.model, Path("MODELS_DIR"))[0][1] if spec.model.pinned
+        and spec.model.remote else f"MODELS_DIR/{spec.model.file}")
     farm_flags = ["--model", model, "--host", HOST, "--port", "PORT", "--parallel", "1",
                   "--metrics"]
     arm = spec.arm(role)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Hashable, Iterator, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -17,8 +18,8 @@ from pydantic import BaseModel, ValidationError
 from farm.errors import ConfigError
 from farm.matrix.flags import FlagMap, FlagValue, parse_args, scalar
 from farm.matrix.options import admit_name, canonical, check_flag
-from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, PromptEntry, Variant
-from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
+from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, ModelEntry, PromptEntry, Variant
+from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt, RemoteFile
 from farm.prompts import document_text, document_tokens, load_suite, with_document
 
 
@@ -250,11 +251,24 @@ def _tier(prompts: tuple[Prompt, ...], length: int, path: Path) -> tuple[Prompt,
                           f"{document_tokens()}") from exc
 
 
+def _model_ref(model: ModelEntry) -> ModelRef:
+    """A model entry as a job names it: a Hub model with its revision as written (pinned
+    to a commit by `farm submit` / `farm run`), a URL model with its one file's sha256."""
+    if model.url is not None and model.sha256 is not None:
+        file = model.file or PurePosixPath(urlsplit(model.url).path).name
+        return ModelRef(name=model.name, file=file, url=model.url,
+                        files=(RemoteFile(name=file, sha256=model.sha256),))
+    if model.hf is not None:
+        return ModelRef(name=model.name, file=model.file, hf=model.hf,
+                        revision=model.revision or "main")
+    return ModelRef(name=model.name, file=model.file_name if model.path is None else None,
+                    path=model.path)
+
+
 def _models(matrix: Matrix, path: Path) -> list[ModelRef]:
     """Models as written: a ``file`` name, or a ``path`` the node that runs the job resolves
-    (``workers.job.resolve.resolve``)."""
-    refs = [ModelRef(name=model.name, file=model.file_name if model.path is None else None,
-                     path=model.path) for model in matrix.models]
+    (``workers.job.resolve.resolve``), or a Hub or URL source each node downloads."""
+    refs = [_model_ref(model) for model in matrix.models]
     names = [ref.name for ref in refs]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: models: model names must be unique, got {names}")

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from farm.errors import ConfigError
 from farm.matrix.flags import FlagValue, to_argv, varying_text
 from farm.matrix.schema import (
+    COMMIT_PATTERN,
     Assurance,
     ClassName,
     Concurrency,
+    HubRepo,
     Name,
     NPredict,
     Pairs,
     PromptLength,
     Repetitions,
     Sampling,
+    Sha256,
     StopMode,
     TargetCi,
 )
@@ -45,12 +49,30 @@ class Prompt(Frozen):
     category: str
 
 
+class RemoteFile(Frozen):
+    """One file a node downloads for a model (a split GGUF has several): its name in the
+    repository (or the URL's), its size and its sha256 as the source states them."""
+
+    name: Annotated[str, Field(min_length=1, max_length=500)]
+    sha256: Sha256
+    size: Annotated[int, Field(ge=0)] | None = None
+
+
 class ModelRef(Frozen):
-    """A model by name; ``path`` is set once resolved on the machine that runs the job."""
+    """A model by name; ``path`` is set once resolved on the machine that runs the job.
+
+    A Hub model (``hf``) names its repository, the ``revision`` as written until `farm
+    submit` / `farm run` pin it to a commit, and then the ``files`` to download with the
+    Hub's sha256 of each; a URL model its ``url`` and the one file's sha256.
+    """
 
     name: Name
     file: str | None = None
     path: str | None = None
+    hf: HubRepo | None = None
+    revision: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    url: str | None = None
+    files: tuple[RemoteFile, ...] = ()
 
     @property
     def local_path(self) -> str:
@@ -58,6 +80,36 @@ class ModelRef(Frozen):
         if self.path is None:
             raise ConfigError(f"model {self.name!r} is not resolved to a file on this machine")
         return self.path
+
+    @property
+    def remote(self) -> bool:
+        """Whether nodes download the model (from the Hub or a URL)."""
+        return self.hf is not None or self.url is not None
+
+    @property
+    def pinned(self) -> bool:
+        """Whether a remote model names exactly the bytes to download: a Hub model's
+        revision is a commit and each file has its sha256 (local models are always)."""
+        if self.hf is not None:
+            return re.fullmatch(COMMIT_PATTERN, self.revision or "") is not None \
+                and bool(self.files)
+        return self.url is None or bool(self.files)
+
+    @property
+    def source(self) -> str:
+        """Where the model comes from, for messages: ``repo@revision file``, the URL, or
+        the file name."""
+        if self.hf is not None:
+            return f"{self.hf}@{self.revision or 'main'} {self.file}"
+        return self.url or self.path or self.file or f"{self.name}.gguf"
+
+    def identity(self) -> dict[str, Any]:
+        """What makes a remote model these bytes, for the job key (empty for a local one)."""
+        if self.hf is not None:
+            return {"hf": self.hf, "revision": self.revision, "file": self.file}
+        if self.url is not None:
+            return {"url": self.url, "sha256": [item.sha256 for item in self.files]}
+        return {}
 
 
 class BuildRef(Frozen):
@@ -187,6 +239,9 @@ class JobSpec(Frozen):
                           if self.target_assurance is not None else {})},
             # Only when set, so that the keys of every other job stay as they were.
             **({"control": True} if self.control else {}),
+            # A downloaded model is the bytes of its source (a Hub model: repository,
+            # commit and file); a local one keeps its key.
+            **({"model_source": self.model.identity()} if self.model.remote else {}),
         })
 
     @cached_property

@@ -39,6 +39,8 @@ from workers.job.resolve import resolve
 from workers.job.sinks import LeasedRunSink, finish_values
 from workers.job.telemetry import GpuInfo
 from workers.paths import NodePaths
+from workers.setup.download import fetch_models
+from workers.setup.hub import HubAccess
 
 
 @dataclass
@@ -195,6 +197,10 @@ def _run(worker: WorkerContext, lease: leases.Lease, spec: JobSpec, max_attempts
             sink = LeasedRunSink(engine, lease, keeper.lost, worker.config.worker_name,
                                  settings.repost_after)
             files = worker.config.files()
+            # A Hub or URL model is downloaded here first, under the lease (one download
+            # per box: a second worker waits, then finds it).
+            fetch_models([spec], files.models_dir, HubAccess.of(settings),
+                         lambda line: log.info("job %s: %s", job_id, line))
             outcome = execute_job(resolve(spec, files), sink, node=files,
                                   paths=NodePaths.of(settings), gpus=worker.gpus)
         summary = patient(lambda: finish_values(engine, job_id, outcome), "summarizing")

@@ -19,6 +19,7 @@ from pathlib import Path
 from farm.errors import ConfigError
 from farm.matrix.options import FILE_TYPES, ValueType, value_type
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef
+from workers.paths import downloaded_files
 
 
 class NotOnThisNode(ConfigError):
@@ -150,13 +151,35 @@ def resolve_builds(spec: JobSpec, node: NodeFiles) -> JobSpec:
             update={"build": _resolve_build(spec.variant.build, node)})})
 
 
+def _downloaded(node: NodeFiles, model: ModelRef) -> str:
+    """A remote model's first file where the node keeps downloads, every shard present;
+    NotOnThisNode naming what is missing."""
+    if not model.pinned:
+        raise NotOnThisNode(f"model {model.name!r} ({model.source}) is not pinned to a commit "
+                            "and its files' sha256 (the Hub was not reached), so nothing "
+                            "here can be checked against it")
+    places = [place for _, place in downloaded_files(model, node.models_dir)]
+    missing = [str(place) for place in places if not place.is_file()]
+    if missing:
+        raise NotOnThisNode(f"model {model.name!r} ({model.source}) is not downloaded on "
+                            f"{node.name}: missing {', '.join(missing)}; `farm prepare` "
+                            "downloads it, and so do a worker and `farm run` that reach "
+                            "its source")
+    return str(places[0])
+
+
 def resolve(spec: JobSpec, node: NodeFiles) -> JobSpec:
     """The job with its builds and model resolved on ``node``, or ConfigError
     (NotOnThisNode when a build or file is missing here). Flags stay as written: they are
-    checked against the build before the files they name are looked up."""
+    checked against the build before the files they name are looked up. A remote model
+    is looked up where downloads go (``workers.setup.download`` fetches it before)."""
     model = spec.model
     what = f"model {model.name!r}"
-    path = (_model_path(node, model.path, what) if model.path is not None
-            else _inside(node, model.file or f"{model.name}.gguf", what))
+    if model.remote:
+        path = _downloaded(node, model)
+    elif model.path is not None:
+        path = _model_path(node, model.path, what)
+    else:
+        path = _inside(node, model.file or f"{model.name}.gguf", what)
     return resolve_builds(spec, node).model_copy(update={
-        "model": ModelRef(name=model.name, file=model.file, path=path)})
+        "model": model.model_copy(update={"path": path})})
