@@ -17,7 +17,6 @@ connection after that many bytes of a file's first GET (the client must resume);
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import threading
@@ -29,6 +28,8 @@ from typing import Any
 
 import gguf
 
+from workers.paths import file_sha256
+
 
 @dataclass
 class StandinRepo:
@@ -38,14 +39,6 @@ class StandinRepo:
     commit: str
     branches: tuple[str, ...] = ("main",)
     token: str | None = None  # set: a gated repository that needs this token
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass
@@ -64,11 +57,11 @@ class HubStandin:
     def sha256(self, repo: str, name: str) -> str:
         key = (repo, name)
         if key not in self._hashes:
-            self._hashes[key] = _sha256(self.repos[repo].files[name])
+            self._hashes[key] = file_sha256(self.repos[repo].files[name])
         return self._hashes[key]
 
     def start(self) -> HubStandin:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Handler,), {"hub": self}))
         server.daemon_threads = True
         self._server = server
         self.url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -85,115 +78,113 @@ _API = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/revision/(?P<rev>[^/?]+)"
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>[^?]+)")
 
 
-def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    hub: HubStandin  # set per server (HubStandin.start)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            return  # quiet: the test reads the counters
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # quiet: the test reads the counters
 
-        def _repo(self, name: str, rev: str) -> StandinRepo | None:
-            repo = hub.repos.get(name)
-            if repo is None:
-                self._error(404, "RepoNotFound", f"Repository {name} not found")
-                return None
-            if repo.token and self.headers.get("Authorization") != f"Bearer {repo.token}":
-                self._error(401, "GatedRepo", f"Access to model {name} is restricted. You "
-                            "must have access to it and be authenticated to access it.")
-                return None
-            if rev not in (*repo.branches, repo.commit):
-                self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
-                return None
-            return repo
+    def _repo(self, name: str, rev: str) -> StandinRepo | None:
+        repo = self.hub.repos.get(name)
+        if repo is None:
+            self._error(404, "RepoNotFound", f"Repository {name} not found")
+            return None
+        if repo.token and self.headers.get("Authorization") != f"Bearer {repo.token}":
+            self._error(401, "GatedRepo", f"Access to model {name} is restricted. You "
+                        "must have access to it and be authenticated to access it.")
+            return None
+        if rev not in (*repo.branches, repo.commit):
+            self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            return None
+        return repo
 
-        def _error(self, status: int, code: str, message: str) -> None:
-            body = json.dumps({"error": message}).encode()
-            self.send_response(status)
-            self.send_header("X-Error-Code", code)
-            self.send_header("X-Error-Message", message)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def _error(self, status: int, code: str, message: str) -> None:
+        body = json.dumps({"error": message}).encode()
+        self.send_response(status)
+        self.send_header("X-Error-Code", code)
+        self.send_header("X-Error-Message", message)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
-        def do_GET(self) -> None:
-            api = _API.match(self.path)
-            if api:
-                self._revision(api["repo"], api["rev"])
-            else:
-                self._resolve(body=True)
+    def do_GET(self) -> None:
+        api = _API.match(self.path)
+        if api:
+            self._revision(api["repo"], api["rev"])
+        else:
+            self._resolve(body=True)
 
-        def do_HEAD(self) -> None:
-            self._resolve(body=False)
+    def do_HEAD(self) -> None:
+        self._resolve(body=False)
 
-        def _revision(self, name: str, rev: str) -> None:
-            repo = self._repo(name, rev)
-            if repo is None:
-                return
-            siblings = [{"rfilename": file, "size": path.stat().st_size, "blobId": "0" * 40,
-                         "lfs": {"sha256": hub.sha256(name, file), "size": path.stat().st_size,
-                                 "pointerSize": 134}}
-                        for file, path in repo.files.items()]
-            body = json.dumps({"id": name, "sha": repo.commit, "siblings": siblings}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def _revision(self, name: str, rev: str) -> None:
+        repo = self._repo(name, rev)
+        if repo is None:
+            return
+        siblings = [{"rfilename": file, "size": path.stat().st_size, "blobId": "0" * 40,
+                     "lfs": {"sha256": self.hub.sha256(name, file), "size": path.stat().st_size,
+                             "pointerSize": 134}}
+                    for file, path in repo.files.items()]
+        body = json.dumps({"id": name, "sha": repo.commit, "siblings": siblings}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
-        def _resolve(self, body: bool) -> None:
-            match = _RESOLVE.match(self.path)
-            if match is None:
-                self._error(404, "EntryNotFound", f"no route {self.path}")
-                return
-            name, file = match["repo"], match["file"]
-            repo = self._repo(name, match["rev"])
-            if repo is None:
-                return
-            path = repo.files.get(file)
-            if path is None:
-                self._error(404, "EntryNotFound", f"{file} does not exist at {match['rev']}")
-                return
-            size = path.stat().st_size
-            start = 0
-            ranged = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
-            if ranged:
-                start = int(ranged[1])
-            self.send_response(206 if ranged else 200)
-            self.send_header("X-Repo-Commit", repo.commit)
-            self.send_header("X-Linked-Etag", f'"{hub.sha256(name, file)}"')
-            self.send_header("X-Linked-Size", str(size))
-            self.send_header("ETag", f'"{hub.sha256(name, file)}"')
-            self.send_header("Accept-Ranges", "bytes")
-            if ranged:
-                self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
-            self.send_header("Content-Length", str(size - start))
-            self.end_headers()
-            if body:
-                self._send_file(f"{name}/{file}", path, start)
+    def _resolve(self, body: bool) -> None:
+        match = _RESOLVE.match(self.path)
+        if match is None:
+            self._error(404, "EntryNotFound", f"no route {self.path}")
+            return
+        name, file = match["repo"], match["file"]
+        repo = self._repo(name, match["rev"])
+        if repo is None:
+            return
+        path = repo.files.get(file)
+        if path is None:
+            self._error(404, "EntryNotFound", f"{file} does not exist at {match['rev']}")
+            return
+        size = path.stat().st_size
+        start = 0
+        ranged = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
+        if ranged:
+            start = int(ranged[1])
+        self.send_response(206 if ranged else 200)
+        self.send_header("X-Repo-Commit", repo.commit)
+        self.send_header("X-Linked-Etag", f'"{self.hub.sha256(name, file)}"')
+        self.send_header("X-Linked-Size", str(size))
+        self.send_header("ETag", f'"{self.hub.sha256(name, file)}"')
+        self.send_header("Accept-Ranges", "bytes")
+        if ranged:
+            self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+        self.send_header("Content-Length", str(size - start))
+        self.end_headers()
+        if body:
+            self._send_file(f"{name}/{file}", path, start)
 
-        def _send_file(self, key: str, path: Path, start: int) -> None:
-            hub.gets[key] += 1
-            cut = hub.cut_after if hub.gets[key] == 1 else None
-            with path.open("rb") as handle:
-                handle.seek(start)
-                position = start
-                while chunk := handle.read(1 << 16):
-                    if hub.corrupt and position == start:
-                        chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
-                    if cut is not None and position + len(chunk) > cut:
-                        chunk = chunk[:max(cut - position, 0)]
-                        self.wfile.write(chunk)
-                        hub.sent[key] += len(chunk)
-                        self.wfile.flush()
-                        self.close_connection = True
-                        self.connection.shutdown(2)  # the cut: mid-file, mid-response
-                        return
+    def _send_file(self, key: str, path: Path, start: int) -> None:
+        self.hub.gets[key] += 1
+        cut = self.hub.cut_after if self.hub.gets[key] == 1 else None
+        with path.open("rb") as handle:
+            handle.seek(start)
+            position = start
+            while chunk := handle.read(1 << 16):
+                if self.hub.corrupt and position == start:
+                    chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
+                if cut is not None and position + len(chunk) > cut:
+                    chunk = chunk[:max(cut - position, 0)]
                     self.wfile.write(chunk)
-                    hub.sent[key] += len(chunk)
-                    position += len(chunk)
-
-    return Handler
+                    self.hub.sent[key] += len(chunk)
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(2)  # the cut: mid-file, mid-response
+                    return
+                self.wfile.write(chunk)
+                self.hub.sent[key] += len(chunk)
+                position += len(chunk)
 
 
 def split_gguf(source: Path, directory: Path, stem: str, max_tensors: int) -> list[Path]:

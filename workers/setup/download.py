@@ -119,7 +119,7 @@ def _fetch_file(model: ModelRef, item: RemoteFile, target: Path, hub: HubAccess,
     else:  # a plain URL: the Hub's token is not sent anywhere else
         url, headers = model.url or "", {}
     label = f"model {model.name}: {item.name}"
-    say(f"{label}: downloading {_progress(item.size or 0, item.size)}"
+    say(f"{label}: downloading" + (f" {item.size / 1e6:.1f} MB" if item.size else "")
         + (f", resuming at {have / 1e6:.1f} MB" if have else "") + f" into {target.parent}")
     with partial.open("ab") as handle:
         counting = _Counting(handle, label, have, item.size, say)
