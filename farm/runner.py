@@ -32,6 +32,7 @@ from workers.paths import NodePaths, downloaded_files
 from workers.setup.builds import built_here
 from workers.setup.download import fetch_models
 from workers.setup.hub import HubAccess, pin_specs
+from workers.setup.ondemand import with_source_builds
 
 
 def _where(path: Path, matrix: Matrix, spec: JobSpec, exc: ConfigError) -> str:
@@ -200,9 +201,11 @@ class CheckedMatrix:
     matrix: Matrix
     checked: list[tuple[JobSpec, Preflight]]  # as it will run (files resolved), as checked
     node: NodeFiles
-    # A dry run's jobs whose model is still to download: shown as far as they could be
-    # checked, with what was not.
-    undownloaded: WorkerCheck = field(default_factory=lambda: WorkerCheck([]))
+    # A dry run's jobs whose source builds are not made or whose models are not
+    # downloaded here yet: as written, and why.
+    unbuilt: list[tuple[JobSpec, str]] = field(default_factory=list)
+    # A dry run's notes on models: what it could not pin, what a run would download.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def specs(self) -> list[JobSpec]:
@@ -210,7 +213,7 @@ class CheckedMatrix:
         return [spec for spec, _ in self.checked]
 
 
-def _models_here(path: Path, matrix: Matrix, specs: list[JobSpec], settings: Settings,
+def _models_here(path: Path, specs: list[JobSpec], settings: Settings,
                  say: Callable[[str], None], download: bool) -> tuple[list[JobSpec], list[str]]:
     """The jobs with their Hub models pinned, and each remote model downloaded here when
     ``download``; a dry run instead says what a run would download, or why it could not.
@@ -237,36 +240,48 @@ def _models_here(path: Path, matrix: Matrix, specs: list[JobSpec], settings: Set
 
 
 def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None,
-                 allow_options: frozenset[str] = frozenset(),
-                 allow_build_path: bool = False, download: bool = True,
+                 allow_options: frozenset[str] = frozenset(), allow_build_path: bool = False,
+                 make_builds: bool = True,
                  say: Callable[[str], None] = lambda _line: None) -> CheckedMatrix:
     """Validate, resolve and check a matrix's jobs of one GPU class on this machine:
-    everything a run checks, nothing written or started. ``allow_options``: harmless
-    options beyond the allow-list (``farm run --allow-option``); ``allow_build_path``: the
-    matrix's own build binaries may run. Hub models are pinned to a commit first and, with
-    ``download``, fetched (``say`` tells the progress); without (a dry run), jobs whose
-    model is not here are checked as far as they can be, and it says so."""
+    everything a run checks, no job written or server started. ``allow_options``:
+    harmless options beyond the allow-list (``farm run --allow-option``);
+    ``allow_build_path``: the matrix's own build binaries may run; ``make_builds``: the
+    matrix's source builds are made and its Hub and URL models downloaded here first
+    (``say`` tells the progress; a dry run shows commits and what it would download
+    instead). Hub revisions are pinned to commits either way."""
     matrix, specs = load_matrix(path, allow_options)
     chosen = _one_class(path, matrix, gpu_class)
-    specs, notes = _models_here(path, matrix, [s for s in specs if s.gpu_class == chosen],
-                                settings, say, download)
     paths = NodePaths.of(settings)
     node = built_here(paths, path.parent, allow_options=allow_options,
                        allow_build_path=allow_build_path)
-    missing = [spec for spec in specs if spec.model.remote and not download
-               and not _on_node(spec.model, paths.models_dir)]
-    here = [spec for spec in specs if spec not in missing]
-    undownloaded = check_as_worker(path, matrix, missing, paths, allow_options) \
-        if missing else WorkerCheck([])
-    undownloaded.unchecked[:0] = notes
-    return CheckedMatrix(path, matrix, checked_jobs(path, matrix, here, node, paths), node,
-                         undownloaded)
+    specs, notes = _models_here(path, [s for s in specs if s.gpu_class == chosen], settings,
+                                say, make_builds)
+    unbuilt = []
+    if make_builds:
+        gpus = all_gpus()
+        for spec in specs:
+            node = with_source_builds(spec, node, paths, gpus, None)[0]
+    else:
+        ready = [s for s in specs if _built(s, node) and _on_node(s.model, paths.models_dir)]
+        unbuilt = [(s, "its source build is made, and its model downloaded, when the job "
+                       "runs") for s in specs if s not in ready]
+        specs = ready
+    return CheckedMatrix(path, matrix, checked_jobs(path, matrix, specs, node, paths), node,
+                         unbuilt, notes)
 
 
 def _on_node(model: ModelRef, models_dir: Path) -> bool:
-    """Whether a remote model is pinned and every file of it downloaded here."""
-    return model.pinned and all(
-        place.is_file() for _, place in downloaded_files(model, models_dir))
+    """Whether a model is here: a local one as named (resolved later), a remote one pinned
+    with every file downloaded."""
+    return not model.remote or (model.pinned and all(
+        place.is_file() for _, place in downloaded_files(model, models_dir)))
+
+
+def _built(spec: JobSpec, node: NodeFiles) -> bool:
+    """Whether every source build of the job is made on ``node``."""
+    return all(arm.build.source is None or arm.build.source.local_name in node.builds
+               for arm in (spec.baseline, spec.variant))
 
 
 def run_matrix(checked: CheckedMatrix, settings: Settings, progress: Progress,

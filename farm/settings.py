@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     max_attempts: int = Field(3, ge=1)
     # Soft time limit of one job on a worker (the hard limit is 5 minutes later).
     job_time_limit: int = Field(6 * 3600, ge=60)
+    # Most seconds a worker spends making a job's builds before the job's own time limit
+    # starts (the build is not the job's time).
+    build_time_limit: int = Field(2 * 3600, ge=60)
     flower_auth: str | None = None
     # The Hugging Face Hub, under huggingface_hub's own variable names: a node's token
     # stays in its environment (never in a job, never passed to llama-server).
@@ -78,11 +81,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _visibility_outlasts_jobs(self) -> Settings:
-        if self.visibility_timeout <= self.job_time_limit + 300:
+        if self.visibility_timeout <= self.job_time_limit + self.build_time_limit + 300:
             raise ValueError(
                 f"FARM_VISIBILITY_TIMEOUT ({self.visibility_timeout} s) must exceed the job "
-                f"time limit FARM_JOB_TIME_LIMIT ({self.job_time_limit} s) + 300 s, or Redis "
-                "hands a running job to a second worker")
+                f"time limit FARM_JOB_TIME_LIMIT ({self.job_time_limit} s) + its builds' "
+                f"FARM_BUILD_TIME_LIMIT ({self.build_time_limit} s) + 300 s, or Redis hands a "
+                "running job to a second worker")
         return self
 
     @property

@@ -30,8 +30,11 @@ def isolated_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session")
 def provisioned() -> Provisioned:
-    """The CPU llama-server and the tiny models (built or fetched once, then cached)."""
-    return provision(NodePaths.of(load_settings()))
+    """The CPU llama-server and the tiny models (built or fetched once, then cached). Every
+    build a test makes, in whatever cache dir, shares the node's ccache."""
+    paths = NodePaths.of(load_settings())
+    os.environ.setdefault("CCACHE_DIR", str(paths.cache_dir / "ccache"))
+    return provision(paths)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from workers.paths import NodePaths
 
 
 @cli.command("build")
-@click.argument("name")
+@click.argument("name", required=False)
 @click.option("--source",
               help="Git URL or repository (with --ref), a llama.cpp tree, an sdist .tar.gz, "
                    "or pypi:PACKAGE==VERSION.")
@@ -29,11 +29,15 @@ from workers.paths import NodePaths
               show_default=True, help="cmake targets to build.")
 @click.option("--build-number", type=int, help="For sources without git history.")
 @click.option("--dry-run", is_flag=True, help="Print the cmake commands; build nothing.")
-def build_command(name: str, source: str | None, binary: Path | None, ref: str | None,
+@click.option("--prune", "prune_days", type=click.FloatRange(min=0), metavar="DAYS",
+              help="Instead of building: remove the source builds (made for jobs) unused "
+                   "for DAYS days.")
+def build_command(name: str | None, source: str | None, binary: Path | None, ref: str | None,
                   backend: str, cuda_arch: str | None, cmake_args: tuple[str, ...],
-                  targets: tuple[str, ...], build_number: int | None, dry_run: bool) -> None:
+                  targets: tuple[str, ...], build_number: int | None, dry_run: bool,
+                  prune_days: float | None) -> None:
     """Build llama-server as NAME (cached: the same build asked twice builds once), or
-    register one built elsewhere (--binary)."""
+    register one built elsewhere (--binary), or prune unused source builds (--prune)."""
     from typing import cast
 
     from workers.setup.builds import (
@@ -44,7 +48,15 @@ def build_command(name: str, source: str | None, binary: Path | None, ref: str |
         configure_argv,
         register_binary,
     )
+    from workers.setup.ondemand import building
 
+    if prune_days is not None:
+        if name or source or binary:
+            raise click.UsageError("--prune DAYS takes no NAME, --source or --binary")
+        _prune(prune_days)
+        return
+    if name is None:
+        raise click.UsageError("give the build's NAME (or --prune DAYS)")
     if binary is not None and source is None:
         manifest = register_binary(name, binary, _paths())
         click.echo(f"build {manifest.name}: {manifest.server} (registered)")
@@ -61,26 +73,56 @@ def build_command(name: str, source: str | None, binary: Path | None, ref: str |
         click.echo(" ".join(configure_argv(request, tree, out)))
         click.echo(" ".join(build_argv(out, request.targets)))
         return
-    manifest = build(request, _paths())
+    paths = _paths()
+    with building(paths):
+        manifest = build(request, paths)
     click.echo(f"build {manifest.name}: {manifest.server}")
     click.echo(manifest.version)
 
 
+def _prune(days: float) -> None:
+    from workers.setup.ondemand import prune
+
+    removed = prune(_paths(), days)
+    for item in removed:
+        click.echo(f"removed {item.manifest.name} ({item.manifest.source} at "
+                   f"{(item.manifest.commit or '?')[:12]}, {item.size / 1e6:.0f} MB)")
+    click.echo(f"{len(removed)} source build(s) unused for {days:g} days removed")
+
+
 @cli.command("builds")
 def builds_command() -> None:
-    """The builds made on this node, with what each binary reports."""
+    """The builds on this node: named ones, then those made from source for jobs (with
+    their size and last use)."""
+    import datetime
+
     from rich.table import Table
 
+    from farm.matrix.spec import SOURCE_BUILD_PREFIX
     from workers.setup.builds import all_manifests
+    from workers.setup.ondemand import source_builds
 
+    paths = _paths()
     table = Table(title="builds", title_justify="left")
     for header in ("name", "backend", "source", "ref", "commit / sdist", "version"):
         table.add_column(header, overflow="fold")
-    for manifest in all_manifests(_paths()):
+    for manifest in all_manifests(paths):
+        if manifest.name.startswith(SOURCE_BUILD_PREFIX):
+            continue
         table.add_row(manifest.name, manifest.backend, manifest.source, manifest.ref or "-",
                       (manifest.commit or manifest.sdist_sha256 or "-")[:12],
                       manifest.version.splitlines()[0])
     Console().print(table)
+    made = Table(title="made from source for jobs (`farm build --prune DAYS` removes unused)",
+                 title_justify="left")
+    for header in ("name", "commit", "backend", "source", "size", "last use"):
+        made.add_column(header, overflow="fold")
+    for item in source_builds(paths):
+        used = datetime.datetime.fromtimestamp(item.last_used, datetime.UTC)
+        made.add_row(item.manifest.name, item.manifest.commit or "-", item.manifest.backend,
+                     item.manifest.source, f"{item.size / 1e6:.0f} MB",
+                     used.strftime("%Y-%m-%d %H:%M UTC"))
+    Console().print(made)
 
 
 @cli.command()

@@ -25,6 +25,17 @@ def arm_command(spec: JobSpec, role: ArmRole) -> list[str]:
     return [arm.build.path or f"<build {arm.build.name}>", *farm_flags, *arm.argv]
 
 
+def build_line(spec: JobSpec, role: ArmRole) -> str | None:
+    """Where a source build comes from: its git source, the ref and the commit it named
+    when the matrix was read, backend and cmake options; None for a build by name."""
+    source = spec.arm(role).build.source
+    if source is None:
+        return None
+    made = "" if spec.arm(role).build.path else " (made when the job runs)"
+    return (f"{spec.arm(role).build.name}: {source.git} {source.ref} = commit {source.commit}, "
+            f"{source.backend}{' ' + ' '.join(source.cmake) if source.cmake else ''}{made}")
+
+
 def print_dry_run(specs: list[JobSpec], console: Console) -> None:
     """The expanded jobs as a table, then the exact argv of each arm (copy-pasteable)."""
     table = Table(title=f"{len(specs)} jobs", title_justify="left")
@@ -40,6 +51,9 @@ def print_dry_run(specs: list[JobSpec], console: Console) -> None:
         for role in ("baseline", "variant"):
             console.print(f"  {role:9}{shlex.join(arm_command(spec, role))}", markup=False,
                           soft_wrap=True)
+        for line in dict.fromkeys(filter(None, (build_line(spec, "baseline"),
+                                                build_line(spec, "variant")))):
+            console.print(f"  build    {line}", markup=False, soft_wrap=True)
 
 
 def print_worker_check(found: WorkerCheck, console: Console) -> None:

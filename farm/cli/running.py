@@ -34,24 +34,26 @@ def _sigterm_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
 def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple[str, ...],
         allow_build_path: bool) -> None:
     """Run MATRIX on this machine against real llama-server processes."""
-    from farm.cli.dry_run import print_worker_check
+    from farm.cli.dry_run import print_dry_run
     from farm.cli.progress import RunProgress
     from farm.cli.show import show_report
     from farm.matrix.options import check_allowances
     from farm.report.text import wide_console
-    from farm.runner import WorkerCheck, check_matrix, run_matrix
+    from farm.runner import check_matrix, run_matrix
 
     settings = load_settings()
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     allowed = check_allowances(allow_options, "--allow-option")
     checked = check_matrix(matrix, settings, gpu_class=gpu_class, allow_options=allowed,
-                           allow_build_path=allow_build_path, download=not dry_run,
+                           allow_build_path=allow_build_path, make_builds=not dry_run,
                            say=lambda line: console.print(line, markup=False, soft_wrap=True))
     if dry_run:
-        rest = checked.undownloaded
-        print_worker_check(WorkerCheck([check.spec for _, check in checked.checked]
-                                       + rest.shown, rest.unchecked), wide_console())
+        console = wide_console()
+        print_dry_run([check.spec for _, check in checked.checked]
+                      + [spec for spec, _ in checked.unbuilt], console)
+        for line in checked.notes:
+            console.print(line, markup=False, soft_wrap=True)
         return
     try:
         campaign = run_matrix(checked, settings, RunProgress(console))

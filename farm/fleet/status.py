@@ -26,6 +26,8 @@ class CampaignStatus:
     counts: dict[str, int]
     running: list[tuple[str, str, str, int, int]] = field(default_factory=list)
     failures: list[tuple[str, str, str]] = field(default_factory=list)
+    # Pending jobs some workers could not make the build of: job, variant, who and why.
+    refused: list[tuple[str, str, str]] = field(default_factory=list)
     eta_seconds: float | None = None
     # Pending jobs with no message in the broker, or none seen within the repost bound.
     unposted: int = 0
@@ -60,7 +62,7 @@ def campaign_status(engine: Engine, campaign: str | None,
         # Not the spec JSON: a 10,000-job campaign would parse 20 MB to count states.
         columns = load_only(Job.job_key, Job.variant_name, Job.state, Job.lease_owner,
                             Job.attempt, Job.max_attempts, Job.error, Job.failure_class,
-                            Job.started_at, Job.finished_at)
+                            Job.started_at, Job.finished_at, Job.refusals)
         jobs = list(session.scalars(select(Job).options(columns)
                                     .where(Job.campaign_id == campaign_id)
                                     .order_by(Job.id)))
@@ -74,6 +76,9 @@ def campaign_status(engine: Engine, campaign: str | None,
         if job.state == JobState.RUNNING:
             status.running.append((job.job_key[:10], job.variant_name, job.lease_owner or "?",
                                    job.attempt, runs.get(job.id, 0)))
+        elif job.state in PENDING and job.refusals:
+            status.refused.append((job.job_key[:10], job.variant_name, "; ".join(
+                f"{worker}: {why}" for worker, why in sorted(job.refusals.items()))))
         elif job.state == JobState.FAILED:
             reason = f"[{job.failure_class}] " if job.failure_class else ""
             status.failures.append((job.job_key[:10], job.variant_name, reason + (job.error or "")))

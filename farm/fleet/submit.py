@@ -16,6 +16,7 @@ from farm.errors import ConfigError
 from farm.fleet.app import queue_name
 from farm.fleet.reconcile import reconcile
 from farm.matrix.schema import Matrix
+from farm.matrix.sources import source_allowed
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings
 from farm.store import repo
@@ -47,11 +48,19 @@ def _why_unrunnable(spec: JobSpec, workers: list[Worker]) -> str | None:
     if not of_class:
         return (f"no live worker of GPU class {spec.gpu_class!r} (start one: farm worker "
                 f"--gpu-class {spec.gpu_class})")
-    needed = {spec.baseline.build.name, spec.variant.build.name}
-    with_build = [w for w in of_class if needed <= set(w.builds)]
-    if not with_build:
+    named = {arm.build.name for arm in (spec.baseline, spec.variant) if arm.build.source is None}
+    sources = sorted({arm.build.source.git for arm in (spec.baseline, spec.variant)
+                      if arm.build.source is not None})
+    with_build = [w for w in of_class if named <= set(w.builds)
+                  and all(source_allowed(git, w.sources or []) for git in sources)]
+    if not with_build and not named <= set().union(*(set(w.builds) for w in of_class)):
         return (f"no worker of class {spec.gpu_class!r} has build"
-                f"{'s' if len(needed) > 1 else ''} {', '.join(sorted(needed))}")
+                f"{'s' if len(named) > 1 else ''} {', '.join(sorted(named))}")
+    if not with_build:
+        allowed = sorted({item for w in of_class for item in (w.sources or [])})
+        return (f"no live worker of class {spec.gpu_class!r} builds from "
+                f"{', '.join(sources)} (their allowed sources: {', '.join(allowed) or 'none'}); "
+                "add it to a worker's `sources:` or name an allowed one in the matrix")
     wanted = spec.model.path or spec.model.file or f"{spec.model.name}.gguf"
     if not any(wanted in w.models or Path(wanted).name in w.models for w in with_build):
         return (f"no worker of class {spec.gpu_class!r} with build {spec.build.name!r} has "
@@ -72,13 +81,14 @@ class SubmitResult:
 
 def _reopen(session: Session, campaign_id: int, retry_failed: bool,
             retry_cancelled: bool) -> None:
-    """Failed and cancelled jobs run again only when asked, with their attempts reset."""
+    """Failed and cancelled jobs run again only when asked, with their attempts and the
+    workers' refusals reset (an operator may have allowed the source since)."""
     states = [state for state, asked in ((JobState.FAILED, retry_failed),
                                          (JobState.CANCELLED, retry_cancelled)) if asked]
     if states:
         session.execute(update(Job).where(Job.campaign_id == campaign_id, Job.state.in_(states))
                         .values(state=JobState.QUEUED, attempt=0, error=None, posted_at=None,
-                                due_at=None))
+                                due_at=None, refusals={}))
 
 
 def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings, app: Celery,

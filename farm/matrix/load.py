@@ -19,7 +19,8 @@ from farm.errors import ConfigError
 from farm.matrix.flags import FlagMap, FlagValue, parse_args, scalar
 from farm.matrix.options import admit_name, canonical, check_flag
 from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, ModelEntry, PromptEntry, Variant
-from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt, RemoteFile
+from farm.matrix.sources import check_cmake_option, resolve_commit, source_location
+from farm.matrix.spec import Arm, BuildRef, BuildSource, JobSpec, ModelRef, Prompt, RemoteFile
 from farm.prompts import document_text, document_tokens, load_suite, with_document
 
 
@@ -100,10 +101,25 @@ def _inner_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+# Errors of a union's other branches ("not a string" beside the real error of a mapping).
+_BRANCH_TYPES = frozenset({"string_type", "model_type", "dict_type", "list_type"})
+
+
+def _plain_loc(loc: Sequence[int | str]) -> list[int | str]:
+    """A key path without pydantic's names for union branches and validators."""
+    return [part for part in loc if part not in ("str", "BuildEntry", "PromptEntry")
+            and not (isinstance(part, str) and part.startswith(("function-after[", "list[")))]
+
+
 def _explain(path: Path, error: ValidationError) -> ConfigError:
     lines = []
-    for item in error.errors():
-        loc = [part for part in item["loc"] if part not in ("str", "BuildEntry", "PromptEntry")]
+    items = error.errors()
+    real = {_plain_loc(item["loc"])[0] for item in items
+            if item["type"] not in _BRANCH_TYPES and item["loc"]}
+    for item in items:
+        loc = _plain_loc(item["loc"])
+        if item["type"] in _BRANCH_TYPES and loc and loc[0] in real:
+            continue
         where = f"{path}: {_key_path(loc)}"
         if item["type"] == "extra_forbidden":
             owner = _model_at(loc)
@@ -275,10 +291,48 @@ def _models(matrix: Matrix, path: Path) -> list[ModelRef]:
     return refs
 
 
-def _build_ref(entry: BuildEntry | str) -> BuildRef:
+Commits = dict[tuple[str, str], str]  # (source location, ref) -> the commit it names
+
+
+def _build_ref(entry: BuildEntry | str, base: Path, commits: Commits) -> BuildRef:
     if isinstance(entry, str):
         return BuildRef(name=entry)
-    return BuildRef(name=entry.name, path=entry.path)
+    if entry.git is None or entry.ref is None:
+        return BuildRef(name=entry.name, path=entry.path)
+    git = source_location(entry.git, base)
+    commit = commits.get((git, entry.ref))
+    if commit is None:
+        raise ConfigError(f"build {entry.name!r}: ref {entry.ref!r} of {git} is not resolved "
+                          "to a commit; load the matrix with load_matrix")
+    return BuildRef(name=entry.name, source=BuildSource(
+        git=git, ref=entry.ref, commit=commit, backend=entry.backend,
+        cuda_arch=entry.cuda_arch, cmake=tuple(entry.cmake)))
+
+
+def _source_entries(matrix: Matrix) -> Iterator[tuple[str, BuildEntry]]:
+    """Every build entry of the matrix that names a source, with its key path."""
+    entries = matrix.build if isinstance(matrix.build, list) else [matrix.build]
+    for index, entry in enumerate(entries):
+        if isinstance(entry, BuildEntry) and entry.git is not None:
+            yield (f"build[{index}]" if isinstance(matrix.build, list) else "build"), entry
+    for index, variant in enumerate(matrix.variants):
+        if isinstance(variant.build, BuildEntry) and variant.build.git is not None:
+            yield f"variants[{index}].build", variant.build
+
+
+def resolve_refs(matrix: Matrix, path: Path) -> Commits:
+    """Each source build's ref resolved to the commit it names now, once per source and
+    ref (``farm.matrix.sources.resolve_commit``); errors name the file and the key."""
+    commits: Commits = {}
+    for where, entry in _source_entries(matrix):
+        if entry.ref is None or entry.git is None:
+            continue
+        for number, arg in enumerate(entry.cmake):
+            check_cmake_option(arg, f"{path}: {where}.cmake[{number}]")
+        git = source_location(entry.git, path.parent)
+        if (git, entry.ref) not in commits:
+            commits[git, entry.ref] = resolve_commit(git, entry.ref, f"{path}: {where}")
+    return commits
 
 
 def _variant_arms(variant: Variant, prefix: str, baseline: FlagMap, allow: frozenset[str],
@@ -300,17 +354,20 @@ def _axes(values: dict[str, tuple[int, list[int]]]) -> dict[str, str | None]:
     return {name: str(value) for name, (value, choices) in values.items() if len(choices) > 1}
 
 
-def expand(matrix: Matrix, path: Path, allow: frozenset[str] = frozenset()) -> list[JobSpec]:
+def expand(matrix: Matrix, path: Path, allow: frozenset[str] = frozenset(),
+           commits: Commits | None = None) -> list[JobSpec]:
     """Every job of the matrix, deterministically: GPU class x build x model x baseline x
     concurrency x prompt length x variant. ``allow``: options beyond the allow-list an
     operator lets this node pass (``farm.matrix.options``).
 
-    Pure: builds and models stay as the matrix names them; the node that runs a job
-    resolves them to files (``workers.job.resolve.resolve``).
+    Pure: builds and models stay as the matrix names them, a source build at the commit
+    ``commits`` gives its ref (``resolve_refs``); the node that runs a job resolves them to
+    files (``workers.job.resolve.resolve``).
     """
+    commits = commits or {}
     prompts = _prompts(matrix, path)
     models = _models(matrix, path)
-    builds = [BuildRef(name=entry.name, path=entry.path) for entry in matrix.build_entries()]
+    builds = [_build_ref(entry, path.parent, commits) for entry in matrix.build_entries()]
     baselines = _flag_choices(matrix.flags, matrix.args, f"{path}: ", allow)
     swept = set(_swept(matrix.flags))
     sampling = matrix.sampling.request_fields()  # once: each JobSpec validates its own copy
@@ -322,7 +379,8 @@ def expand(matrix: Matrix, path: Path, allow: frozenset[str] = frozenset()) -> l
         for index, variant in enumerate(matrix.all_variants()):
             where = (f"variants[{index}]" if index < len(matrix.variants)
                      else f"engine-curve ({variant.name})")
-            variant_build = (build if variant.build is None else _build_ref(variant.build))
+            variant_build = (build if variant.build is None
+                             else _build_ref(variant.build, path.parent, commits))
             for name, flags in _variant_arms(variant, f"{path}: {where}.", baseline, allow):
                 varying = _varying(baseline, flags, swept)
                 if variant_build.name != build.name:
@@ -373,4 +431,4 @@ def load_matrix(path: Path, allow: frozenset[str] = frozenset(),
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
         raise _explain(path, exc) from exc
-    return matrix, expand(matrix, path, allow)
+    return matrix, expand(matrix, path, allow, resolve_refs(matrix, path))

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_snake
 
 from farm.matrix.flags import NGRAM_SIMPLE_SIZE_N, draft_length_flag
+from farm.matrix.sources import REF_PATTERN
 from farm.stats.design import MIN_SECOND_STAGE
 
 # Most simultaneous streams one run sends (one server slot each).
@@ -124,11 +125,40 @@ class ModelEntry(Strict):
 
 
 class BuildEntry(Strict):
-    """A llama-server build by name; ``path`` only for a binary the farm did not build."""
+    """A llama-server build by name; ``path`` only for a binary the farm did not build;
+    ``git`` and ``ref`` for one every worker builds itself, at the commit the ref names
+    when the matrix is submitted."""
 
     name: Name
     path: str | None = Field(None, description="llama-server binary; default: the named "
                                                "build made by `farm provision`.")
+    git: str | None = Field(None, min_length=1, max_length=1000, description=(
+        "Git URL or repository to build from (workers build only sources their operator "
+        "allows: `sources:` in their config)."))
+    ref: Annotated[str, Field(pattern=REF_PATTERN, max_length=250)] | None = Field(
+        None, description="Branch, tag, pull/N/head or commit of `git`; resolved to a commit "
+                          "once, when the matrix is run or submitted.")
+    backend: Literal["cpu", "cuda", "metal", "vulkan"] = Field(
+        "cpu", description="ggml backend to build (with `git`).")
+    cuda_arch: Annotated[str, Field(pattern=r"^[0-9]{2,3}[a-z]?(;[0-9]{2,3}[a-z]?)*$")] | None = \
+        Field(None, description="CMAKE_CUDA_ARCHITECTURES, e.g. 86 or 86;89; default: the "
+                                "worker's GPU (its compute capability).")
+    cmake: list[str] = Field(default_factory=list, description="Extra -DNAME=VALUE options.")
+
+    @model_validator(mode="after")
+    def _source_or_binary(self) -> BuildEntry:
+        if self.git is not None and self.path is not None:
+            raise ValueError("give `git` (a source every worker builds) or `path` (a binary), "
+                             "not both")
+        if (self.git is None) != (self.ref is None):
+            raise ValueError("`git` and `ref` go together: the source and the branch, tag, "
+                             "pull/N/head or commit to build")
+        if self.git is None and (self.cmake or self.cuda_arch or self.backend != "cpu"):
+            raise ValueError("`backend`, `cuda-arch` and `cmake` describe a build from "
+                             "source: give `git` and `ref` too, or remove them")
+        if self.cuda_arch is not None and self.backend != "cuda":
+            raise ValueError("`cuda-arch` applies to `backend: cuda` only")
+        return self
 
 
 class PromptEntry(Strict):
@@ -229,7 +259,9 @@ class Matrix(Strict):
 
     campaign: Name
     build: str | BuildEntry | list[str | BuildEntry] = Field(
-        "cpu", description="llama-server build name or {name, path}; a list sweeps builds.")
+        "cpu", description="llama-server build name, {name, path}, or a source every worker "
+                           "builds ({name, git, ref, backend, cuda-arch, cmake}); a list "
+                           "sweeps builds.")
     gpu_classes: list[ClassName] = Field(
         default_factory=lambda: ["default"], min_length=1,
         description="GPU classes to run every job on (one queue each, gpu.CLASS).")

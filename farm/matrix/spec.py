@@ -8,7 +8,14 @@ import re
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from farm.errors import ConfigError
 from farm.matrix.flags import FlagValue, to_argv, varying_text
@@ -28,6 +35,7 @@ from farm.matrix.schema import (
     StopMode,
     TargetCi,
 )
+from farm.matrix.sources import REF_PATTERN, check_cmake_option
 from farm.stats.design import Design
 
 ArmRole = Literal["baseline", "variant"]
@@ -112,11 +120,61 @@ class ModelRef(Frozen):
         return {}
 
 
+# A node keeps the builds it made from a job's source under names with this prefix.
+SOURCE_BUILD_PREFIX = "src-"
+
+
+class BuildSource(Frozen):
+    """A build every worker makes itself: the source, the ref as written, the commit it
+    named when the matrix was loaded, the backend and the extra cmake options."""
+
+    git: Annotated[str, Field(min_length=1, max_length=1000)]
+    ref: Annotated[str, Field(pattern=REF_PATTERN, max_length=250)]
+    commit: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
+    backend: Literal["cpu", "cuda", "metal", "vulkan"] = "cpu"
+    cuda_arch: str | None = None  # None: the worker's GPU's compute capability
+    cmake: tuple[str, ...] = ()
+
+    @field_validator("cmake")
+    @classmethod
+    def _options(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(check_cmake_option(arg, "cmake") for arg in value)
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What makes it one build wherever it is made (the ref as written is not)."""
+        return {"git": self.git, "commit": self.commit, "backend": self.backend,
+                "cuda_arch": self.cuda_arch, "cmake": list(self.cmake)}
+
+    @property
+    def local_name(self) -> str:
+        """The name a node keeps this build under (``farm builds``): one per identity."""
+        return f"{SOURCE_BUILD_PREFIX}{self.commit[:12]}-{_sha256(self.identity)[:8]}"
+
+
 class BuildRef(Frozen):
-    """A llama-server build by name; ``path`` is set once resolved to a binary."""
+    """A llama-server build by name; ``path`` is set once resolved to a binary; ``source``
+    for a build every worker makes from a commit."""
 
     name: Name
     path: str | None = None
+    source: BuildSource | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_source(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A build by name is stored as it always was ({name, path}): specs, and the frozen
+        # migrations that read them, stay as they were.
+        data: dict[str, Any] = handler(self)
+        if data.get("source") is None:
+            data.pop("source", None)
+        return data
+
+    @property
+    def key_part(self) -> str | dict[str, Any]:
+        """The build as job keys name it: its name, and for a source build its identity
+        too (named builds keep the keys they had)."""
+        return self.name if self.source is None else {"name": self.name,
+                                                      **self.source.identity}
 
     @property
     def local_path(self) -> str:
@@ -230,8 +288,8 @@ class JobSpec(Frozen):
         return _sha256({
             **self._experiment(),
             "campaign": self.campaign,
-            "build": self.build.name,
-            "variant_build": self.variant.build.name,
+            "build": self.build.key_part,
+            "variant_build": self.variant.build.key_part,
             "design": {"repetitions": self.repetitions, "pairs": self.pairs,
                        "max_pairs": self.max_pairs, "target_ci": self.target_ci,
                        # Only when set, so that every other job keeps its key.

@@ -30,6 +30,10 @@ class CampaignStatus(Protocol):
         """Failed jobs: job, variant, reason."""
 
     @property
+    def refused(self) -> Sequence[Sequence[object]]:
+        """Pending jobs some workers could not make the build of: job, variant, reasons."""
+
+    @property
     def eta_seconds(self) -> float | None:
         """About how long the campaign still takes."""
 
@@ -55,20 +59,24 @@ def render_status(status: CampaignStatus, console: Console) -> None:
         console.print(f"{status.unposted} waiting for reconciliation (message lost or "
                       "overdue; a live worker re-posts them, or run `farm submit` again)",
                       markup=False)
-    if status.running:
-        table = Table(title="running", title_justify="left")
-        for header in ("job", "variant", "worker", "attempt", "runs"):
-            table.add_column(header)
-        for running in status.running:
-            _add_row(table, running)
-        console.print(table)
-    if status.failures:
-        table = Table(title="failed", title_justify="left")
-        for header in ("job", "variant", "reason"):
-            table.add_column(header, overflow="fold")
-        for failure in status.failures:
-            _add_row(table, failure)
-        console.print(table)
+    _table("running", ("job", "variant", "worker", "attempt", "runs"), status.running,
+           console)
+    _table("handed back: these workers cannot make the build (another worker of the class "
+           "may)", ("job", "variant", "refused by"), status.refused, console)
+    _table("failed", ("job", "variant", "reason"), status.failures, console)
+
+
+def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]],
+           console: Console) -> None:
+    """A titled table of ``rows``, printed only when there are some."""
+    if not rows:
+        return
+    table = Table(title=title, title_justify="left")
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        _add_row(table, row)
+    console.print(table)
 
 
 def render_workers(rows: Sequence[Sequence[object]], console: Console) -> None:

@@ -54,7 +54,7 @@ def claim(engine: Engine, job_id: int, owner: str, seconds: int) -> Lease | None
         attempt = session.scalar(
             update(Job)
             .where(Job.id == job_id, Job.state.in_(CLAIMABLE), Job.attempt < Job.max_attempts,
-                   _due())
+                   _due(), Job.refusals[owner].as_string().is_(None))
             .values(state=JobState.RUNNING, lease_owner=owner, lease_expires_at=_expiry(seconds),
                     attempt=Job.attempt + 1, started_at=func.now(), error=None, due_at=None)
             .returning(Job.attempt))
@@ -94,6 +94,40 @@ def hand_back(engine: Engine, lease: Lease, reason: str) -> bool:
     return _update_held(engine, lease, {
         "state": JobState.QUEUED, "error": reason, "attempt": Job.attempt - 1, "posted_at": None,
         "lease_expires_at": None})
+
+
+@dataclass(frozen=True)
+class Refused:
+    """What a refusal did: the job handed back for another worker, or ``failed`` because
+    every live worker of its class refused it (``reasons``: worker -> why)."""
+
+    failed: bool
+    reasons: dict[str, str]
+
+
+def refuse(engine: Engine, lease: Lease, reason: str, live: set[str],
+           failure_class: str = "build_unavailable") -> Refused | None:
+    """This worker cannot make the job's build or get its model: note why, so that it
+    never claims the job again, and hand it back; once every worker in ``live`` (the
+    class's live workers) has refused it, fail it with their reasons (as
+    ``failure_class``, the last refusal's). None if the lease no longer holds."""
+    with Session(engine) as session, session.begin():
+        job = session.scalar(select(Job).where(lease.holds()).with_for_update())
+        if job is None:
+            return None
+        reasons = {**(job.refusals or {}), lease.owner: reason}
+        failed = live <= set(reasons)
+        text = "; ".join(f"{worker}: {why}" for worker, why in sorted(reasons.items()))
+        values: dict[str, Any] = {"refusals": reasons}
+        if failed:
+            values |= {"state": JobState.FAILED, "finished_at": func.now(),
+                       "failure_class": failure_class, "lease_expires_at": None,
+                       "error": f"every live worker of class {job.gpu_class} refused it: {text}"}
+        else:
+            values |= {"state": JobState.QUEUED, "attempt": Job.attempt - 1, "posted_at": None,
+                       "lease_expires_at": None, "error": f"handed back: {text}"}
+        session.execute(update(Job).where(Job.id == job.id).values(**values))
+    return Refused(failed, reasons)
 
 
 def _update_held(engine: Engine, lease: Lease, values: dict[str, Any]) -> bool:

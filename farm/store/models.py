@@ -130,6 +130,13 @@ class Job(Base):
     summary: Mapped[dict[str, Any] | None] = mapped_column()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Workers that could not make the job's build (source not allowed, no toolkit, no
+    # space): worker name -> why. None of them claims it again; once every live worker of
+    # its class is here, the job fails with their reasons (farm.store.leases.refuse).
+    refusals: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
+    # Seconds the last attempt spent making its builds, apart from the measurement (and
+    # not counted against the job's time limit); null when it made none.
+    build_seconds: Mapped[float | None] = mapped_column(Float)
 
     campaign: Mapped[Campaign] = relationship(back_populates="jobs")
     runs: Mapped[list[Run]] = relationship(back_populates="job")
@@ -193,6 +200,9 @@ class Run(Base):
 
     server_version: Mapped[str] = mapped_column(Text)
     build_name: Mapped[str] = mapped_column(String(200))
+    # The commit a source build was made from (the job spec's, resolved at submit); null
+    # for a build by name (its version string says what it knows).
+    build_commit: Mapped[str | None] = mapped_column(String(40))
     model_file: Mapped[str] = mapped_column(Text)
     model_size: Mapped[int] = mapped_column(BigInteger)
     model_sha256: Mapped[str] = mapped_column(String(64))
@@ -321,6 +331,8 @@ class Worker(Base):
     gpus: Mapped[list[Any]] = mapped_column()  # [{index, name, uuid}] or [] on a CPU node
     driver: Mapped[str | None] = mapped_column(String(100))
     builds: Mapped[dict[str, Any]] = mapped_column()  # build name -> llama-server --version
+    # Git sources it makes jobs' source builds from (its config's `sources:`).
+    sources: Mapped[list[Any]] = mapped_column(default=list, server_default="[]")
     models: Mapped[list[Any]] = mapped_column()  # GGUF file names in its models dir
     pid: Mapped[int] = mapped_column(Integer)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -74,6 +74,7 @@ class Device:
     name: str
     total: int
     timeline: list[Row] = field(default_factory=list)
+    capability: tuple[int, int] | None = (8, 6)  # None: a driver that cannot tell
 
 
 class FakeNvml:
@@ -136,6 +137,12 @@ class FakeNvml:
         assert isinstance(handle, Device)
         used = self._row(handle).vram_used if handle.timeline else 0
         return Memory(total=handle.total, free=handle.total - used, used=used)
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: object, /) -> tuple[int, int]:
+        assert isinstance(handle, Device)
+        if handle.capability is None:
+            raise pynvml.NVMLError_NotSupported()
+        return handle.capability
 
     def nvmlDeviceGetPowerUsage(self, handle: object, /) -> int:
         return self._row(handle).power_mw
@@ -326,12 +333,12 @@ def test_background_thread_samples() -> None:
 
 def test_gpus_for_devices_matches_indices_to_uuids() -> None:
     clock = FakeClock()
-    devices = [Device(L4, "NVIDIA L4", 23034 * MIB), Device(H100, "NVIDIA H100 80GB HBM3",
-                                                            81559 * MIB)]
+    devices = [Device(L4, "NVIDIA L4", 23034 * MIB, capability=(8, 9)),
+               Device(H100, "NVIDIA H100 80GB HBM3", 81559 * MIB, capability=None)]
     nvml = FakeNvml(clock, devices)
     assert gpus_for_devices([1, 0, 7], nvml) == [
-        GpuInfo(1, H100, "NVIDIA H100 80GB HBM3", "570.133.20", 81559.0),
-        GpuInfo(0, L4, "NVIDIA L4", "570.133.20", 23034.0),
+        GpuInfo(1, H100, "NVIDIA H100 80GB HBM3", "570.133.20", 81559.0, None),
+        GpuInfo(0, L4, "NVIDIA L4", "570.133.20", 23034.0, "8.9"),
     ]
     assert (nvml.inits, nvml.shutdowns) == (1, 1)
     assert cuda_env(gpus_for_devices([1, 0], nvml)) == {

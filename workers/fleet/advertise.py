@@ -11,11 +11,12 @@ from workers.job.runtime.probe import probe_binary
 
 @dataclass(frozen=True)
 class Advertisement:
-    """What a worker tells the coordinator about itself: host, builds and models."""
+    """What a worker tells the coordinator about itself: host, builds, models, sources."""
 
     host: str
     builds: dict[str, str]  # build name -> `llama-server --version`
     models: list[str]  # GGUF files in the models dir, relative to it
+    sources: list[str]  # git sources it makes jobs' source builds from
 
 
 def advertise(config: WorkerConfig) -> Advertisement:
@@ -24,4 +25,5 @@ def advertise(config: WorkerConfig) -> Advertisement:
     root = config.models_dir
     models = sorted(str(p.relative_to(root)) for p in root.rglob("*.gguf")) if root.is_dir() \
         else []
-    return Advertisement(host=socket.gethostname(), builds=builds, models=models)
+    return Advertisement(host=socket.gethostname(), builds=builds, models=models,
+                         sources=list(config.sources))

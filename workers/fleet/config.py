@@ -11,6 +11,7 @@ from farm.errors import ConfigError
 from farm.matrix.load import read_yaml
 from farm.matrix.options import check_allowances
 from farm.matrix.schema import Strict
+from farm.matrix.spec import SOURCE_BUILD_PREFIX
 from workers.job.resolve import NodeFiles
 from workers.paths import NodePaths
 from workers.setup.builds import all_manifests
@@ -30,6 +31,10 @@ class WorkerConfig(Strict):
         "allow-list that jobs may pass on this node (a fork's, or one refused as 'not a "
         "benchmark option'); never one that runs programs, reaches the network or writes "
         "or reads files.")
+    sources: list[str] = Field(
+        default_factory=list, description="Git URLs or repositories this worker builds "
+        "jobs' source builds from (`build: {git, ref}`); building code is running it, so "
+        "list only sources whose every submitter you trust. Empty: no source builds.")
 
     def files(self) -> NodeFiles:
         """What the worker runs jobs with: its builds and models dir, no matrix paths."""
@@ -71,10 +76,12 @@ def load_worker_config(path: Path | None, paths: NodePaths, *, gpu_class: str | 
     check_allowances(config.allow_options, f"{path or 'worker options'}: allow-options")
     if not config.builds:
         config = config.model_copy(update={"builds": {
-            manifest.name: Path(manifest.server) for manifest in all_manifests(paths)}})
-    if not config.builds:
+            manifest.name: Path(manifest.server) for manifest in all_manifests(paths)
+            if not manifest.name.startswith(SOURCE_BUILD_PREFIX)}})
+    if not config.builds and not config.sources:
         raise ConfigError(f"{path or 'worker options'}: no builds; list them under `builds:` "
-                          "(name: /path/to/llama-server), or run `farm build`/`farm provision`")
+                          "(name: /path/to/llama-server), run `farm build`/`farm provision`, "
+                          "or allow `sources:` to build jobs' commits from")
     for build, binary in config.builds.items():
         if not binary.is_file():
             raise ConfigError(f"{path}: builds.{build}: {binary} does not exist")

@@ -120,8 +120,11 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
         worker = app.Worker(hostname=config.worker_name, queues=[queue_name(config.gpu_class)],
                             concurrency=1, pool="prefork", prefetch_multiplier=1,
                             task_events=True, loglevel="INFO", optimization="fair",
-                            soft_time_limit=settings.job_time_limit,
-                            time_limit=settings.job_time_limit + 300)
+                            # The job's own limit starts once its builds are made
+                            # (workers.fleet.task.job_clock); these bound both.
+                            soft_time_limit=settings.job_time_limit + settings.build_time_limit,
+                            time_limit=settings.job_time_limit + settings.build_time_limit
+                            + 300)
         _forward_stop(worker)
         worker.start()
     finally:

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from types import FrameType, TracebackType
 from typing import TypeVar
 
@@ -24,23 +25,31 @@ from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from farm.errors import RETRYABLE, ConfigError, FarmError, InternalError, first_line
+from farm.errors import (
+    RETRYABLE,
+    ConfigError,
+    FarmError,
+    InternalError,
+    Unavailable,
+    first_line,
+)
 from farm.fleet.app import TASK_NAME
 from farm.fleet.reconcile import reconcile
 from farm.matrix.spec import JobSpec
 from farm.retry import OUTAGE, TRANSIENT, FailingLog, retrying
 from farm.settings import Settings
-from farm.store import leases
+from farm.store import leases, registry
 from farm.store.db import make_engine
 from farm.store.models import Job, JobState
 from workers.fleet.config import WorkerConfig
-from workers.job.executor import execute_job
+from workers.job.executor import Outcome, execute_job
 from workers.job.resolve import resolve
 from workers.job.sinks import LeasedRunSink, finish_values
 from workers.job.telemetry import GpuInfo
 from workers.paths import NodePaths
 from workers.setup.download import fetch_models
 from workers.setup.hub import HubAccess
+from workers.setup.ondemand import measuring, with_source_builds
 
 
 @dataclass
@@ -189,21 +198,56 @@ def _patient(within: float, job_id: int) -> Callable[[Callable[[], T], str], T]:
     return call
 
 
+@contextmanager
+def job_clock(seconds: int) -> Iterator[None]:
+    """The job's own time limit, started once its builds are made: SoftTimeLimitExceeded
+    after ``seconds`` (Celery's limits, which include the build, are only the backstop)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(_signum: int, _frame: FrameType | None) -> None:
+        raise SoftTimeLimitExceeded("the job's time limit")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
+             keeper: LeaseKeeper) -> tuple[Outcome, float]:
+    """Make the job's source builds (under the lease, the node's build lock, outside the
+    job's time limit), then run it with the lock shared: no build beside a measurement."""
+    settings, paths = worker.settings, NodePaths.of(worker.settings)
+    # A Hub or URL model is downloaded first, also outside the time limit (one download
+    # per box: a second worker waits for it, then finds it there).
+    fetch_models([spec], worker.config.models_dir, HubAccess.of(settings),
+                 lambda line: log.info("job %s: %s", lease.job_id, line))
+    files, build_seconds = with_source_builds(spec, worker.config.files(), paths, worker.gpus,
+                                              worker.config.sources)
+    if build_seconds:
+        log.info("job %s: builds made in %.0f s", lease.job_id, build_seconds)
+    sink = LeasedRunSink(worker.engine(), lease, keeper.lost, worker.config.worker_name,
+                         settings.repost_after)
+    with measuring(paths), job_clock(settings.job_time_limit):
+        return execute_job(resolve(spec, files), sink, node=files, paths=paths,
+                           gpus=worker.gpus), build_seconds
+
+
 def _run(worker: WorkerContext, lease: leases.Lease, spec: JobSpec, max_attempts: int) -> str:
     engine, settings, job_id = worker.engine(), worker.settings, lease.job_id
     patient = _patient(settings.repost_after, job_id)
     try:
         with LeaseKeeper(engine, lease, settings.lease_seconds) as keeper:
-            sink = LeasedRunSink(engine, lease, keeper.lost, worker.config.worker_name,
-                                 settings.repost_after)
-            files = worker.config.files()
-            # A Hub or URL model is downloaded here first, under the lease (one download
-            # per box: a second worker waits, then finds it).
-            fetch_models([spec], files.models_dir, HubAccess.of(settings),
-                         lambda line: log.info("job %s: %s", job_id, line))
-            outcome = execute_job(resolve(spec, files), sink, node=files,
-                                  paths=NodePaths.of(settings), gpus=worker.gpus)
-        summary = patient(lambda: finish_values(engine, job_id, outcome), "summarizing")
+            outcome, build_seconds = _measure(worker, lease, spec, keeper)
+        summary = patient(lambda: {**finish_values(engine, job_id, outcome),
+                                   "build_seconds": build_seconds or None}, "summarizing")
+    except Unavailable as exc:
+        return _refuse(worker, lease, exc)
     except leases.LeaseLost as exc:
         return f"job {job_id}: {exc}"
     except TRANSIENT as exc:
@@ -239,12 +283,36 @@ def _hand_back(engine: Engine, lease: leases.Lease, settings: Settings) -> str:
     lease; if the broker is down, reconciliation posts it later."""
     if not leases.hand_back(engine, lease, "handed back: its worker was stopped"):
         return f"job {lease.job_id}: stopping; the lease was already gone"
+    _post_now(engine, settings, lease.job_id)
+    return f"job {lease.job_id}: handed back (worker stopping)"
+
+
+def _post_now(engine: Engine, settings: Settings, job_id: int) -> None:
+    """Post a handed-back job at once; if the broker is down, reconciliation posts it."""
     try:
         reconcile(engine, current_app, settings.repost_after)
     except OUTAGE as exc:
         log.warning("job %s handed back; posting it failed (%s): reconciliation will",
-                    lease.job_id, exc)
-    return f"job {lease.job_id}: handed back (worker stopping)"
+                    job_id, exc)
+
+
+def _refuse(worker: WorkerContext, lease: leases.Lease, exc: Unavailable) -> str:
+    """This worker cannot make the job's build or get its model: hand it back for another
+    worker of the class (and never claim it again); fail it once every live worker of the
+    class refused."""
+    engine, settings = worker.engine(), worker.settings
+    patient = _patient(settings.repost_after, lease.job_id)
+    live = {row.name for row in patient(lambda: registry.live_workers(
+        engine, timedelta(seconds=settings.lease_seconds)), "listing live workers")
+        if row.gpu_class == worker.config.gpu_class} | {lease.owner}
+    refused = patient(lambda: leases.refuse(engine, lease, first_line(exc), live,
+                                                  exc.failure_class), "refusing")
+    if refused is None:
+        return f"job {lease.job_id}: refused, but its lease was already gone"
+    if refused.failed:
+        return f"job {lease.job_id}: failed: every live worker refused it ({exc})"
+    _post_now(engine, settings, lease.job_id)
+    return f"job {lease.job_id}: handed back, this worker cannot {exc.cannot}: {exc}"
 
 
 def _retry_or_fail(engine: Engine, lease: leases.Lease, max_attempts: int, exc: FarmError,

@@ -90,6 +90,13 @@ def _registered(build: BuildRef, node: NodeFiles) -> bool:
 
 def _resolve_build(build: BuildRef, node: NodeFiles) -> BuildRef:
     """The build's llama-server; errors carry role "build" (the matrix's `build:` key)."""
+    if build.source is not None:
+        binary = node.builds.get(build.source.local_name)
+        if binary is None:
+            raise NotOnThisNode(f"build {build.name!r} ({build.source.git} at "
+                                f"{build.source.commit[:12]}) is not made on {node.name} yet",
+                                role="build")
+        return build.model_copy(update={"path": str(binary)})
     if build.path is not None and node.matrix_dir is not None and not _registered(build, node):
         if not node.allow_build_path:
             raise ConfigError(

@@ -16,7 +16,7 @@ import pandas as pd
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
-from farm.matrix.spec import JobKind
+from farm.matrix.spec import Arm, JobKind
 from farm.results.rows import run_facts
 from farm.results.runs import job_runs, job_streams
 from farm.results.summarize import summarize
@@ -31,6 +31,11 @@ from workers.job.runtime.server_log import SpecStats
 from workers.job.telemetry import Sample
 
 log = logging.getLogger("farm.worker")
+
+
+def _commit(arm: Arm) -> str | None:
+    """The commit a source build was made from; None for a build by name."""
+    return arm.build.source.commit if arm.build.source is not None else None
 
 
 def finish_values(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]:
@@ -128,7 +133,8 @@ def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
         spec_drafts=counters.drafts, spec_drafted=counters.drafted,
         spec_accepted=counters.accepted, spec_accepted_per_pos=list(counters.accepted_per_pos),
         text=gen.text, server_version=checked.probe(result.key.arm).version,
-        build_name=result.build_name, model_file=checked.model.file_name,
+        build_name=result.build_name, build_commit=_commit(checked.spec.arm(result.key.arm)),
+        model_file=checked.model.file_name,
         model_size=checked.model.size, model_sha256=checked.model.sha256, host=host,
         argv=result.argv, server_log=result.server_log, worker_name=worker_name,
         attempt=attempt, started_at=result.started_at,

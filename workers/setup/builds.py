@@ -1,10 +1,14 @@
 """Named llama.cpp builds: from a git URL and ref, a local tree, or a registry sdist.
 
 A build is cached by what makes it the same build (source identity, backend, cmake flags,
-targets): asking twice builds once. Each source tree gets its build directory inside it
-and ccache sees paths relative to the tree, so a second tree of mostly the same sources
-(another ref, a fork) compiles from the cache. The manifest records source, ref, commit
-(or the sdist's sha256), backend, the exact configure command and what the binary says.
+targets): asking twice builds once. A git source has one working tree on the node, checked
+out at each commit asked for, with one build directory per configuration: a second commit
+recompiles only what changed, and ccache (in the node's cache dir unless ``CCACHE_DIR`` is
+set; it sees paths relative to the tree) serves the rest, also to another tree of mostly
+the same sources (a fork). Every build is self-contained: linked statically and its
+binaries copied into its own folder, so that building another commit in the same tree
+cannot change what an earlier build runs. The manifest records source, ref, commit (or
+the sdist's sha256), backend, the exact configure command and what the binary says.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from farm.errors import ConfigError, RuntimeFarmError
+from farm.errors import BuildFailed, BuildUnavailable, ConfigError, RuntimeFarmError
+from farm.matrix.sources import check_cmake_option
 from workers.job.resolve import NodeFiles
 from workers.job.runtime.probe import probe_binary
 from workers.paths import NodePaths, file_sha256
@@ -35,6 +41,8 @@ BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
 }
 _PYPI = re.compile(r"^pypi:(?P<package>[A-Za-z0-9_.-]+)==(?P<version>[A-Za-z0-9_.+-]+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Lines of a failed compile step kept for the job's error: the compiler's message.
+TAIL_LINES = 30
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,31 @@ def run_command(argv: list[str], cwd: Path | None = None, env: dict[str, str] | 
     return (result.stdout or "").strip()
 
 
+def compile_step(argv: list[str], env: dict[str, str], what: str) -> None:
+    """Run a configure or compile step, its output passed through to stderr; a failure is
+    BuildFailed with the step's last lines (the compiler's error), or BuildUnavailable
+    when the disk is full (another node, or later, may build it)."""
+    _say("$ " + " ".join(argv))
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    try:
+        with subprocess.Popen(argv, env=env, text=True, errors="replace",
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
+            assert process.stdout is not None  # piped above
+            for line in process.stdout:
+                sys.stderr.write(line)
+                tail.append(line.rstrip())
+        code = process.returncode
+    except FileNotFoundError as exc:
+        raise BuildUnavailable(f"{argv[0]} is not installed on this node: {exc}") from exc
+    except OSError as exc:
+        raise BuildUnavailable(f"{what}: {exc}") from exc
+    if code != 0:
+        lines = "\n".join(tail)
+        if "No space left on device" in lines:
+            raise BuildUnavailable(f"{what}: no space left on device\n{lines}")
+        raise BuildFailed(f"{what} failed (exit {code}); its last lines:\n{lines}")
+
+
 def _unpack_sdist(archive: Path, paths: NodePaths) -> SourceTree:
     digest = file_sha256(archive)
     root = paths.cache_dir / "src" / f"sdist-{digest[:16]}"
@@ -141,26 +174,35 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def _git_tree(url: str, ref: str, paths: NodePaths) -> SourceTree:
-    """Fetch ``ref`` (branch, tag, commit, pull/N/head) and check it out in its own tree."""
-    repo = paths.cache_dir / "git" / hashlib.sha256(url.encode()).hexdigest()[:16]
-    if not (repo / ".git").is_dir():
-        repo.parent.mkdir(parents=True, exist_ok=True)
-        run_command(["git", "clone", "--no-checkout", url, str(repo)])
+    """Fetch ``ref`` (branch, tag, commit, pull/N/head) and check it out in the source's one
+    working tree (callers hold the node's build lock: ``workers.setup.ondemand``)."""
+    name = hashlib.sha256(url.encode()).hexdigest()[:16]
+    repo = paths.cache_dir / "git" / name
+    commit: str | None = None
     try:
-        _git(repo, "fetch", "--tags", "origin", ref)
-        commit = _git(repo, "rev-parse", "FETCH_HEAD^{commit}")
-    except RuntimeFarmError:
-        # A commit id cannot always be fetched by name; fetch everything and look it up.
-        _git(repo, "fetch", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*")
+        if not (repo / ".git").is_dir():
+            repo.parent.mkdir(parents=True, exist_ok=True)
+            run_command(["git", "clone", "--no-checkout", "--", url, str(repo)])
         try:
-            commit = _git(repo, "rev-parse", f"{ref}^{{commit}}")
+            _git(repo, "fetch", "--tags", "origin", "--", ref)
+            commit = _git(repo, "rev-parse", "FETCH_HEAD^{commit}")
+        except RuntimeFarmError:
+            # A commit id cannot always be fetched by name; fetch everything and look it up.
+            _git(repo, "fetch", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*")
+    except RuntimeFarmError as exc:
+        raise BuildUnavailable(f"{url}: cannot fetch: {exc}") from exc
+    if commit is None:
+        try:
+            commit = _git(repo, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
         except RuntimeFarmError as exc:
             raise ConfigError(f"{url}: no ref {ref!r} (a branch, tag, commit or "
                               "pull/N/head)") from exc
-    tree = paths.cache_dir / "src" / f"git-{commit[:16]}"
+    tree = paths.cache_dir / "src" / f"git-{name}"
     if not tree.is_dir():
         _git(repo, "worktree", "prune")
         _git(repo, "worktree", "add", "--detach", str(tree), commit)
+    elif _git(tree, "rev-parse", "HEAD") != commit:
+        _git(tree, "checkout", "--quiet", "--force", "--detach", commit)
     return SourceTree(path=tree, identity=f"git:{commit}", commit=commit)
 
 
@@ -202,19 +244,16 @@ def resolve_source(request: BuildRequest, paths: NodePaths) -> SourceTree:
 # can run a tool, an MCP server or a router child even if such an option reached it; and
 # the prebuilt web UI, which the configure step would otherwise download. Part of a build's
 # key: a build made without these is not the same build.
+# And static linking: a binary that loads libllama/libggml from its build directory runs
+# whatever was built there last (another commit built in the same tree), not its own code.
 SAFE_FLAGS = ("-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_SUBPROCESS=OFF",
-              "-DLLAMA_USE_PREBUILT_UI=OFF")
-_SAFE_OPTIONS = re.compile(r"^-D\s*(LLAMA_CURL|LLAMA_OPENSSL|LLAMA_SUBPROCESS|"
-                           r"LLAMA_USE_PREBUILT_UI|LLAMA_BUILD_UI)\b", re.IGNORECASE)
+              "-DLLAMA_USE_PREBUILT_UI=OFF", "-DBUILD_SHARED_LIBS=OFF")
 
 
 def configure_argv(request: BuildRequest, tree: Path, build: Path) -> list[str]:
     """The exact cmake configure command for a request: backend flags, targets' needs."""
     for arg in request.cmake_args:
-        if _SAFE_OPTIONS.match(arg):
-            raise ConfigError(f"cmake option {arg!r}: the farm builds llama.cpp without "
-                              "downloads, TLS and subprocesses, so that no server it starts "
-                              "reaches the network or runs a program; remove it")
+        check_cmake_option(arg, "--cmake-arg")
     tests = "ON" if any(target.startswith("test-") for target in request.targets) else "OFF"
     argv = ["cmake", "-S", str(tree), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
             "-DGGML_NATIVE=OFF", *SAFE_FLAGS,
@@ -239,12 +278,27 @@ def build_argv(build: Path, targets: tuple[str, ...]) -> list[str]:
             str(os.cpu_count() or 2), "--target", *targets]
 
 
-def _key(request: BuildRequest, source: SourceTree) -> str:
-    identity = {"source": source.identity, "backend": request.backend,
-                "cuda": request.cuda_architectures, "cmake": list(request.cmake_args),
-                "targets": sorted(request.targets), "build_number": request.build_number,
-                "safe": list(SAFE_FLAGS)}
+def _configuration(request: BuildRequest) -> dict[str, object]:
+    """What makes two builds of one source the same build: backend, flags, targets."""
+    return {"backend": request.backend, "cuda": request.cuda_architectures,
+            "cmake": list(request.cmake_args), "targets": sorted(request.targets),
+            "build_number": request.build_number, "safe": list(SAFE_FLAGS)}
+
+
+def _sha256(identity: dict[str, object]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def build_key(request: BuildRequest, source: SourceTree) -> str:
+    """The build's cache key: source identity (commit, sdist hash) and configuration."""
+    return _sha256({"source": source.identity, **_configuration(request)})
+
+
+def build_env(paths: NodePaths, tree: Path) -> dict[str, str]:
+    """The compile steps' environment: ccache keyed on paths relative to the tree, its
+    cache in the node's cache dir unless the operator set ``CCACHE_DIR``."""
+    return {**os.environ, "CCACHE_BASEDIR": str(tree), "CCACHE_NOHASHDIR": "1",
+            "CCACHE_DIR": os.environ.get("CCACHE_DIR", str(paths.cache_dir / "ccache"))}
 
 
 def manifest_path(name: str, paths: NodePaths) -> Path:
@@ -267,18 +321,24 @@ def all_manifests(paths: NodePaths) -> list[BuildManifest]:
     return [m for m in found if m is not None]
 
 
-def _write_manifest(manifest: BuildManifest, bin_dir: Path | None, paths: NodePaths) -> None:
-    """The manifest, and (for a build the farm made) ``bin`` linked to its binaries."""
+def _write_manifest(manifest: BuildManifest, binaries: list[Path], paths: NodePaths) -> None:
+    """The manifest, and (for a build the farm made) copies of its binaries in ``bin``:
+    the build's own, whatever is built in its source tree later."""
     home = paths.builds_dir / manifest.name
     home.mkdir(parents=True, exist_ok=True)
     link = home / "bin"
-    if link.is_symlink() or link.exists():
-        if link.is_dir() and not link.is_symlink():
-            shutil.rmtree(link)
-        else:
-            link.unlink()
-    if bin_dir is not None:
-        link.symlink_to(bin_dir, target_is_directory=True)
+    if link.is_symlink():
+        link.unlink()
+    if binaries:
+        partial = home / "bin.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        for binary in binaries:
+            shutil.copy2(binary, partial / binary.name)
+        shutil.rmtree(link, ignore_errors=True)
+        partial.rename(link)
+    else:
+        shutil.rmtree(link, ignore_errors=True)
     target = manifest_path(manifest.name, paths)
     partial = target.with_suffix(".partial")
     partial.write_text(json.dumps(asdict(manifest), indent=2))
@@ -300,7 +360,7 @@ def register_binary(name: str, binary: Path, paths: NodePaths) -> BuildManifest:
         server=str(server), version=probe.version, build_number=probe.build_number,
         spec_types=list(probe.choices("spec-type")),
         cache_types=list(probe.choices("cache-type-k")))
-    _write_manifest(manifest, None, paths)
+    _write_manifest(manifest, [], paths)
     return manifest
 
 
@@ -309,18 +369,21 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
     if not _NAME.match(request.name):
         raise ConfigError(f"build name {request.name!r}: letters, digits, '.', '_' and '-'")
     source = resolve_source(request, paths)
-    key = _key(request, source)
+    key = build_key(request, source)
     cached = load_manifest(request.name, paths)
     if cached and cached.key == key and Path(cached.server).is_file():
         _say(f"{request.name}: already built ({cached.version.splitlines()[0]})")
         return cached
-    build_dir = source.path / f"build-specfarm-{key[:12]}"
-    env = {**os.environ, "CCACHE_BASEDIR": str(source.path), "CCACHE_NOHASHDIR": "1"}
+    # One build directory per configuration in the tree: another commit of it rebuilds only
+    # what changed (the binaries are copied out, so earlier builds keep theirs).
+    build_dir = source.path / f"build-specfarm-{_sha256(_configuration(request))[:12]}"
+    env = build_env(paths, source.path)
     configure = configure_argv(request, source.path, build_dir)
-    run_command(configure, env=env)
-    run_command(build_argv(build_dir, request.targets), env=env)
-    server = build_dir / "bin" / "llama-server"
-    probe = probe_binary(server)
+    compile_step(configure, env, "cmake configure")
+    compile_step(build_argv(build_dir, request.targets), env, "the build")
+    binaries = [build_dir / "bin" / target for target in request.targets
+                if (build_dir / "bin" / target).is_file()]
+    probe = probe_binary(build_dir / "bin" / "llama-server")
     manifest = BuildManifest(
         name=request.name, key=key, source=request.source, ref=request.ref,
         commit=source.commit, sdist_sha256=source.sdist_sha256, backend=request.backend,
@@ -329,7 +392,7 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
         version=probe.version, build_number=probe.build_number,
         spec_types=list(probe.choices("spec-type")),
         cache_types=list(probe.choices("cache-type-k")))
-    _write_manifest(manifest, build_dir / "bin", paths)
+    _write_manifest(manifest, binaries, paths)
     _say(f"{request.name}: {probe.version.splitlines()[0]}")
     return manifest
 

@@ -76,6 +76,8 @@ class NvmlSource(Protocol):
 
     def nvmlDeviceGetMemoryInfo(self, handle: object, /) -> MemoryInfo: ...
 
+    def nvmlDeviceGetCudaComputeCapability(self, handle: object, /) -> tuple[int, int]: ...
+
     def nvmlDeviceGetPowerUsage(self, handle: object, /) -> int:
         """Milliwatts."""
         ...
@@ -102,6 +104,7 @@ class GpuInfo:
     name: str
     driver: str
     vram_total_mb: float  # MiB
+    compute_capability: str | None = None  # "8.6": what a CUDA build compiles for
 
 
 @dataclass(frozen=True)
@@ -205,8 +208,19 @@ def _describe(nvml: NvmlSource, devices: list[int]) -> list[GpuInfo]:
         gpus.append(GpuInfo(
             index=index, uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
             name=_text(nvml.nvmlDeviceGetName(handle)), driver=driver,
-            vram_total_mb=nvml.nvmlDeviceGetMemoryInfo(handle).total / _MIB))
+            vram_total_mb=nvml.nvmlDeviceGetMemoryInfo(handle).total / _MIB,
+            compute_capability=_capability(nvml, handle)))
     return gpus
+
+
+def _capability(nvml: NvmlSource, handle: object) -> str | None:
+    """The GPU's CUDA compute capability ("8.6"), None where NVML cannot tell."""
+    try:
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+    except Exception as exc:  # pynvml.NVMLError, or a driver too old for the call
+        log.warning("NVML gives no compute capability: %s", exc)
+        return None
+    return f"{major}.{minor}"
 
 
 def cuda_env(gpus: list[GpuInfo]) -> dict[str, str]:

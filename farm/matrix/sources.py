@@ -1,0 +1,110 @@
+"""Builds a matrix names by source (a git URL or repository, a ref, a backend, cmake options):
+what a source build may ask for, and its ref resolved to a commit once, at load.
+
+The commit is what every worker builds; resolving it here (``farm run``, ``farm submit``,
+``--dry-run``) and storing it in the job spec means a moving ref (``master``) names one
+commit for the whole campaign. Git is run with an argument list, never through a shell,
+and a ref or URL that could read as an option is refused before git sees it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from farm.errors import ConfigError
+
+# A ref as git spells branches, tags, pull/N/head and master~1: no option (a leading
+# '-'), no reflog ('@{'); a range ('..') is refused by resolve_commit.
+REF_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_./~^-]*$"
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# The cmake options a build may not set: the farm builds statically, without downloads, TLS
+# and subprocesses (workers.setup.builds.SAFE_FLAGS), so that no server it starts reaches
+# the network, runs a program, or runs another build's libraries.
+FIXED_OPTIONS = re.compile(r"^-D\s*(LLAMA_CURL|LLAMA_OPENSSL|LLAMA_SUBPROCESS|"
+                           r"LLAMA_USE_PREBUILT_UI|LLAMA_BUILD_UI|BUILD_SHARED_LIBS)\b",
+                           re.IGNORECASE)
+CMAKE_OPTION = re.compile(r"^-D[A-Za-z_][A-Za-z0-9_]*(:[A-Z]+)?=\S*$")
+_GIT_TIMEOUT = 120
+
+
+def check_cmake_option(arg: str, where: str) -> str:
+    """``arg`` if it is a ``-DNAME=VALUE`` a build may set, else a ConfigError at ``where``."""
+    if FIXED_OPTIONS.match(arg):
+        raise ConfigError(f"{where}: cmake option {arg!r}: the farm builds llama.cpp "
+                          "statically, without downloads, TLS and subprocesses, so that no "
+                          "server it starts reaches the network, runs a program or another "
+                          "build's libraries; remove it")
+    if not CMAKE_OPTION.match(arg):
+        raise ConfigError(f"{where}: cmake option {arg!r}: give -DNAME=VALUE (e.g. "
+                          "-DGGML_CUDA_FA_ALL_QUANTS=ON); other cmake arguments are not build "
+                          "options")
+    return arg
+
+
+def source_location(git: str, base: Path) -> str:
+    """A git source as every node names it: a URL as written, a local repository as an
+    absolute path (relative ones start at the matrix file)."""
+    if "://" in git or re.match(r"^[\w.-]+@[\w.-]+:", git):
+        return git
+    return str((base / Path(git).expanduser()).resolve())
+
+
+def _git(argv: list[str], where: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(["git", *argv], check=False, capture_output=True, text=True,
+                              timeout=_GIT_TIMEOUT, stdin=subprocess.DEVNULL,
+                              env={"GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/bin:/bin"})
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{where}: git is not installed here; install it to resolve "
+                          "the ref") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ConfigError(f"{where}: git did not answer in {_GIT_TIMEOUT} s; check the "
+                          "URL and the network") from exc
+
+
+def _remote_refs(git: str, ref: str, where: str) -> dict[str, str]:
+    result = _git(["ls-remote", "--", git, ref], where)
+    if result.returncode != 0:
+        detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"{where}.git: cannot read {git}: {detail}; check the URL (and "
+                          "that this machine reaches it)")
+    pairs = (line.split("\t", 1) for line in result.stdout.splitlines() if "\t" in line)
+    return {name: commit for commit, name in pairs}
+
+
+def resolve_commit(git: str, ref: str, where: str) -> str:
+    """The commit ``ref`` names in ``git`` now: a local repository asks git directly, a
+    URL through ``git ls-remote`` (a branch, a tag, pull/N/head); a full commit id stands."""
+    if git.startswith("-"):
+        raise ConfigError(f"{where}.git: {git!r} is not a URL or a repository path")
+    if ".." in ref:
+        raise ConfigError(f"{where}.ref: {ref!r} is a range; give one branch, tag, "
+                          "pull/N/head or commit")
+    if Path(git).is_dir():
+        found = _git(["-C", git, "rev-parse", "--verify", "--quiet", "--end-of-options",
+                      f"{ref}^{{commit}}"], where)
+        if found.returncode == 0 and COMMIT.match(found.stdout.strip()):
+            return found.stdout.strip()
+    elif COMMIT.match(ref):
+        return ref
+    else:
+        listed = _remote_refs(git, ref, where)
+        for name in (ref, f"refs/{ref}", f"refs/heads/{ref}", f"refs/tags/{ref}^{{}}",
+                     f"refs/tags/{ref}"):
+            if name in listed:
+                return listed[name]
+    raise ConfigError(f"{where}.ref: {git} has no ref {ref!r}; give a branch, a tag, "
+                      "pull/N/head or a full commit id it has")
+
+
+def _normal(source: str) -> str:
+    text = source.rstrip("/").removesuffix(".git").rstrip("/")
+    return text if "://" in text or ":" in text else str(Path(text).expanduser().resolve())
+
+
+def source_allowed(git: str, allowed: list[str] | tuple[str, ...]) -> bool:
+    """Whether ``git`` is one of ``allowed`` (a trailing ``/`` or ``.git`` aside, local
+    paths compared resolved)."""
+    return _normal(git) in {_normal(item) for item in allowed}

@@ -1,0 +1,232 @@
+"""Builds a matrix names by source: the ref resolved once to a commit, keys, the configure
+line a worker runs (CUDA from NVML's compute capability), and which sources a node allows.
+
+Real git repositories in the test's directory (a file path and a file:// URL); nothing is
+compiled here (tests/e2e/test_source_builds.py builds llama.cpp)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from celery.exceptions import SoftTimeLimitExceeded
+
+from farm.errors import BuildFailed, BuildUnavailable, ConfigError
+from farm.matrix.load import load_matrix
+from farm.matrix.sources import resolve_commit
+from farm.matrix.spec import BuildSource
+from tests.e2e.test_fleet import wait_for
+from tests.e2e.test_source_builds import git_daemon
+from tests.helpers import run_cli
+from tests.unit.test_telemetry import MIB, Device, FakeClock, FakeNvml
+from workers.fleet.task import job_clock
+from workers.job.telemetry import gpus_for_devices
+from workers.paths import NodePaths
+from workers.setup.builds import (
+    TAIL_LINES,
+    BuildRequest,
+    compile_step,
+    configure_argv,
+    resolve_source,
+)
+from workers.setup.ondemand import building, check_allowed, measuring, source_request
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                           *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _commit(repo: Path, text: str) -> str:
+    (repo / "server.cpp").write_text(text)
+    _git(repo, "add", "server.cpp")
+    _git(repo, "commit", "-qm", text)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "llama.cpp"
+    path.mkdir()
+    _git(path, "init", "-q", "-b", "master")
+    _commit(path, "A")
+    return path
+
+
+def _matrix(directory: Path, build: object) -> Path:
+    path = directory / "matrix.yaml"
+    path.write_text(yaml.safe_dump({
+        "campaign": "c", "build": build, "models": [{"name": "m"}], "prompts": ["hi"],
+        "variants": [{"name": "ngram", "flags": {"spec-type": "ngram-simple"}}]}))
+    return path
+
+
+def test_a_moving_ref_is_stored_as_its_commit_and_enters_the_job_key_not_the_comparable(
+        repo: Path, tmp_path: Path) -> None:
+    first = _git(repo, "rev-parse", "HEAD")
+    path = _matrix(tmp_path, {"name": "pr", "git": f"file://{repo}", "ref": "master"})
+    before = load_matrix(path)[1][0]
+    second = _commit(repo, "B")
+    after = load_matrix(path)[1][0]
+    assert before.build.source is not None and after.build.source is not None
+    assert (before.build.source.commit, after.build.source.commit) == (first, second)
+    assert before.job_key != after.job_key
+    assert before.comparable_key == after.comparable_key
+    # A local repository (relative to the matrix) names the same commit; a named build keeps
+    # the key it always had.
+    local = load_matrix(_matrix(tmp_path, {"name": "pr", "git": "llama.cpp",
+                                           "ref": second[:10]}))[1][0]
+    assert local.build.source is not None and local.build.source.commit == second
+    named = load_matrix(_matrix(tmp_path, "cpu"))[1][0]
+    assert named.build.key_part == "cpu" and named.build.source is None
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    ({"name": "pr", "git": "URL", "ref": "nope"},
+     "build.ref: {url} has no ref 'nope'; give a branch, a tag, pull/N/head"),
+    ({"name": "pr", "git": "URL", "ref": "-uhelp"}, "build.ref: String should match pattern"),
+    ({"name": "pr", "git": "URL", "ref": "master..HEAD"}, "build.ref: 'master..HEAD' is a range"),
+    ({"name": "pr", "git": "URL", "ref": "master", "cmake": ["-DBUILD_SHARED_LIBS=ON"]},
+     "build.cmake[0]: cmake option '-DBUILD_SHARED_LIBS=ON': the farm builds llama.cpp "
+     "statically"),
+    ({"name": "pr", "git": "URL", "ref": "master", "cmake": ["--trace"]},
+     "build.cmake[0]: cmake option '--trace': give -DNAME=VALUE"),
+    ({"name": "pr", "git": "URL"}, "`git` and `ref` go together"),
+    ({"name": "pr", "git": "URL", "ref": "master", "cuda-arch": "86"},
+     "`cuda-arch` applies to `backend: cuda` only"),
+    ({"name": "pr", "path": "/bin/x", "git": "URL", "ref": "master"}, "not both"),
+    ({"name": "pr", "git": "file:///nowhere/llama.cpp", "ref": "master"},
+     "build.git: cannot read file:///nowhere/llama.cpp"),
+])
+def test_a_bad_source_build_is_one_message_naming_the_file_and_key(
+        repo: Path, tmp_path: Path, build: dict[str, object], message: str) -> None:
+    url = f"file://{repo}"
+    entry = {key: (url if value == "URL" else value) for key, value in build.items()}
+    path = _matrix(tmp_path, entry)
+    with pytest.raises(ConfigError) as caught:
+        load_matrix(path)
+    assert f"{path}: " in str(caught.value)
+    assert message.format(url=url) in str(caught.value)
+
+
+def test_dry_run_shows_the_commit_the_ref_names(repo: Path, tmp_path: Path) -> None:
+    commit = _git(repo, "rev-parse", "HEAD")
+    path = _matrix(tmp_path, {"name": "pr", "git": f"file://{repo}", "ref": "master",
+                              "cmake": ["-DGGML_AVX2=OFF"]})
+    result = run_cli("run", "--dry-run", str(path), width=400)
+    assert result.exit_code == 0, result.output
+    assert (f"build    pr: file://{repo} master = commit {commit}, cpu -DGGML_AVX2=OFF (made "
+            "when the job runs)") in result.output
+
+
+def _cuda(arch: str | None = None) -> BuildSource:
+    return BuildSource(git="https://github.com/ggml-org/llama.cpp", ref="master",
+                       commit="a" * 40, backend="cuda", cuda_arch=arch)
+
+
+def test_a_cuda_build_compiles_for_the_gpus_nvml_reports_unless_the_matrix_says() -> None:
+    nvml = FakeNvml(FakeClock(), [Device("GPU-a", "NVIDIA GeForce RTX 3090", 24 * 1024 * MIB,
+                                         capability=(8, 6)),
+                                  Device("GPU-b", "NVIDIA L4", 23034 * MIB, capability=(8, 9))])
+    gpus = gpus_for_devices([0, 1], nvml)
+    request = source_request(_cuda(), gpus)
+    argv = configure_argv(request, Path("/src"), Path("/src/build"))
+    assert "-DGGML_CUDA=ON" in argv and "-DBUILD_SHARED_LIBS=OFF" in argv
+    assert "-DCMAKE_CUDA_ARCHITECTURES=86;89" in argv
+    assert request.name.endswith("-sm86-89") and request.ref == "a" * 40
+    pinned = configure_argv(source_request(_cuda("90"), gpus), Path("/src"), Path("/b"))
+    assert "-DCMAKE_CUDA_ARCHITECTURES=90" in pinned
+    blind = gpus_for_devices([0], FakeNvml(FakeClock(), [Device("GPU-c", "old", MIB,
+                                                                capability=None)]))
+    with pytest.raises(BuildUnavailable, match="set `cuda-arch`"):
+        source_request(_cuda(), blind)
+
+
+def test_a_node_builds_only_the_sources_its_operator_allows(tmp_path: Path) -> None:
+    source = _cuda()
+    check_allowed(source, ["https://github.com/ggml-org/llama.cpp.git/"])
+    check_allowed(source, None)  # farm run: the user's own matrix
+    with pytest.raises(BuildUnavailable) as caught:
+        check_allowed(source, [str(tmp_path / "mirror.git")])
+    assert (f"source https://github.com/ggml-org/llama.cpp is not allowed on this node (it "
+            f"builds only from: {tmp_path / 'mirror.git'})") in str(caught.value)
+
+
+def test_a_source_fetched_through_git_daemon_is_checked_out_at_the_stored_commit(
+        repo: Path, tmp_path: Path, node_paths: NodePaths) -> None:
+    first = _git(repo, "rev-parse", "HEAD")
+    second = _commit(repo, "B")
+    served = tmp_path / "served"
+    served.mkdir()
+    _git(tmp_path, "clone", "-q", "--bare", str(repo), str(served / "repo.git"))
+    daemon, port = git_daemon(served)
+    url = f"git://127.0.0.1:{port}/repo.git"
+    try:
+        assert resolve_commit(url, "master", "m.yaml: build") == second
+        paths = replace(node_paths, cache_dir=tmp_path / "cache")
+        tree = resolve_source(BuildRequest(name="x", source=url, ref=first), paths)
+        assert (tree.commit, (tree.path / "server.cpp").read_text()) == (first, "A")
+        again = resolve_source(BuildRequest(name="x", source=url, ref=second), paths)
+        assert again.path == tree.path and (again.path / "server.cpp").read_text() == "B"
+    finally:
+        daemon.terminate()
+        daemon.wait()
+    with pytest.raises(BuildUnavailable, match=f"{url}: cannot fetch"):
+        resolve_source(BuildRequest(name="x", source=url, ref="c" * 40), paths)
+
+
+def _hold(paths: NodePaths, kind: str, seconds: float, log: Path) -> None:
+    with building(paths) if kind == "build" else measuring(paths):
+        with log.open("a") as out:
+            out.write(f"{kind} {time.monotonic():.3f}\n")
+        time.sleep(seconds)
+        with log.open("a") as out:
+            out.write(f"{kind}-end {time.monotonic():.3f}\n")
+
+
+def test_a_build_waits_for_measurements_and_goes_before_new_ones(
+        tmp_path: Path, node_paths: NodePaths) -> None:
+    paths = replace(node_paths, cache_dir=tmp_path / "cache")
+    log = tmp_path / "order"
+    context = multiprocessing.get_context("fork")
+    first = context.Process(target=_hold, args=(paths, "measure", 1.5, log))
+    first.start()
+    wait_for(lambda: log.exists(), 30, "the first measurement")
+    builder = context.Process(target=_hold, args=(paths, "build", 1.0, log))
+    builder.start()
+    time.sleep(0.5)  # the build is waiting now
+    late = context.Process(target=_hold, args=(paths, "measure", 0.1, log))
+    late.start()
+    for process in (first, builder, late):
+        process.join(30)
+    order = [line.split()[0] for line in log.read_text().splitlines()]
+    assert order == ["measure", "measure-end", "build", "build-end", "measure", "measure-end"]
+
+
+def test_a_failed_compile_step_keeps_its_last_lines_and_a_full_disk_is_not_a_failure() -> None:
+    noisy = "for i in range(100): print(f'line {i}')\nprint('x.cpp:1:2: error: boom')\nexit(2)"
+    with pytest.raises(BuildFailed) as caught:
+        compile_step([sys.executable, "-c", noisy], {}, "the build")
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "the build failed (exit 2); its last lines:"
+    assert lines[1:] == [f"line {i}" for i in range(100 - TAIL_LINES + 1, 100)] + [
+        "x.cpp:1:2: error: boom"]
+    full = "print('ld: final link failed: No space left on device'); exit(1)"
+    with pytest.raises(BuildUnavailable, match="no space left on device"):
+        compile_step([sys.executable, "-c", full], {}, "the build")
+
+
+def test_the_jobs_time_limit_starts_when_its_builds_are_made() -> None:
+    started = time.monotonic()
+    with pytest.raises(SoftTimeLimitExceeded), job_clock(1):
+        time.sleep(5)
+    assert 0.9 < time.monotonic() - started < 2
+    with job_clock(1):
+        pass
+    time.sleep(1.2)  # disarmed on the way out

@@ -1,0 +1,200 @@
+"""Builds a job names by source, made on the node that runs it (``farm run``, a worker).
+
+A source build (``farm.matrix.spec.BuildSource``: git, the commit resolved at submit,
+backend, cmake options) is kept under its local name (``src-COMMIT-IDENTITY``) in the
+node's builds dir and made by ``workers.setup.builds.build``. One build at a time per
+node: an exclusive ``fcntl`` lock in the cache dir, which every worker process on the host
+shares, so N workers asking for one build make it once (the others wait, then find it).
+Measurements hold the same lock shared, so that no build runs beside a measurement on the
+node; a waiting build goes first (the ``intent`` lock), so that back-to-back jobs cannot
+starve it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from farm.errors import BuildUnavailable
+from farm.matrix.sources import source_allowed
+from farm.matrix.spec import SOURCE_BUILD_PREFIX, BuildSource, JobSpec
+from workers.job.resolve import NodeFiles
+from workers.job.telemetry import GpuInfo
+from workers.paths import NodePaths
+from workers.setup.builds import (
+    BuildManifest,
+    BuildRequest,
+    all_manifests,
+    build,
+    load_manifest,
+)
+
+LAST_USED = "last-used"
+
+
+@contextmanager
+def _flock(path: Path, mode: int) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def building(paths: NodePaths) -> Iterator[None]:
+    """Hold the node's build lock: no other build, and no measurement, runs meanwhile."""
+    locks = paths.cache_dir / "locks"
+    with _flock(locks / "build.intent", fcntl.LOCK_EX), _flock(locks / "build.lock",
+                                                                fcntl.LOCK_EX):
+        yield
+
+
+@contextmanager
+def measuring(paths: NodePaths) -> Iterator[None]:
+    """Hold the node's build lock shared while measuring: measurements run side by side
+    (one per GPU), a build waits for them, and a waiting build goes before new ones."""
+    locks = paths.cache_dir / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    handle = (locks / "build.lock").open("a")
+    try:
+        with _flock(locks / "build.intent", fcntl.LOCK_SH):
+            fcntl.flock(handle, fcntl.LOCK_SH)
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def cuda_arch(source: BuildSource, gpus: Sequence[GpuInfo]) -> str | None:
+    """The CUDA architectures to build: the matrix's, else the worker's GPUs' compute
+    capabilities (8.6 -> 86); None for other backends."""
+    if source.backend != "cuda":
+        return None
+    if source.cuda_arch is not None:
+        return source.cuda_arch
+    found = sorted({gpu.compute_capability.replace(".", "") for gpu in gpus
+                    if gpu.compute_capability})
+    if not found:
+        raise BuildUnavailable("a CUDA build needs its architecture: NVML reports no GPU "
+                               "compute capability on this node; set `cuda-arch` in the "
+                               "matrix's build")
+    return ";".join(found)
+
+
+def source_request(source: BuildSource, gpus: Sequence[GpuInfo]) -> BuildRequest:
+    """What ``farm build`` is asked for a source build on this node (its GPUs' arch)."""
+    arch = cuda_arch(source, gpus)
+    name = source.local_name + (f"-sm{arch.replace(';', '-')}"
+                                if arch and source.cuda_arch is None else "")
+    return BuildRequest(name=name, source=source.git, ref=source.commit,
+                        backend=source.backend, cuda_architectures=arch,
+                        cmake_args=source.cmake, targets=("llama-server",))
+
+
+def check_allowed(source: BuildSource, allowed: Sequence[str] | None) -> None:
+    """BuildUnavailable unless ``source.git`` is one the node's operator allows (``None``:
+    ``farm run``, which builds what the user's own matrix names)."""
+    if allowed is None or source_allowed(source.git, tuple(allowed)):
+        return
+    raise BuildUnavailable(
+        f"source {source.git} is not allowed on this node (it builds only from: "
+        f"{', '.join(allowed) or 'no source'}); building code is running it: add it to "
+        "`sources:` in the worker config if you trust whoever may submit it")
+
+
+@dataclass(frozen=True)
+class MadeBuild:
+    """A source build ready on this node, and the seconds this call spent making it
+    (0 when it was there already, waiting for the lock included otherwise)."""
+
+    manifest: BuildManifest
+    seconds: float
+
+
+def _touch(manifest: BuildManifest, paths: NodePaths) -> None:
+    (paths.builds_dir / manifest.name / LAST_USED).touch()
+
+
+def _ready(name: str, paths: NodePaths) -> BuildManifest | None:
+    manifest = load_manifest(name, paths)
+    return manifest if manifest and Path(manifest.server).is_file() else None
+
+
+def make_source_build(source: BuildSource, paths: NodePaths, gpus: Sequence[GpuInfo],
+                      allowed: Sequence[str] | None) -> MadeBuild:
+    """The source build, made here under the node's build lock unless it already is."""
+    check_allowed(source, allowed)
+    request = source_request(source, gpus)
+    found = _ready(request.name, paths)
+    started = time.monotonic()
+    if found is None:
+        with building(paths):
+            found = _ready(request.name, paths) or build(request, paths)
+    _touch(found, paths)
+    return MadeBuild(found, 0.0 if time.monotonic() - started < 0.5
+                     else time.monotonic() - started)
+
+
+def with_source_builds(spec: JobSpec, node: NodeFiles, paths: NodePaths,
+                       gpus: Sequence[GpuInfo], allowed: Sequence[str] | None,
+                       ) -> tuple[NodeFiles, float]:
+    """``node`` with the job's source builds made here and added under their local names
+    (``workers.job.resolve`` finds them there), and the seconds spent making them."""
+    made: dict[str, Path] = {}
+    seconds = 0.0
+    for arm in (spec.baseline, spec.variant):
+        source = arm.build.source
+        if source is None or source.local_name in made:
+            continue
+        result = make_source_build(source, paths, gpus, allowed)
+        made[source.local_name] = Path(result.manifest.server)
+        seconds += result.seconds
+    if not made:
+        return node, 0.0
+    builds: Mapping[str, Path] = {**node.builds, **made}
+    return NodeFiles(name=node.name, builds=builds, models_dir=node.models_dir,
+                     matrix_dir=node.matrix_dir, allow_options=node.allow_options,
+                     allow_build_path=node.allow_build_path), seconds
+
+
+@dataclass(frozen=True)
+class SourceBuild:
+    """A source build on this node, for ``farm builds``: what it is, its size, last use."""
+
+    manifest: BuildManifest
+    size: int  # bytes of its own binaries
+    last_used: float  # epoch seconds
+
+
+def source_builds(paths: NodePaths) -> list[SourceBuild]:
+    """Every source build made on this node, most recently used first."""
+    found = []
+    for manifest in all_manifests(paths):
+        home = paths.builds_dir / manifest.name
+        if not manifest.name.startswith(SOURCE_BUILD_PREFIX):
+            continue
+        size = sum(f.stat().st_size for f in (home / "bin").glob("*") if f.is_file())
+        stamp = home / LAST_USED
+        used = (stamp if stamp.exists() else home / "build.json").stat().st_mtime
+        found.append(SourceBuild(manifest, size, used))
+    return sorted(found, key=lambda item: -item.last_used)
+
+
+def prune(paths: NodePaths, days: float) -> list[SourceBuild]:
+    """Remove the source builds unused for ``days`` (under the build lock); returns them."""
+    cutoff = time.time() - days * 86400
+    removed = []
+    with building(paths):
+        for item in source_builds(paths):
+            if item.last_used < cutoff:
+                shutil.rmtree(paths.builds_dir / item.manifest.name)
+                removed.append(item)
+    return removed
