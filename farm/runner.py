@@ -230,8 +230,8 @@ def _models_here(path: Path, specs: list[JobSpec], settings: Settings,
         fetch_models(specs, models_dir, hub, say)
         return specs, notes
     for model in {spec.model.name: spec.model for spec in specs if spec.model.remote}.values():
-        if not model.pinned or _on_node(model, models_dir):
-            continue  # an unpinned one has its note
+        if _on_node(model, models_dir):
+            continue
         size = sum(item.size or 0 for item in model.files)
         notes.append(f"model {model.name} ({model.source}) is not on this machine: `farm run` "
                      f"downloads it first" + (f" ({size / 1e9:.2f} GB)" if size else "")

