@@ -64,6 +64,24 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
 
 
 @cli.command()
+@click.argument("matrix", type=click.Path(path_type=Path))
+@click.option("--gpu-class", help="With several gpu-classes in MATRIX: the one this node "
+                                  "serves.")
+def prepare(matrix: Path, gpu_class: str | None) -> None:
+    """Download MATRIX's Hub and URL models and make its source builds on this node, ahead
+    of its jobs (a worker about to join, a box that will be offline), with progress; then
+    check every job as `farm run` would. Runs nothing."""
+    from farm.runner import check_matrix
+
+    console = Console(stderr=True)
+    checked = check_matrix(matrix, load_settings(), gpu_class=gpu_class,
+                           say=lambda line: console.print(line, markup=False, soft_wrap=True))
+    models = sorted({spec.model.name for spec in checked.specs})
+    click.echo(f"{matrix}: ready on this node: {len(checked.specs)} jobs, models "
+               f"{', '.join(models)}, their builds made and every job checked")
+
+
+@cli.command()
 @click.option("--gpu-class", help="The class this node serves (a label in the output).")
 @click.option("--devices", help="GPU indices, e.g. 0 or 0,1: the checks run on these, with "
                                 "every layer offloaded (-ngl 99).")
