@@ -82,6 +82,18 @@ class ModelRef(Frozen):
     url: str | None = None
     files: tuple[RemoteFile, ...] = ()
 
+    @model_serializer(mode="wrap")
+    def _without_absent_source(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A local model is stored as it always was ({name, file, path}): specs, and the
+        # frozen migrations that read them, stay as they were.
+        data: dict[str, Any] = handler(self)
+        for key in ("hf", "revision", "url"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        if not data.get("files"):
+            data.pop("files", None)
+        return data
+
     @property
     def local_path(self) -> str:
         """The resolved file; a ConfigError if the job was not resolved on this machine."""
@@ -110,6 +122,15 @@ class ModelRef(Frozen):
         if self.hf is not None:
             return f"{self.hf}@{self.revision or 'main'} {self.file}"
         return self.url or self.path or self.file or f"{self.name}.gguf"
+
+    @property
+    def provenance(self) -> str | None:
+        """Where a downloaded model's bytes came from, for each run's row:
+        ``OWNER/NAME@COMMIT`` (the file is the run's model_file) or the URL; None for a
+        local model."""
+        if self.hf is not None:
+            return f"{self.hf}@{self.revision}"
+        return self.url
 
     def identity(self) -> dict[str, Any]:
         """What makes a remote model these bytes, for the job key (empty for a local one)."""
@@ -141,6 +162,15 @@ class BuildSource(Frozen):
         return tuple(check_cmake_option(arg, "cmake") for arg in value)
 
     @property
+    @property
+    def provenance(self) -> str | None:
+        """Where a downloaded model's bytes came from, for each run's row:
+        ``OWNER/NAME@COMMIT`` (the file is the run's model_file) or the URL; None for a
+        local model."""
+        if self.hf is not None:
+            return f"{self.hf}@{self.revision}"
+        return self.url
+
     def identity(self) -> dict[str, Any]:
         """What makes it one build wherever it is made (the ref as written is not)."""
         return {"git": self.git, "commit": self.commit, "backend": self.backend,
