@@ -57,6 +57,11 @@ class Prompt(Frozen):
     category: str
 
 
+def _without_empty(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A stored spec without the optional ``keys`` it leaves unset (None or empty)."""
+    return {key: value for key, value in data.items() if key not in keys or value}
+
+
 class RemoteFile(Frozen):
     """One file a node downloads for a model (a split GGUF has several): its name in the
     repository (or the URL's), its size and its sha256 as the source states them."""
@@ -86,13 +91,7 @@ class ModelRef(Frozen):
     def _without_absent_source(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # A local model is stored as it always was ({name, file, path}): specs, and the
         # frozen migrations that read them, stay as they were.
-        data: dict[str, Any] = handler(self)
-        for key in ("hf", "revision", "url"):
-            if data.get(key) is None:
-                data.pop(key, None)
-        if not data.get("files"):
-            data.pop("files", None)
-        return data
+        return _without_empty(handler(self), ("hf", "revision", "url", "files"))
 
     @property
     def local_path(self) -> str:
@@ -162,15 +161,6 @@ class BuildSource(Frozen):
         return tuple(check_cmake_option(arg, "cmake") for arg in value)
 
     @property
-    @property
-    def provenance(self) -> str | None:
-        """Where a downloaded model's bytes came from, for each run's row:
-        ``OWNER/NAME@COMMIT`` (the file is the run's model_file) or the URL; None for a
-        local model."""
-        if self.hf is not None:
-            return f"{self.hf}@{self.revision}"
-        return self.url
-
     def identity(self) -> dict[str, Any]:
         """What makes it one build wherever it is made (the ref as written is not)."""
         return {"git": self.git, "commit": self.commit, "backend": self.backend,
@@ -194,10 +184,7 @@ class BuildRef(Frozen):
     def _without_absent_source(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # A build by name is stored as it always was ({name, path}): specs, and the frozen
         # migrations that read them, stay as they were.
-        data: dict[str, Any] = handler(self)
-        if data.get("source") is None:
-            data.pop("source", None)
-        return data
+        return _without_empty(handler(self), ("source",))
 
     @property
     def key_part(self) -> str | dict[str, Any]:

@@ -17,6 +17,7 @@ import yaml
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from farm.settings import load_settings
 from farm.store.db import make_engine
 from farm.store.models import Run
 from tests.e2e.test_fleet import Fleet, shared_redis_fleet, wait_for
@@ -33,12 +34,22 @@ from tests.hub_standin import (
     shards,
     smol_gguf,
 )
-from workers.paths import file_sha256
-from workers.setup.provision import Provisioned
+from workers.paths import NodePaths, file_sha256
+from workers.setup.builds import load_manifest
+from workers.setup.provision import provision
 
 pytestmark = pytest.mark.server
 FARM = str(Path(sys.executable).with_name("farm"))
 __all__ = ["hub", "shards", "smol_gguf"]  # the stand-in's fixtures, used by name
+
+
+@pytest.fixture(scope="session")
+def cpu_server() -> Path:
+    """The node's `cpu` llama-server as registered (`farm provision` makes it once; a build
+    already there is used as it is: these tests are about models)."""
+    paths = NodePaths.of(load_settings())
+    manifest = load_manifest("cpu", paths)
+    return Path(manifest.server) if manifest else provision(paths).server
 
 
 def _matrix(path: Path, campaign: str, model: dict[str, Any], classes: list[str] | None = None,
@@ -59,7 +70,7 @@ def _farm_run(matrix: Path, hub: HubStandin, cache: Path) -> subprocess.Complete
 
 
 def test_farm_run_downloads_a_hub_model_once_and_runs_it(
-        hub: HubStandin, tmp_path: Path, provisioned: Provisioned, smol_gguf: Path,
+        hub: HubStandin, tmp_path: Path, cpu_server: Path, smol_gguf: Path,
         isolated_data_dir: Path) -> None:
     matrix = _matrix(tmp_path / "m.yaml", "hub-run", {"hf": REPO, "file": FILE})
     first = _farm_run(matrix, hub, tmp_path)
@@ -79,7 +90,7 @@ def test_farm_run_downloads_a_hub_model_once_and_runs_it(
 
 
 def test_a_split_gguf_from_the_hub_loads_in_llama_server(
-        hub: HubStandin, tmp_path: Path, provisioned: Provisioned) -> None:
+        hub: HubStandin, tmp_path: Path, cpu_server: Path) -> None:
     matrix = _matrix(tmp_path / "m.yaml", "hub-split", {"hf": SPLIT, "file": SPLIT_FIRST})
     result = _farm_run(matrix, hub, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -101,9 +112,9 @@ def _log_times(log: str) -> list[str]:
 
 
 def test_two_workers_on_one_box_download_once_and_both_run(
-        fleet: Fleet, hub: HubStandin, provisioned: Provisioned) -> None:
+        fleet: Fleet, hub: HubStandin, cpu_server: Path) -> None:
     for name in ("alpha", "beta"):
-        fleet.start_worker(name, "box", provisioned.server)
+        fleet.start_worker(name, "box", cpu_server)
     matrix = _matrix(fleet.root / "m.yaml", "hub-fleet", {"hf": REPO, "file": FILE}, ["box"],
                      ("ngram-simple", "ngram-mod"))
     submitted = fleet.farm("submit", str(matrix))
@@ -119,10 +130,10 @@ def test_two_workers_on_one_box_download_once_and_both_run(
 
 
 def test_a_gated_model_every_worker_refused_fails_with_their_reasons(
-        fleet: Fleet, hub: HubStandin, provisioned: Provisioned) -> None:
+        fleet: Fleet, hub: HubStandin, cpu_server: Path) -> None:
     token = hub.repos[GATED].token or ""
     for name in ("one", "two"):
-        fleet.start_worker(name, "box", provisioned.server)
+        fleet.start_worker(name, "box", cpu_server)
     matrix = _matrix(fleet.root / "m.yaml", "hub-gated", {"hf": GATED, "file": FILE}, ["box"])
     # The coordinator has the token and pins the revision; the workers have none.
     pinned = subprocess.run([FARM, "submit", str(matrix)], capture_output=True, text=True,
