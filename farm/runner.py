@@ -229,7 +229,8 @@ def _models_here(path: Path, specs: list[JobSpec], settings: Settings,
     if download:
         fetch_models(specs, models_dir, hub, say)
         return specs, notes
-    for model in {spec.model.name: spec.model for spec in specs if spec.model.remote}.values():
+    for model in {model.name: model for spec in specs
+                  for model in (spec.model, *spec.draft_models) if model.remote}.values():
         if _on_node(model, models_dir):
             continue
         size = sum(item.size or 0 for item in model.files)
@@ -263,7 +264,8 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
         for spec in specs:
             node = with_source_builds(spec, node, paths, gpus, None)[0]
     else:
-        ready = [s for s in specs if _built(s, node) and _on_node(s.model, paths.models_dir)]
+        ready = [s for s in specs if _built(s, node) and all(
+            _on_node(model, paths.models_dir) for model in (s.model, *s.draft_models))]
         unbuilt = [(s, "its source build is made, and its model downloaded, when the job "
                        "runs") for s in specs if s not in ready]
         specs = ready

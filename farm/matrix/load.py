@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from farm.errors import ConfigError
 from farm.matrix.flags import FlagMap, FlagValue, parse_args, scalar
-from farm.matrix.options import admit_name, canonical, check_flag
+from farm.matrix.options import FILE_TYPES, admit_name, canonical, check_flag, value_type
 from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, ModelEntry, PromptEntry, Variant
 from farm.matrix.sources import check_cmake_option, resolve_commit, source_location
 from farm.matrix.spec import Arm, BuildRef, BuildSource, JobSpec, ModelRef, Prompt, RemoteFile
@@ -281,6 +281,13 @@ def _model_ref(model: ModelEntry) -> ModelRef:
                     path=model.path)
 
 
+def _drafts_named(drafts: dict[str, ModelRef], *arms: FlagMap) -> tuple[ModelRef, ...]:
+    """The draft models of ``drafts`` the arms' file flags name (by their entry's name)."""
+    named = {value for flags in arms for name, value in flags.items()
+             if isinstance(value, str) and value_type(name) in FILE_TYPES}
+    return tuple(model for name, model in drafts.items() if name in named)
+
+
 def _models(matrix: Matrix, path: Path) -> list[ModelRef]:
     """Models as written: a ``file`` name, or a ``path`` the node that runs the job resolves
     (``workers.job.resolve.resolve``), or a Hub or URL source each node downloads."""
@@ -367,6 +374,10 @@ def expand(matrix: Matrix, path: Path, allow: frozenset[str] = frozenset(),
     commits = commits or {}
     prompts = _prompts(matrix, path)
     models = _models(matrix, path)
+    drafts = {entry.name: _model_ref(entry) for entry in matrix.draft_models}
+    if len(drafts) != len(matrix.draft_models):
+        raise ConfigError(f"{path}: draft-models: names must be unique, got "
+                          f"{[entry.name for entry in matrix.draft_models]}")
     builds = [_build_ref(entry, path.parent, commits) for entry in matrix.build_entries()]
     baselines = _flag_choices(matrix.flags, matrix.args, f"{path}: ", allow)
     swept = set(_swept(matrix.flags))
@@ -411,7 +422,7 @@ def expand(matrix: Matrix, path: Path, allow: frozenset[str] = frozenset(),
                     max_pairs=matrix.max_pairs, target_ci=matrix.target_ci,
                     target_assurance=matrix.target_assurance,
                     control=variant.control, stop=matrix.stop, concurrency=streams,
-                    prompt_length=length)
+                    prompt_length=length, draft_models=_drafts_named(drafts, baseline, flags))
                 if job.job_key in jobs:
                     raise ConfigError(f"{path}: {where} ({name}): same job as variant "
                                       f"{jobs[job.job_key].variant.name!r}; remove one")

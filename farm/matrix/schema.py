@@ -266,6 +266,9 @@ class Matrix(Strict):
         default_factory=lambda: ["default"], min_length=1,
         description="GPU classes to run every job on (one queue each, gpu.CLASS).")
     models: Annotated[list[ModelEntry], Field(min_length=1)]
+    draft_models: list[ModelEntry] = Field(
+        default_factory=list, description="Draft models from the Hub or a URL, downloaded "
+        "like `models`; a flag names one by its name (`spec-draft-model: NAME`).")
     prompt_mode: Literal["chat", "completion"] = "chat"
     prompts: list[str | PromptEntry] = Field(default_factory=list)
     prompt_file: str | None = Field(None, description="YAML list of prompts, like `prompts`.")
@@ -300,6 +303,15 @@ class Matrix(Strict):
     engine_curve: EngineCurve | None = Field(
         None, description="Shorthand for synthetic-acceptance variants: the engine's speedup "
                           "per draft length and acceptance length.")
+
+    @model_validator(mode="after")
+    def _draft_models_remote(self) -> Matrix:
+        for entry in self.draft_models:
+            if entry.hf is None and entry.url is None:
+                raise ValueError(f"draft-models: {entry.name!r} has no `hf` or `url`; a draft "
+                                 "model of the models dir is named by its file in the flag "
+                                 "(`spec-draft-model: FILE`), not listed here")
+        return self
 
     @model_validator(mode="after")
     def _pairs_in_order(self) -> Matrix:

@@ -241,6 +241,14 @@ class JobSpec(Frozen):
     stop: StopMode = "fixed"  # natural: no ignore_eos, n_predict a cap
     concurrency: Concurrency = 1  # simultaneous streams per run, one server slot each
     prompt_length: PromptLength = 0  # tokens of the bundled document before each prompt, about
+    # Draft models from the Hub or a URL that the arms' flags name (`spec-draft-model:
+    # NAME`): downloaded like the model, the flag then given the file.
+    draft_models: tuple[ModelRef, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_absent_drafts(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A job without draft models is stored as before (the frozen migrations read it).
+        return _without_empty(handler(self), ("draft_models",))
 
     @field_validator("sampling")
     @classmethod
@@ -317,6 +325,8 @@ class JobSpec(Frozen):
             # A downloaded model is the bytes of its source (a Hub model: repository,
             # commit and file); a local one keeps its key.
             **({"model_source": self.model.identity()} if self.model.remote else {}),
+            **({"draft_models": {model.name: model.identity() for model in self.draft_models}}
+               if self.draft_models else {}),
         })
 
     @cached_property

@@ -69,10 +69,15 @@ def _farm_run(matrix: Path, hub: HubStandin, cache: Path) -> subprocess.Complete
                           env=env, timeout=600, check=False)
 
 
-def test_farm_run_downloads_a_hub_model_once_and_runs_it(
+def test_farm_run_downloads_a_hub_model_once_and_runs_it_and_its_draft_model(
         hub: HubStandin, tmp_path: Path, cpu_server: Path, smol_gguf: Path,
         isolated_data_dir: Path) -> None:
     matrix = _matrix(tmp_path / "m.yaml", "hub-run", {"hf": REPO, "file": FILE})
+    data = yaml.safe_load(matrix.read_text())
+    data["draft-models"] = [{"name": "drafter", "hf": REPO, "file": FILE, "revision": COMMIT}]
+    data["variants"].append({"name": "draft", "flags": {"spec-type": "draft-simple",
+                                                         "spec-draft-model": "drafter"}})
+    matrix.write_text(yaml.safe_dump(data))
     first = _farm_run(matrix, hub, tmp_path)
     assert first.returncode == 0, first.stderr
     assert f"model smol: {REPO}@main is commit {COMMIT}" in first.stderr
@@ -85,8 +90,13 @@ def test_farm_run_downloads_a_hub_model_once_and_runs_it(
     with Session(engine) as session:
         runs = list(session.scalars(select(Run)))
     engine.dispose()
-    assert len(runs) == 2 and {run.model_sha256 for run in runs} == {file_sha256(smol_gguf)}
+    assert len(runs) == 4 and {run.model_sha256 for run in runs} == {file_sha256(smol_gguf)}
     assert {run.model_file for run in runs} == {FILE}
+    assert {run.model_source for run in runs} == {f"{REPO}@{COMMIT}"}
+    place = str(tmp_path / "models" / "hub" / REPO.replace("/", "--") / COMMIT / FILE)
+    drafted = [run.argv for run in runs if "--spec-draft-model" in run.argv]
+    assert drafted and all(argv[argv.index("--spec-draft-model") + 1] == place
+                           for argv in drafted)
 
 
 def test_a_split_gguf_from_the_hub_loads_in_llama_server(

@@ -11,7 +11,7 @@ from farm.matrix.load import load_matrix
 from farm.matrix.schema import split_shards
 from farm.matrix.spec import JobSpec, RemoteFile
 from tests.helpers import matrix_dict, run_cli, write_matrix
-from workers.setup.hub import with_model
+from workers.setup.hub import with_models
 
 HF = {"name": "qwen", "hf": "froggeric/Qwen3.6-27B-MTP-GGUF",
       "file": "Qwen3.6-27B-Q4_K_M-mtp.gguf"}
@@ -24,8 +24,9 @@ def _jobs(tmp_path: Path, model: dict[str, Any]) -> list[JobSpec]:
 
 
 def _pinned(spec: JobSpec, commit: str) -> JobSpec:
-    return with_model(spec, spec.model.model_copy(update={
-        "revision": commit, "files": (RemoteFile(name=spec.model.file or "", sha256="c" * 64),)}))
+    return with_models(spec, spec.model.model_copy(update={
+        "revision": commit, "files": (RemoteFile(name=spec.model.file or "", sha256="c" * 64),)}),
+        ())
 
 
 @pytest.mark.parametrize(("model", "message"), [
@@ -86,3 +87,24 @@ def test_a_split_gguf_is_its_shards_in_order() -> None:
     assert split_shards("q-00001-of-00003.gguf") == [
         "q-00001-of-00003.gguf", "q-00002-of-00003.gguf", "q-00003-of-00003.gguf"]
     assert split_shards("q.gguf") == ["q.gguf"]
+
+
+def test_a_draft_model_from_the_hub_is_named_by_its_entry_and_enters_the_job_key(
+        tmp_path: Path) -> None:
+    matrix = matrix_dict(tmp_path / "t.gguf", **{
+        "draft-models": [{"name": "drafter", "hf": "org/drafts", "file": "d.gguf"}],
+        "variants": [{"name": "draft", "flags": {"spec-draft-model": "drafter"}},
+                     {"name": "ngram", "flags": {"spec-type": "ngram-simple"}}]})
+    draft, ngram = load_matrix(write_matrix(tmp_path, matrix))[1]
+    assert [model.name for model in draft.draft_models] == ["drafter"]
+    assert ngram.draft_models == () and "draft_models" not in ngram.model_dump()
+    pinned = with_models(draft, draft.model, (draft.draft_models[0].model_copy(update={
+        "revision": COMMIT_A, "files": (RemoteFile(name="d.gguf", sha256="c" * 64),)}),))
+    assert pinned.job_key != draft.job_key and pinned.draft_models[0].pinned
+
+
+def test_a_local_draft_model_entry_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    matrix = matrix_dict(tmp_path / "t.gguf", **{"draft-models": [{"name": "d",
+                                                                   "file": "d.gguf"}]})
+    result = run_cli("run", "--dry-run", str(write_matrix(tmp_path, matrix)))
+    assert result.exit_code == 2 and "`spec-draft-model: FILE`" in result.stderr

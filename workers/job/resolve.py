@@ -119,10 +119,12 @@ def _resolve_build(build: BuildRef, node: NodeFiles) -> BuildRef:
     return BuildRef(name=build.name, path=str(binary))
 
 
-def _resolve_files(value: str, kind: ValueType, node: NodeFiles, what: str) -> str:
-    """A file-typed value with each file it names resolved on ``node``."""
+def _resolve_files(value: str, kind: ValueType, node: NodeFiles, what: str,
+                   drafts: Mapping[str, str]) -> str:
+    """A file-typed value with each file it names resolved on ``node`` (a draft model of
+    the job's, by name, to its download)."""
     if kind is ValueType.MODEL_FILE:
-        return _flag_file(node, value, what)
+        return drafts[value] if value in drafts else _flag_file(node, value, what)
     resolved = []
     for item in value.split(","):
         name, scale = item.rpartition(":")[::2] if kind is ValueType.MODEL_FILES_SCALED \
@@ -134,15 +136,22 @@ def _resolve_files(value: str, kind: ValueType, node: NodeFiles, what: str) -> s
     return ",".join(resolved)
 
 
-def resolve_flag_files(arm: Arm, node: NodeFiles) -> Arm:
+def draft_files(spec: JobSpec, node: NodeFiles) -> dict[str, str]:
+    """The job's downloaded draft models by name, on ``node``; NotOnThisNode if missing."""
+    return {model.name: _downloaded(node, model) for model in spec.draft_models}
+
+
+def resolve_flag_files(arm: Arm, node: NodeFiles,
+                       drafts: Mapping[str, str] | None = None) -> Arm:
     """The arm with every file its (checked, canonical) flags name resolved inside the
-    models dir (on `farm run`, or as written relative to the matrix file)."""
+    models dir (on `farm run`, or as written relative to the matrix file); a name of
+    ``drafts`` (the job's downloaded draft models) to its file."""
     flags = []
     for name, value in arm.flags:
         kind = value_type(name)
         if kind in FILE_TYPES and isinstance(value, str) and kind is not None:
             try:
-                value = _resolve_files(value, kind, node, f"--{name}")
+                value = _resolve_files(value, kind, node, f"--{name}", drafts or {})
             except ConfigError as exc:
                 raise type(exc)(f"{arm.role} arm {arm.name!r}: {exc}", role=arm.role) from exc
         flags.append((name, value))

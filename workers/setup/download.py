@@ -162,7 +162,8 @@ def fetch_model(model: ModelRef, models_dir: Path, hub: HubAccess,
 
 def fetch_models(specs: list[JobSpec], models_dir: Path, hub: HubAccess,
                  say: Callable[[str], None]) -> None:
-    """Every remote model the jobs run, on this node (each distinct model once)."""
-    for model in {spec.model.model_dump_json(): spec.model for spec in specs
-                  if spec.model.remote}.values():
+    """Every remote model the jobs run (and their draft models), on this node (each
+    distinct model once)."""
+    for model in {model.model_dump_json(): model for spec in specs
+                  for model in (spec.model, *spec.draft_models) if model.remote}.values():
         fetch_model(model, models_dir, hub, say)

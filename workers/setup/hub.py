@@ -158,24 +158,33 @@ def pin_model(model: ModelRef, hub: HubAccess, models_dir: Path,
     return recorded
 
 
-def with_model(spec: JobSpec, model: ModelRef) -> JobSpec:
-    """``spec`` with another model, its keys computed anew (a copy would keep the old)."""
-    return JobSpec.model_validate({**spec.model_dump(), "model": model.model_dump()})
+def with_models(spec: JobSpec, model: ModelRef, drafts: tuple[ModelRef, ...]) -> JobSpec:
+    """``spec`` with its model and draft models replaced, its keys computed anew (a copy
+    would keep the old)."""
+    return JobSpec.model_validate({**spec.model_dump(), "model": model.model_dump(),
+                                   "draft_models": [draft.model_dump() for draft in drafts]})
 
 
 def pin_specs(specs: list[JobSpec], hub: HubAccess, models_dir: Path,
               say: Callable[[str], None]) -> list[JobSpec]:
-    """Every job with its Hub model pinned (each distinct model asked of the Hub once);
-    jobs that pin to the same job (``main`` and its commit) are kept once."""
+    """Every job with its Hub models (the model, its draft models) pinned, each distinct
+    one asked of the Hub once; jobs that pin to the same job (``main`` and its commit)
+    are kept once."""
     pinned: dict[str, ModelRef] = {}
+
+    def pin(model: ModelRef) -> ModelRef:
+        if model.hf is None or model.pinned:
+            return model
+        key = model.model_dump_json()
+        if key not in pinned:
+            pinned[key] = pin_model(model, hub, models_dir, say)
+            say(f"model {model.name}: {model.hf}@{model.revision} is commit "
+                f"{pinned[key].revision}")
+        return pinned[key]
+
     jobs: dict[str, JobSpec] = {}
     for spec in specs:
-        if spec.model.hf is not None and not spec.model.pinned:
-            key = spec.model.model_dump_json()
-            if key not in pinned:
-                pinned[key] = pin_model(spec.model, hub, models_dir, say)
-                say(f"model {spec.model.name}: {spec.model.hf}@{spec.model.revision} is "
-                    f"commit {pinned[key].revision}")
-            spec = with_model(spec, pinned[key])
+        if any(m.hf is not None and not m.pinned for m in (spec.model, *spec.draft_models)):
+            spec = with_models(spec, pin(spec.model), tuple(map(pin, spec.draft_models)))
         jobs.setdefault(spec.job_key, spec)
     return list(jobs.values())
