@@ -155,3 +155,21 @@ def test_a_gated_model_every_worker_refused_fails_with_their_reasons(
     assert (job.error or "").startswith("every live worker of class box refused it: one: ")
     assert "this node has no token" in (job.error or "") and "HF_TOKEN" in (job.error or "")
     assert hub.gets[f"{GATED}/{FILE}"] == 0
+
+
+def test_prepare_downloads_ahead_and_an_offline_node_then_runs_from_what_it_has(
+        hub: HubStandin, tmp_path: Path, cpu_server: Path) -> None:
+    matrix = _matrix(tmp_path / "m.yaml", "hub-prepare", {"hf": REPO, "file": FILE})
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "FARM_MODELS_DIR": str(tmp_path / "models")}
+    prepared = subprocess.run([FARM, "prepare", str(matrix)], capture_output=True, text=True,
+                              env=env, timeout=300, check=False)
+    assert prepared.returncode == 0, prepared.stderr
+    assert "ready on this node: 1 jobs, models smol" in prepared.stdout
+    offline = {**env, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    dry = subprocess.run([FARM, "run", "--dry-run", str(matrix)], capture_output=True,
+                         text=True, env=offline, timeout=300, check=False)
+    assert dry.returncode == 0, dry.stderr
+    assert f"offline, revision main is commit {COMMIT} as pinned on this node" in dry.stderr
+    place = tmp_path / "models" / "hub" / REPO.replace("/", "--") / COMMIT / FILE
+    assert f"--model {place}" in dry.stdout and "not on this machine" not in dry.stdout
+    assert hub.gets[f"{REPO}/{FILE}"] == 1
