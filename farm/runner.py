@@ -32,7 +32,7 @@ from workers.paths import NodePaths, downloaded_files
 from workers.setup.builds import built_here
 from workers.setup.download import fetch_models
 from workers.setup.hub import HubAccess, pin_specs
-from workers.setup.ondemand import with_source_builds
+from workers.setup.ondemand import measuring, with_source_builds
 
 
 def _where(path: Path, matrix: Matrix, spec: JobSpec, exc: ConfigError) -> str:
@@ -132,8 +132,10 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: Nod
             progress.job(index, len(pending), spec, len(sink.done()))
             repo.mark_running(engine, job_id)
             try:
-                outcome = execute_job(spec, sink, node=node, paths=NodePaths.of(settings),
-                                      on_run=progress.run, gpus=gpus)
+                # As a worker measures: no build of this node's workers runs meanwhile.
+                with measuring(NodePaths.of(settings)):
+                    outcome = execute_job(spec, sink, node=node, paths=NodePaths.of(settings),
+                                          on_run=progress.run, gpus=gpus)
             except KeyboardInterrupt:
                 repo.mark_finished(engine, job_id, JobState.QUEUED,
                                    "interrupted; `farm run` resumes")

@@ -136,8 +136,9 @@ def test_two_commits_built_in_one_tree_each_binary_runs_its_own_code(
     assert "initializing ..." in _start_line(Path(a.server))
     tree.with_name("moved").rename(tree)
     second = _ccache_log(tmp_path / "b.ccache")
-    # B changed one translation unit; build-info.cpp (the commit it reports) is the other.
-    assert 1 <= second["misses"] <= 2, second
+    # B changed one translation unit (server.cpp); the others that recompile carry the
+    # commit id (build-info.cpp, llama.cpp; ggml.c comes back from ccache preprocessed).
+    assert 1 <= second["misses"] <= 3 and second["hits"] + second["misses"] <= 6, second
     # A commit that does not compile fails with the compiler's own words.
     _git(two_commits.repo, "checkout", "-q", "-b", "broken")
     broken = two_commits.repo / SERVER_SOURCE

@@ -91,7 +91,8 @@ def _campaign_jobs(now: datetime) -> list[Job]:
         _job("cancelled", "cancelled"),
         _job("running", "running", lease_owner="w1"),
         _job("queued-new", "queued", attempt=0),  # never posted: reconciliation posts it
-        _job("queued-posted", "queued", attempt=0, posted_at=now),  # its message waits
+        _job("queued-posted", "queued", attempt=0, posted_at=now,  # its message waits
+             refusals={"w2": "source x is not allowed on this node"}),
         _job("lost-stale", "lost", posted_at=hour_ago),  # posted long ago: message lost
         _job("lost-backoff", "lost", due_at=in_an_hour),  # a retry waiting out its backoff
         _job("lost-spent", "lost", attempt=3),  # out of attempts: will never run
@@ -118,6 +119,8 @@ def test_status_shows_the_failure_class_time_left_and_jobs_awaiting_reconciliati
             "about 5 min left") in result.stdout
     assert "[request_failed] HTTP 500" in result.stdout
     assert "v[running=1]" in result.stdout
+    assert "handed back: these workers cannot make the build" in result.stdout
+    assert "w2: source x is not allowed on this node" in result.stdout
     # Only a fleet posts jobs to a broker; the embedded store has nothing to reconcile.
     waiting = "2 waiting for reconciliation (message lost or overdue"
     assert (waiting in result.stdout) == (store == "postgresql")

@@ -157,9 +157,9 @@ HELP: dict[tuple[str, ...], Help] = {
         {"--port INTEGER": "[default: 5555]",
          "--address TEXT": "[default: 127.0.0.1]"}),
     ("build",): Help(
-        "farm build [OPTIONS] NAME",
+        "farm build [OPTIONS] [NAME]",
         "Build llama-server as NAME (cached: the same build asked twice builds once), or "
-        "register one built elsewhere (--binary).",
+        "register one built elsewhere (--binary), or prune unused source builds (--prune).",
         {"--source TEXT": "Git URL or repository (with --ref), a llama.cpp tree, an sdist "
                           ".tar.gz, or pypi:PACKAGE==VERSION.",
          "--binary PATH": "Instead of --source: register a llama-server built elsewhere as "
@@ -170,10 +170,13 @@ HELP: dict[tuple[str, ...], Help] = {
          "--cmake-arg TEXT": "Extra -D... for cmake.",
          "--target TEXT": "cmake targets to build. [default: llama-server]",
          "--build-number INTEGER": "For sources without git history.",
-         "--dry-run": "Print the cmake commands; build nothing."}),
+         "--dry-run": "Print the cmake commands; build nothing.",
+         "--prune DAYS": "Instead of building: remove the source builds (made for jobs) "
+                         "unused for DAYS days."}),
     ("builds",): Help(
         "farm builds [OPTIONS]",
-        "The builds made on this node, with what each binary reports."),
+        "The builds on this node: named ones, then those made from source for jobs (with "
+        "their size and last use)."),
     ("provision",): Help(
         "farm provision [OPTIONS]",
         "Build the CPU llama-server and fetch the tiny models (idempotent, cached)."),
@@ -312,9 +315,9 @@ BAD_ARGUMENTS = [
     (["compare", "a"], "compare", "[OPTIONS] A B", "Missing argument 'B'."),
     (["cancel"], "cancel", "[OPTIONS] CAMPAIGN", "Missing argument 'CAMPAIGN'."),
     (["export"], "export", "[OPTIONS] [CAMPAIGN]", "Missing option '-o' / '--output'."),
-    (["build", "x"], "build", "[OPTIONS] NAME",
+    (["build", "x"], "build", "[OPTIONS] [NAME]",
      "give --source (to build) or --binary (to register), one of them"),
-    (["build", "x", "--source", "y", "--binary", "z"], "build", "[OPTIONS] NAME",
+    (["build", "x", "--source", "y", "--binary", "z"], "build", "[OPTIONS] [NAME]",
      "give --source (to build) or --binary (to register), one of them"),
     (["report", "--format", "xml"], "report", "[OPTIONS] [CAMPAIGN]",
      "Invalid value for '--format': 'xml' is not one of 'table', 'csv', 'json', 'html'."),
@@ -325,9 +328,9 @@ BAD_ARGUMENTS = [
      "Invalid value for '--format': 'html' is not one of 'table', 'csv', 'json'."),
     (["export", "-o", "x", "--format", "json"], "export", "[OPTIONS] [CAMPAIGN]",
      "Invalid value for '--format': 'json' is not one of 'csv', 'parquet'."),
-    (["build", "x", "--source", "y", "--backend", "rocm"], "build", "[OPTIONS] NAME",
+    (["build", "x", "--source", "y", "--backend", "rocm"], "build", "[OPTIONS] [NAME]",
      "Invalid value for '--backend': 'rocm' is not one of 'cpu', 'cuda', 'metal', 'vulkan'."),
-    (["build", "x", "--source", "y", "--build-number", "latest"], "build", "[OPTIONS] NAME",
+    (["build", "x", "--source", "y", "--build-number", "latest"], "build", "[OPTIONS] [NAME]",
      "Invalid value for '--build-number': 'latest' is not a valid integer."),
     (["flower", "--port", "http"], "flower", "[OPTIONS]",
      "Invalid value for '--port': 'http' is not a valid integer."),
