@@ -79,6 +79,9 @@ def hub_error(model: ModelRef, exc: Exception, hub: HubAccess) -> FarmError:
     if isinstance(exc, RepositoryNotFoundError):
         return ConfigError(f"{where}: no repository {model.hf!r} on the Hub (or it is "
                            f"private: set {TOKEN_VARIABLE}); check `hf:`")
+    if status is not None:
+        return ModelUnavailable(f"{where}: the Hub answered {status} "
+                                f"({str(exc).splitlines()[0]}); try again later")
     return ModelUnavailable(f"{where}: the Hub could not be reached ({exc}); run again "
                             "online, or pin `revision:` to a commit this node pinned before")
 
