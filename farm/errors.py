@@ -15,7 +15,10 @@
         │   ├── ServerOutOfMemory         ... because the model did not fit
         │   └── ServerModelUnreadable     ... because it could not open or load the model
         ├── BuildFailed               a job's llama.cpp commit did not compile (its last lines)
-        ├── BuildUnavailable          this node cannot make a job's build (now): handed back
+        ├── Unavailable               this node cannot get what a job needs (now): handed back
+        │   ├── BuildUnavailable          ... its build (source not allowed, fetch, disk)
+        │   └── ModelUnavailable          ... its model (offline, no space, no token for a
+        │                                 gated repository, a wrong hash)
         ├── BenchmarkError            a request failed or returned something unusable
         ├── InternalError             a failure nobody foresaw (a worker's job, logged whole)
         └── JobsFailed                some jobs of a campaign failed (the rest are stored)
@@ -132,11 +135,30 @@ class BuildFailed(RuntimeFarmError):
     failure_class = "build_failed"
 
 
-class BuildUnavailable(RuntimeFarmError):
+class Unavailable(RuntimeFarmError):
+    """This node cannot get what the job needs: another node, or this one later, may; a
+    worker hands the job back (refuses it), and the job fails only once every live worker
+    of its class refused it, with their reasons. ``cannot`` says what, for the log."""
+
+    cannot = "run it"
+
+
+class BuildUnavailable(Unavailable):
     """This node cannot make the build (source not allowed, fetch failed, disk full, no
     toolkit): another node, or this one later, may; the job is handed back, not failed."""
 
     failure_class = "build_unavailable"
+    cannot = "make its build"
+
+
+class ModelUnavailable(Unavailable):
+    """This node cannot get a job's model: it is not here, and downloading it failed or
+    cannot start (offline, too little disk, a gated repository without a token, a file
+    whose sha256 is not the source's). Nothing half-written is left where jobs read
+    models. Another node may have it or reach it: the job is handed back, not failed."""
+
+    failure_class = "model_unavailable"
+    cannot = "get its model"
 
 
 class BenchmarkError(RuntimeFarmError):

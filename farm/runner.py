@@ -8,16 +8,17 @@ worker would (``farm submit --dry-run``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from sqlalchemy import Engine
 
-from farm.errors import ConfigError, FarmError, JobsFailed
+from farm.errors import ConfigError, FarmError, JobsFailed, ModelUnavailable
 from farm.matrix.load import load_matrix
 from farm.matrix.schema import Matrix
-from farm.matrix.spec import JobSpec
+from farm.matrix.spec import JobSpec, ModelRef
 from farm.settings import Settings
 from farm.store import repo
 from farm.store.db import connected, upgrade
@@ -27,8 +28,10 @@ from workers.job.executor import RunResult, execute_job
 from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_builds
 from workers.job.sinks import DbRunSink, finish_values
 from workers.job.telemetry import GpuInfo, all_gpus
-from workers.paths import NodePaths
+from workers.paths import NodePaths, downloaded_files
 from workers.setup.builds import built_here
+from workers.setup.download import fetch_models
+from workers.setup.hub import HubAccess, pin_specs
 from workers.setup.ondemand import measuring, with_source_builds
 
 
@@ -200,8 +203,11 @@ class CheckedMatrix:
     matrix: Matrix
     checked: list[tuple[JobSpec, Preflight]]  # as it will run (files resolved), as checked
     node: NodeFiles
-    # A dry run's jobs whose source builds are not made here yet: as written, and why.
+    # A dry run's jobs whose source builds are not made or whose models are not
+    # downloaded here yet: as written, and why.
     unbuilt: list[tuple[JobSpec, str]] = field(default_factory=list)
+    # A dry run's notes on models: what it could not pin, what a run would download.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def specs(self) -> list[JobSpec]:
@@ -209,32 +215,71 @@ class CheckedMatrix:
         return [spec for spec, _ in self.checked]
 
 
+def _models_here(path: Path, specs: list[JobSpec], settings: Settings,
+                 say: Callable[[str], None], download: bool) -> tuple[list[JobSpec], list[str]]:
+    """The jobs with their Hub models pinned, and each remote model downloaded here when
+    ``download``; a dry run instead says what a run would download, or why it could not.
+    Returns the jobs and, for a dry run, what it could not pin or find."""
+    hub, models_dir = HubAccess.of(settings), settings.models_dir
+    notes: list[str] = []
+    try:
+        specs = pin_specs(specs, hub, models_dir, say)
+    except ModelUnavailable as exc:
+        if download:
+            raise ModelUnavailable(f"{path}: models: {exc}") from exc
+        notes.append(f"not pinned: {exc}")
+    if download:
+        fetch_models(specs, models_dir, hub, say)
+        return specs, notes
+    for model in {model.name: model for spec in specs
+                  for model in (spec.model, *spec.draft_models) if model.remote}.values():
+        if _on_node(model, models_dir):
+            continue
+        size = sum(item.size or 0 for item in model.files)
+        notes.append(f"model {model.name} ({model.source}) is not on this machine: `farm run` "
+                     f"downloads it first" + (f" ({size / 1e9:.2f} GB)" if size else "")
+                     + f" into {models_dir}")
+    return specs, notes
+
+
 def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None,
                  allow_options: frozenset[str] = frozenset(), allow_build_path: bool = False,
-                 make_builds: bool = True) -> CheckedMatrix:
+                 make_builds: bool = True,
+                 say: Callable[[str], None] = lambda _line: None) -> CheckedMatrix:
     """Validate, resolve and check a matrix's jobs of one GPU class on this machine:
     everything a run checks, no job written or server started. ``allow_options``:
     harmless options beyond the allow-list (``farm run --allow-option``);
     ``allow_build_path``: the matrix's own build binaries may run; ``make_builds``: the
-    matrix's source builds are made here first (a dry run shows their commits instead)."""
+    matrix's source builds are made and its Hub and URL models downloaded here first
+    (``say`` tells the progress; a dry run shows commits and what it would download
+    instead). Hub revisions are pinned to commits either way."""
     matrix, specs = load_matrix(path, allow_options)
     chosen = _one_class(path, matrix, gpu_class)
     paths = NodePaths.of(settings)
     node = built_here(paths, path.parent, allow_options=allow_options,
                        allow_build_path=allow_build_path)
-    specs = [s for s in specs if s.gpu_class == chosen]
+    specs, notes = _models_here(path, [s for s in specs if s.gpu_class == chosen], settings,
+                                say, make_builds)
     unbuilt = []
     if make_builds:
         gpus = all_gpus()
         for spec in specs:
             node = with_source_builds(spec, node, paths, gpus, None)[0]
     else:
-        ready = [s for s in specs if _built(s, node)]
-        unbuilt = [(s, "its source build is made when the job runs") for s in specs
-                   if s not in ready]
+        ready = [s for s in specs if _built(s, node) and all(
+            _on_node(model, paths.models_dir) for model in (s.model, *s.draft_models))]
+        unbuilt = [(s, "its source build is made, and its model downloaded, when the job "
+                       "runs") for s in specs if s not in ready]
         specs = ready
     return CheckedMatrix(path, matrix, checked_jobs(path, matrix, specs, node, paths), node,
-                         unbuilt)
+                         unbuilt, notes)
+
+
+def _on_node(model: ModelRef, models_dir: Path) -> bool:
+    """Whether a model is here: a local one as named (resolved later), a remote one pinned
+    with every file downloaded."""
+    return not model.remote or (model.pinned and all(
+        place.is_file() for _, place in downloaded_files(model, models_dir)))
 
 
 def _built(spec: JobSpec, node: NodeFiles) -> bool:

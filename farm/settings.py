@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import Field, ValidationError, model_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from farm.errors import ConfigError
@@ -25,7 +25,7 @@ class Settings(BaseSettings):
     """Every ``FARM_*`` setting; build it with :func:`load_settings` for errors that name them."""
 
     model_config = SettingsConfigDict(env_prefix="FARM_", env_ignore_empty=True,
-                                      extra="ignore", frozen=True)
+                                      extra="ignore", frozen=True, populate_by_name=True)
 
     data_dir: Path = Field(default_factory=_app_dir,
                            description="Embedded database, server logs (FARM_DATA_DIR).")
@@ -50,6 +50,14 @@ class Settings(BaseSettings):
     # starts (the build is not the job's time).
     build_time_limit: int = Field(2 * 3600, ge=60)
     flower_auth: str | None = None
+    # The Hugging Face Hub, under huggingface_hub's own variable names: a node's token
+    # stays in its environment (never in a job, never passed to llama-server).
+    hf_endpoint: str = Field("https://huggingface.co", validation_alias=AliasChoices(
+        "FARM_HF_ENDPOINT", "HF_ENDPOINT"), description="The Hub (HF_ENDPOINT).")
+    hf_token: SecretStr | None = Field(None, validation_alias=AliasChoices(
+        "FARM_HF_TOKEN", "HF_TOKEN"), description="Token for gated or private repositories.")
+    hf_offline: bool = Field(False, validation_alias=AliasChoices(
+        "FARM_HF_OFFLINE", "HF_HUB_OFFLINE"), description="Use downloaded models only.")
 
     @model_validator(mode="before")
     @classmethod
@@ -106,7 +114,7 @@ def _explain(error: Any) -> str:
     if not error["loc"]:  # a check across settings: its message says it all
         return str(error["msg"]).removeprefix("Value error, ")
     value = redact_url(str(error.get("input")))
-    if "AUTH" in name or "PASSWORD" in name:
+    if "AUTH" in name or "PASSWORD" in name or "TOKEN" in name:
         value = "***"
     return f"{name}={value!r}: {error['msg'].lower()}"
 

@@ -7,6 +7,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from farm.errors import ConfigError
+from farm.matrix.spec import ModelRef, RemoteFile
 from farm.settings import Settings
 
 
@@ -34,6 +36,35 @@ class NodePaths:
     def server_binary(self, build_name: str) -> Path:
         """Where a named build keeps its ``llama-server``."""
         return self.builds_dir / build_name / "bin" / "llama-server"
+
+
+# Downloaded models, inside the models dir (docs/models.md): a Hub file at
+# hub/OWNER--NAME/COMMIT/FILE (a split GGUF's shards side by side, as llama-server wants
+# them), a URL's at url/SHA256/FILE; each appears there only whole and with its sha256
+# checked, so a file at its place is a file that may be used.
+HUB_DIR, URL_DIR = "hub", "url"
+
+
+def hub_file(models_dir: Path, repo: str, commit: str, file: str) -> Path:
+    """Where a Hub repository's file at a commit lives on this node."""
+    return models_dir / HUB_DIR / repo.replace("/", "--") / commit / file
+
+
+def url_file(models_dir: Path, sha256: str, file: str) -> Path:
+    """Where a URL model's file (by its sha256) lives on this node."""
+    return models_dir / URL_DIR / sha256 / file
+
+
+def downloaded_files(model: ModelRef, models_dir: Path) -> list[tuple[RemoteFile, Path]]:
+    """Each file of a pinned remote model and its place in the models dir; ConfigError for
+    a model not pinned (a stored job always is: `farm submit` / `farm run` pin it)."""
+    if not model.pinned:
+        raise ConfigError(f"model {model.name!r} ({model.source}) is not pinned to a commit "
+                          "and its files' sha256; `farm submit` / `farm run` pin it")
+    if model.hf is not None:
+        return [(item, hub_file(models_dir, model.hf, model.revision or "", item.name))
+                for item in model.files]
+    return [(item, url_file(models_dir, item.sha256, item.name)) for item in model.files]
 
 
 def file_sha256(path: Path) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -10,11 +11,23 @@ from rich.table import Table
 from farm.matrix.spec import ArmRole, JobSpec
 from farm.runner import WorkerCheck
 from workers.job.runtime.server import HOST
+from workers.paths import downloaded_files, hub_file
+
+
+def _model_place(spec: JobSpec) -> str:
+    """Where the arm's model will be on the node: in the models dir, a download where
+    downloads go (a Hub model not yet pinned: under the commit its revision names then)."""
+    model, root = spec.model, Path("MODELS_DIR")
+    if model.remote and model.pinned:
+        return str(downloaded_files(model, root)[0][1])
+    if model.hf is not None:
+        return str(hub_file(root, model.hf, f"COMMIT-OF-{model.revision}", model.file or ""))
+    return str(root / (model.file or f"{model.name}.gguf"))
 
 
 def arm_command(spec: JobSpec, role: ArmRole) -> list[str]:
     """The exact argv of an arm, with the port the farm picks shown as ``PORT``."""
-    model = spec.model.path or f"MODELS_DIR/{spec.model.file}"
+    model = spec.model.path or _model_place(spec)
     farm_flags = ["--model", model, "--host", HOST, "--port", "PORT", "--parallel", "1",
                   "--metrics"]
     arm = spec.arm(role)

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 from rich.console import Console
 
 from farm.cli.base import cli
+from farm.errors import ModelUnavailable
+from farm.matrix.schema import Matrix
+from farm.matrix.spec import JobSpec
 from farm.settings import Settings, load_settings
+
+
+def _pinned(loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
+            ) -> tuple[Matrix, list[JobSpec]]:
+    """The jobs with every Hub model's revision pinned to a commit, once, here: every
+    worker then downloads the same bytes (huggingface_hub is loaded only when needed)."""
+    matrix, specs = loaded
+    if not any(spec.model.hf for spec in specs):
+        return loaded
+    from workers.setup.hub import HubAccess, pin_specs
+
+    return matrix, pin_specs(specs, HubAccess.of(settings), settings.models_dir, click.echo)
 
 
 def _dry_run(matrix: Path, settings: Settings, allow: frozenset[str]) -> None:
@@ -20,8 +36,14 @@ def _dry_run(matrix: Path, settings: Settings, allow: frozenset[str]) -> None:
     from farm.runner import check_as_worker
     from workers.paths import NodePaths
 
-    print_worker_check(check_as_worker(matrix, *load_matrix(matrix, allow),
-                                       NodePaths.of(settings), allow), wide_console())
+    loaded, note = load_matrix(matrix, allow), None
+    try:
+        loaded = _pinned(loaded, settings)
+    except ModelUnavailable as exc:  # a dry run still shows the jobs (with the revision)
+        note = f"not pinned: {exc}"
+    found = check_as_worker(matrix, *loaded, NodePaths.of(settings), allow)
+    print_worker_check(replace(found, unchecked=[*filter(None, [note]), *found.unchecked]),
+                       wide_console())
 
 
 @cli.command()
@@ -52,7 +74,8 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: boo
         _dry_run(matrix, settings, allowed)
         return
     require_fleet(settings)
-    loaded = load_matrix(matrix, allowed)  # bad input fails before services are touched
+    # Bad input fails before services are touched; Hub revisions are pinned before too.
+    loaded = _pinned(load_matrix(matrix, allowed), settings)
     with connected(settings.database_url) as engine:
         result = do_submit(matrix, loaded, settings, make_app(settings), engine,
                            retry_failed=retry_failed, retry_cancelled=retry_cancelled)

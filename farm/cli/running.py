@@ -46,10 +46,14 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     allowed = check_allowances(allow_options, "--allow-option")
     checked = check_matrix(matrix, settings, gpu_class=gpu_class, allow_options=allowed,
-                           allow_build_path=allow_build_path, make_builds=not dry_run)
+                           allow_build_path=allow_build_path, make_builds=not dry_run,
+                           say=lambda line: console.print(line, markup=False, soft_wrap=True))
     if dry_run:
+        console = wide_console()
         print_dry_run([check.spec for _, check in checked.checked]
-                      + [spec for spec, _ in checked.unbuilt], wide_console())
+                      + [spec for spec, _ in checked.unbuilt], console)
+        for line in checked.notes:
+            console.print(line, markup=False, soft_wrap=True)
         return
     try:
         campaign = run_matrix(checked, settings, RunProgress(console))
@@ -57,6 +61,24 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
         show_report(settings, exc.campaign, "table")
         raise
     show_report(settings, campaign, "table")
+
+
+@cli.command()
+@click.argument("matrix", type=click.Path(path_type=Path))
+@click.option("--gpu-class", help="With several gpu-classes in MATRIX: the one this node "
+                                  "serves.")
+def prepare(matrix: Path, gpu_class: str | None) -> None:
+    """Download MATRIX's Hub and URL models and make its source builds on this node, ahead
+    of its jobs (a worker about to join, a box that will be offline), with progress; then
+    check every job as `farm run` would. Runs nothing."""
+    from farm.runner import check_matrix
+
+    console = Console(stderr=True)
+    checked = check_matrix(matrix, load_settings(), gpu_class=gpu_class,
+                           say=lambda line: console.print(line, markup=False, soft_wrap=True))
+    models = sorted({spec.model.name for spec in checked.specs})
+    click.echo(f"{matrix}: ready on this node: {len(checked.specs)} jobs, models "
+               f"{', '.join(models)}, their builds made and every job checked")
 
 
 @cli.command()

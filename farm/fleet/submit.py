@@ -43,7 +43,8 @@ def require_broker(app: Celery) -> None:
 
 
 def _why_unrunnable(spec: JobSpec, workers: list[Worker]) -> str | None:
-    """None if some live worker of the job's class has its build and model, else why not."""
+    """None if some live worker of the job's class has its build and model (or can
+    download it: a Hub or URL model), else why not."""
     of_class = [w for w in workers if w.gpu_class == spec.gpu_class]
     if not of_class:
         return (f"no live worker of GPU class {spec.gpu_class!r} (start one: farm worker "
@@ -61,6 +62,8 @@ def _why_unrunnable(spec: JobSpec, workers: list[Worker]) -> str | None:
         return (f"no live worker of class {spec.gpu_class!r} builds from "
                 f"{', '.join(sources)} (their allowed sources: {', '.join(allowed) or 'none'}); "
                 "add it to a worker's `sources:` or name an allowed one in the matrix")
+    if spec.model.remote:
+        return None  # every worker downloads it itself (workers.setup.download)
     wanted = spec.model.path or spec.model.file or f"{spec.model.name}.gguf"
     if not any(wanted in w.models or Path(wanted).name in w.models for w in with_build):
         return (f"no worker of class {spec.gpu_class!r} with build {spec.build.name!r} has "

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Hashable, Iterator, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from farm.errors import ConfigError
 from farm.matrix.flags import FlagMap, FlagValue, parse_args, scalar
-from farm.matrix.options import admit_name, canonical, check_flag
-from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, PromptEntry, Variant
+from farm.matrix.options import FILE_TYPES, admit_name, canonical, check_flag, value_type
+from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, ModelEntry, PromptEntry, Variant
 from farm.matrix.sources import check_cmake_option, resolve_commit, source_location
-from farm.matrix.spec import Arm, BuildRef, BuildSource, JobSpec, ModelRef, Prompt
+from farm.matrix.spec import Arm, BuildRef, BuildSource, JobSpec, ModelRef, Prompt, RemoteFile
 from farm.prompts import document_text, document_tokens, load_suite, with_document
 
 
@@ -266,11 +267,31 @@ def _tier(prompts: tuple[Prompt, ...], length: int, path: Path) -> tuple[Prompt,
                           f"{document_tokens()}") from exc
 
 
+def _model_ref(model: ModelEntry) -> ModelRef:
+    """A model entry as a job names it: a Hub model with its revision as written (pinned
+    to a commit by `farm submit` / `farm run`), a URL model with its one file's sha256."""
+    if model.url is not None and model.sha256 is not None:
+        file = model.file or PurePosixPath(urlsplit(model.url).path).name
+        return ModelRef(name=model.name, file=file, url=model.url,
+                        files=(RemoteFile(name=file, sha256=model.sha256),))
+    if model.hf is not None:
+        return ModelRef(name=model.name, file=model.file, hf=model.hf,
+                        revision=model.revision or "main")
+    return ModelRef(name=model.name, file=model.file_name if model.path is None else None,
+                    path=model.path)
+
+
+def _drafts_named(drafts: dict[str, ModelRef], *arms: FlagMap) -> tuple[ModelRef, ...]:
+    """The draft models of ``drafts`` the arms' file flags name (by their entry's name)."""
+    named = {value for flags in arms for name, value in flags.items()
+             if isinstance(value, str) and value_type(name) in FILE_TYPES}
+    return tuple(model for name, model in drafts.items() if name in named)
+
+
 def _models(matrix: Matrix, path: Path) -> list[ModelRef]:
     """Models as written: a ``file`` name, or a ``path`` the node that runs the job resolves
-    (``workers.job.resolve.resolve``)."""
-    refs = [ModelRef(name=model.name, file=model.file_name if model.path is None else None,
-                     path=model.path) for model in matrix.models]
+    (``workers.job.resolve.resolve``), or a Hub or URL source each node downloads."""
+    refs = [_model_ref(model) for model in matrix.models]
     names = [ref.name for ref in refs]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: models: model names must be unique, got {names}")
@@ -353,6 +374,10 @@ def expand(matrix: Matrix, path: Path, allow: frozenset[str] = frozenset(),
     commits = commits or {}
     prompts = _prompts(matrix, path)
     models = _models(matrix, path)
+    drafts = {entry.name: _model_ref(entry) for entry in matrix.draft_models}
+    if len(drafts) != len(matrix.draft_models):
+        raise ConfigError(f"{path}: draft-models: names must be unique, got "
+                          f"{[entry.name for entry in matrix.draft_models]}")
     builds = [_build_ref(entry, path.parent, commits) for entry in matrix.build_entries()]
     baselines = _flag_choices(matrix.flags, matrix.args, f"{path}: ", allow)
     swept = set(_swept(matrix.flags))
@@ -397,7 +422,7 @@ def expand(matrix: Matrix, path: Path, allow: frozenset[str] = frozenset(),
                     max_pairs=matrix.max_pairs, target_ci=matrix.target_ci,
                     target_assurance=matrix.target_assurance,
                     control=variant.control, stop=matrix.stop, concurrency=streams,
-                    prompt_length=length)
+                    prompt_length=length, draft_models=_drafts_named(drafts, baseline, flags))
                 if job.job_key in jobs:
                     raise ConfigError(f"{path}: {where} ({name}): same job as variant "
                                       f"{jobs[job.job_key].variant.name!r}; remove one")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -43,20 +44,78 @@ FlagSpec = dict[str, FlagScalar | list[FlagScalar]]
 StopMode = Literal["fixed", "natural"]
 
 
+# A Hub repository (owner/name), a 40-hex commit, a split GGUF's first shard.
+HubRepo = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                               max_length=200)]
+COMMIT_PATTERN = r"^[0-9a-f]{40}$"
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+SPLIT_SHARD = re.compile(r"-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def split_shards(file: str) -> list[str]:
+    """The files of a split GGUF given by its first shard (``-00001-of-0000N.gguf``, the
+    name llama.cpp's gguf-split writes; llama-server opens the first and finds the rest
+    beside it); ``[file]`` for a single file."""
+    match = SPLIT_SHARD.search(file)
+    if match is None:
+        return [file]
+    stem, count = file[:match.start()], int(match["count"])
+    return [f"{stem}-{index:05d}-of-{count:05d}.gguf" for index in range(1, count + 1)]
+
+
+def _first_shard(file: str) -> None:
+    if not file.endswith(".gguf"):
+        raise ValueError(f"`file` {file!r} of an `hf` model must be a .gguf file")
+    match = SPLIT_SHARD.search(file)
+    if match is not None and int(match["index"]) != 1:
+        raise ValueError(f"`file` {file!r} is shard {int(match['index'])} of a split GGUF: "
+                         f"name its first shard, {split_shards(file)[0]!r} (llama-server "
+                         "opens it and finds the others beside it)")
+    if match is not None and int(match["count"]) < 1:
+        raise ValueError(f"`file` {file!r}: a split GGUF has at least one shard")
+
+
 class ModelEntry(Strict):
-    """A model of the matrix: its name, and where its GGUF file is."""
+    """A model of the matrix: its name, and where its GGUF file is: a file of the models
+    dir, a path (`farm run`), a file of a Hugging Face Hub repository at a revision, or a
+    URL with its sha256."""
 
     name: Annotated[Name, Field(description="Name used in job keys and reports.")]
     path: str | None = Field(None, description="GGUF file; relative to the matrix file "
                                                "(`farm run` only).")
     file: str | None = Field(None, description="GGUF file name inside the models dir "
-                                               "(default NAME.gguf).")
+                                               "(default NAME.gguf), or inside the `hf` "
+                                               "repository (a split GGUF: its first shard).")
+    hf: HubRepo | None = Field(None, description="Hugging Face Hub repository (owner/name) "
+                               "the `file` comes from; every node downloads it itself.")
+    revision: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        None, description="Branch, tag or commit of the `hf` repository (default main); "
+                          "resolved to a commit once, at `farm submit` / `farm run`.")
+    url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = Field(
+        None, description="Plain https URL of a GGUF file (give its `sha256`).")
+    sha256: Sha256 | None = Field(None, description="The `url` file's sha256 (lowercase hex): "
+                                                    "checked before the file is used.")
 
     @model_validator(mode="after")
     def _one_location(self) -> ModelEntry:
+        given = [key for key, value in (("path", self.path), ("hf", self.hf),
+                                        ("url", self.url)) if value is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of `path`, `hf` and `url`, not {' and '.join(given)}")
         if self.path is not None and self.file is not None:
             raise ValueError("give `path` (a GGUF file) or `file` (a file name inside the "
                              "models dir), not both")
+        if self.hf is not None and self.file is None:
+            raise ValueError("`hf` needs `file`: the GGUF file of the repository to download "
+                             "(a split GGUF: its -00001-of-0000N.gguf shard)")
+        if self.revision is not None and self.hf is None:
+            raise ValueError("`revision` is the revision of an `hf` repository: add `hf`, "
+                             "or remove `revision`")
+        if (self.url is None) != (self.sha256 is None):
+            raise ValueError("a `url` model needs its `sha256` (and `sha256` a `url`): the "
+                             "file is checked against it before use")
+        if self.hf is not None and self.file is not None:
+            _first_shard(self.file)
         return self
 
     @property
@@ -207,6 +266,9 @@ class Matrix(Strict):
         default_factory=lambda: ["default"], min_length=1,
         description="GPU classes to run every job on (one queue each, gpu.CLASS).")
     models: Annotated[list[ModelEntry], Field(min_length=1)]
+    draft_models: list[ModelEntry] = Field(
+        default_factory=list, description="Draft models from the Hub or a URL, downloaded "
+        "like `models`; a flag names one by its name (`spec-draft-model: NAME`).")
     prompt_mode: Literal["chat", "completion"] = "chat"
     prompts: list[str | PromptEntry] = Field(default_factory=list)
     prompt_file: str | None = Field(None, description="YAML list of prompts, like `prompts`.")
@@ -241,6 +303,15 @@ class Matrix(Strict):
     engine_curve: EngineCurve | None = Field(
         None, description="Shorthand for synthetic-acceptance variants: the engine's speedup "
                           "per draft length and acceptance length.")
+
+    @model_validator(mode="after")
+    def _draft_models_remote(self) -> Matrix:
+        for entry in self.draft_models:
+            if entry.hf is None and entry.url is None:
+                raise ValueError(f"draft-models: {entry.name!r} has no `hf` or `url`; a draft "
+                                 "model of the models dir is named by its file in the flag "
+                                 "(`spec-draft-model: FILE`), not listed here")
+        return self
 
     @model_validator(mode="after")
     def _pairs_in_order(self) -> Matrix:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
@@ -19,15 +20,18 @@ from pydantic import (
 from farm.errors import ConfigError
 from farm.matrix.flags import FlagValue, to_argv, varying_text
 from farm.matrix.schema import (
+    COMMIT_PATTERN,
     Assurance,
     ClassName,
     Concurrency,
+    HubRepo,
     Name,
     NPredict,
     Pairs,
     PromptLength,
     Repetitions,
     Sampling,
+    Sha256,
     StopMode,
     TargetCi,
 )
@@ -53,12 +57,41 @@ class Prompt(Frozen):
     category: str
 
 
+def _without_empty(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A stored spec without the optional ``keys`` it leaves unset (None or empty)."""
+    return {key: value for key, value in data.items() if key not in keys or value}
+
+
+class RemoteFile(Frozen):
+    """One file a node downloads for a model (a split GGUF has several): its name in the
+    repository (or the URL's), its size and its sha256 as the source states them."""
+
+    name: Annotated[str, Field(min_length=1, max_length=500)]
+    sha256: Sha256
+    size: Annotated[int, Field(ge=0)] | None = None
+
+
 class ModelRef(Frozen):
-    """A model by name; ``path`` is set once resolved on the machine that runs the job."""
+    """A model by name; ``path`` is set once resolved on the machine that runs the job.
+
+    A Hub model (``hf``) names its repository, the ``revision`` as written until `farm
+    submit` / `farm run` pin it to a commit, and then the ``files`` to download with the
+    Hub's sha256 of each; a URL model its ``url`` and the one file's sha256.
+    """
 
     name: Name
     file: str | None = None
     path: str | None = None
+    hf: HubRepo | None = None
+    revision: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    url: str | None = None
+    files: tuple[RemoteFile, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_absent_source(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A local model is stored as it always was ({name, file, path}): specs, and the
+        # frozen migrations that read them, stay as they were.
+        return _without_empty(handler(self), ("hf", "revision", "url", "files"))
 
     @property
     def local_path(self) -> str:
@@ -66,6 +99,45 @@ class ModelRef(Frozen):
         if self.path is None:
             raise ConfigError(f"model {self.name!r} is not resolved to a file on this machine")
         return self.path
+
+    @property
+    def remote(self) -> bool:
+        """Whether nodes download the model (from the Hub or a URL)."""
+        return self.hf is not None or self.url is not None
+
+    @property
+    def pinned(self) -> bool:
+        """Whether a remote model names exactly the bytes to download: a Hub model's
+        revision is a commit and each file has its sha256 (local models are always)."""
+        if self.hf is not None:
+            return re.fullmatch(COMMIT_PATTERN, self.revision or "") is not None \
+                and bool(self.files)
+        return self.url is None or bool(self.files)
+
+    @property
+    def source(self) -> str:
+        """Where the model comes from, for messages: ``repo@revision file``, the URL, or
+        the file name."""
+        if self.hf is not None:
+            return f"{self.hf}@{self.revision or 'main'} {self.file}"
+        return self.url or self.path or self.file or f"{self.name}.gguf"
+
+    @property
+    def provenance(self) -> str | None:
+        """Where a downloaded model's bytes came from, for each run's row:
+        ``OWNER/NAME@COMMIT`` (the file is the run's model_file) or the URL; None for a
+        local model."""
+        if self.hf is not None:
+            return f"{self.hf}@{self.revision}"
+        return self.url
+
+    def identity(self) -> dict[str, Any]:
+        """What makes a remote model these bytes, for the job key (empty for a local one)."""
+        if self.hf is not None:
+            return {"hf": self.hf, "revision": self.revision, "file": self.file}
+        if self.url is not None:
+            return {"url": self.url, "sha256": [item.sha256 for item in self.files]}
+        return {}
 
 
 # A node keeps the builds it made from a job's source under names with this prefix.
@@ -112,10 +184,7 @@ class BuildRef(Frozen):
     def _without_absent_source(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # A build by name is stored as it always was ({name, path}): specs, and the frozen
         # migrations that read them, stay as they were.
-        data: dict[str, Any] = handler(self)
-        if data.get("source") is None:
-            data.pop("source", None)
-        return data
+        return _without_empty(handler(self), ("source",))
 
     @property
     def key_part(self) -> str | dict[str, Any]:
@@ -172,6 +241,14 @@ class JobSpec(Frozen):
     stop: StopMode = "fixed"  # natural: no ignore_eos, n_predict a cap
     concurrency: Concurrency = 1  # simultaneous streams per run, one server slot each
     prompt_length: PromptLength = 0  # tokens of the bundled document before each prompt, about
+    # Draft models from the Hub or a URL that the arms' flags name (`spec-draft-model:
+    # NAME`): downloaded like the model, the flag then given the file.
+    draft_models: tuple[ModelRef, ...] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_absent_drafts(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A job without draft models is stored as before (the frozen migrations read it).
+        return _without_empty(handler(self), ("draft_models",))
 
     @field_validator("sampling")
     @classmethod
@@ -245,6 +322,11 @@ class JobSpec(Frozen):
                           if self.target_assurance is not None else {})},
             # Only when set, so that the keys of every other job stay as they were.
             **({"control": True} if self.control else {}),
+            # A downloaded model is the bytes of its source (a Hub model: repository,
+            # commit and file); a local one keeps its key.
+            **({"model_source": self.model.identity()} if self.model.remote else {}),
+            **({"draft_models": {model.name: model.identity() for model in self.draft_models}}
+               if self.draft_models else {}),
         })
 
     @cached_property

@@ -105,10 +105,12 @@ class Refused:
     reasons: dict[str, str]
 
 
-def refuse(engine: Engine, lease: Lease, reason: str, live: set[str]) -> Refused | None:
-    """This worker cannot make the job's build: note why, so that it never claims the job
-    again, and hand it back; once every worker in ``live`` (the class's live workers) has
-    refused it, fail it with their reasons. None if the lease no longer holds."""
+def refuse(engine: Engine, lease: Lease, reason: str, live: set[str],
+           failure_class: str = "build_unavailable") -> Refused | None:
+    """This worker cannot make the job's build or get its model: note why, so that it
+    never claims the job again, and hand it back; once every worker in ``live`` (the
+    class's live workers) has refused it, fail it with their reasons (as
+    ``failure_class``, the last refusal's). None if the lease no longer holds."""
     with Session(engine) as session, session.begin():
         job = session.scalar(select(Job).where(lease.holds()).with_for_update())
         if job is None:
@@ -119,7 +121,7 @@ def refuse(engine: Engine, lease: Lease, reason: str, live: set[str]) -> Refused
         values: dict[str, Any] = {"refusals": reasons}
         if failed:
             values |= {"state": JobState.FAILED, "finished_at": func.now(),
-                       "failure_class": "build_unavailable", "lease_expires_at": None,
+                       "failure_class": failure_class, "lease_expires_at": None,
                        "error": f"every live worker of class {job.gpu_class} refused it: {text}"}
         else:
             values |= {"state": JobState.QUEUED, "attempt": Job.attempt - 1, "posted_at": None,

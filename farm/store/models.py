@@ -203,6 +203,9 @@ class Run(Base):
     # The commit a source build was made from (the job spec's, resolved at submit); null
     # for a build by name (its version string says what it knows).
     build_commit: Mapped[str | None] = mapped_column(String(40))
+    # A downloaded model's source: OWNER/NAME@COMMIT for the Hub, the URL; null for a file
+    # of the node's own. With model_sha256, what the run measured is the Hub's bytes.
+    model_source: Mapped[str | None] = mapped_column(Text)
     model_file: Mapped[str] = mapped_column(Text)
     model_size: Mapped[int] = mapped_column(BigInteger)
     model_sha256: Mapped[str] = mapped_column(String(64))

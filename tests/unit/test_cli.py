@@ -49,6 +49,12 @@ HELP: dict[tuple[str, ...], Help] = {
                                 "allowed.",
          "--allow-build-path": "Run the llama-server binaries the matrix names by `build: "
                                "{path: ...}` (they run code: only for matrices you trust)."}),
+    ("prepare",): Help(
+        "farm prepare [OPTIONS] MATRIX",
+        "Download MATRIX's Hub and URL models and make its source builds on this node, ahead "
+        "of its jobs (a worker about to join, a box that will be offline), with progress; "
+        "then check every job as `farm run` would. Runs nothing.",
+        {"--gpu-class TEXT": "With several gpu-classes in MATRIX: the one this node serves."}),
     ("report",): Help(
         "farm report [OPTIONS] [CAMPAIGN]",
         "Show one row per job of CAMPAIGN (default: the latest).",

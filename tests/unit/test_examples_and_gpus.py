@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,21 @@ def test_tutorial_example_keeps_its_spelling_and_sweeps_draft_lengths() -> None:
     for n in (1, 2, 3, 4):
         assert f"--spec-type mtp --spec-draft-n-max {n}" in out
     assert "<build turboquant>" in out and "--cache-type-v turbo4" in out
+
+
+def test_the_tutorial_dry_run_offline_stops_at_the_download_with_one_clear_line() -> None:
+    example = next(path for path in EXAMPLES if path.stem == "tutorial-rtx3090")
+    offline = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing listens there
+    result = subprocess.run([FARM, "run", "--dry-run", str(example)], capture_output=True,
+                            text=True, check=False, timeout=60, env=offline)
+    assert result.returncode == 0, result.stderr
+    assert "MODELS_DIR/hub/froggeric--Qwen3.6-27B-MTP-GGUF/COMMIT-OF-main/Qwen3.6-27B-Q4_K_M-" \
+           "mtp.gguf" in result.stdout
+    source = "froggeric/Qwen3.6-27B-MTP-GGUF@main Qwen3.6-27B-Q4_K_M-mtp.gguf"
+    model = f"model 'qwen3.6-27b-mtp' ({source})"
+    assert f"not pinned: {model}: the Hub could not be reached" in result.stdout
+    assert f"model qwen3.6-27b-mtp ({source}) is not on this machine: `farm run` downloads " \
+           "it first" in result.stdout
 
 
 def test_bandwidth_bound() -> None:

@@ -27,10 +27,10 @@ from sqlalchemy.orm import Session
 
 from farm.errors import (
     RETRYABLE,
-    BuildUnavailable,
     ConfigError,
     FarmError,
     InternalError,
+    Unavailable,
     first_line,
 )
 from farm.fleet.app import TASK_NAME
@@ -47,6 +47,8 @@ from workers.job.resolve import resolve
 from workers.job.sinks import LeasedRunSink, finish_values
 from workers.job.telemetry import GpuInfo
 from workers.paths import NodePaths
+from workers.setup.download import fetch_models
+from workers.setup.hub import HubAccess
 from workers.setup.ondemand import measuring, with_source_builds
 
 
@@ -221,6 +223,10 @@ def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
     """Make the job's source builds (under the lease, the node's build lock, outside the
     job's time limit), then run it with the lock shared: no build beside a measurement."""
     settings, paths = worker.settings, NodePaths.of(worker.settings)
+    # A Hub or URL model is downloaded first, also outside the time limit (one download
+    # per box: a second worker waits for it, then finds it there).
+    fetch_models([spec], worker.config.models_dir, HubAccess.of(settings),
+                 lambda line: log.info("job %s: %s", lease.job_id, line))
     files, build_seconds = with_source_builds(spec, worker.config.files(), paths, worker.gpus,
                                               worker.config.sources)
     if build_seconds:
@@ -240,7 +246,7 @@ def _run(worker: WorkerContext, lease: leases.Lease, spec: JobSpec, max_attempts
             outcome, build_seconds = _measure(worker, lease, spec, keeper)
         summary = patient(lambda: {**finish_values(engine, job_id, outcome),
                                    "build_seconds": build_seconds or None}, "summarizing")
-    except BuildUnavailable as exc:
+    except Unavailable as exc:
         return _refuse(worker, lease, exc)
     except leases.LeaseLost as exc:
         return f"job {job_id}: {exc}"
@@ -290,21 +296,23 @@ def _post_now(engine: Engine, settings: Settings, job_id: int) -> None:
                     job_id, exc)
 
 
-def _refuse(worker: WorkerContext, lease: leases.Lease, exc: BuildUnavailable) -> str:
-    """This worker cannot make the job's build: hand it back for another worker of the
-    class (and never claim it again); fail it once every live worker of the class refused."""
+def _refuse(worker: WorkerContext, lease: leases.Lease, exc: Unavailable) -> str:
+    """This worker cannot make the job's build or get its model: hand it back for another
+    worker of the class (and never claim it again); fail it once every live worker of the
+    class refused."""
     engine, settings = worker.engine(), worker.settings
     patient = _patient(settings.repost_after, lease.job_id)
     live = {row.name for row in patient(lambda: registry.live_workers(
         engine, timedelta(seconds=settings.lease_seconds)), "listing live workers")
         if row.gpu_class == worker.config.gpu_class} | {lease.owner}
-    refused = patient(lambda: leases.refuse(engine, lease, first_line(exc), live), "refusing")
+    refused = patient(lambda: leases.refuse(engine, lease, first_line(exc), live,
+                                                  exc.failure_class), "refusing")
     if refused is None:
         return f"job {lease.job_id}: refused, but its lease was already gone"
     if refused.failed:
         return f"job {lease.job_id}: failed: every live worker refused it ({exc})"
     _post_now(engine, settings, lease.job_id)
-    return f"job {lease.job_id}: handed back, this worker cannot make its build: {exc}"
+    return f"job {lease.job_id}: handed back, this worker cannot {exc.cannot}: {exc}"
 
 
 def _retry_or_fail(engine: Engine, lease: leases.Lease, max_attempts: int, exc: FarmError,

@@ -19,7 +19,7 @@ from farm.matrix.flags import FlagValue
 from farm.matrix.options import check_flag, value_type
 from farm.matrix.spec import Arm, JobSpec
 from workers.job.model_info import ModelInfo, inspect_model
-from workers.job.resolve import NodeFiles, resolve_flag_files
+from workers.job.resolve import NodeFiles, draft_files, resolve_flag_files
 from workers.job.runtime.probe import BinaryProbe, Option, probe_binary
 from workers.paths import NodePaths
 
@@ -187,13 +187,14 @@ def check_arms(spec: JobSpec, node: NodeFiles,
     probes: dict[str, BinaryProbe] = {}
     arms: dict[str, Arm] = {}
     translations: list[str] = []
+    drafts = draft_files(spec, node)
     for arm in (spec.baseline, spec.variant):
         probes[arm.role] = probe_binary(arm.build.local_path)
         try:
             arms[arm.role], notes = check_arm(probes[arm.role], arm, node.allow_options)
         except ConfigError as exc:
             raise type(exc)(f"{arm.role} arm {arm.name!r}: {exc}", role=arm.role) from exc
-        arms[arm.role] = resolve_flag_files(arms[arm.role], node)
+        arms[arm.role] = resolve_flag_files(arms[arm.role], node, drafts)
         translations += [f"{arm.role}: {note}" for note in notes]
     checked = spec.model_copy(update={"baseline": arms["baseline"], "variant": arms["variant"]})
     return checked, probes, translations

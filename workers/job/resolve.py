@@ -19,6 +19,7 @@ from pathlib import Path
 from farm.errors import ConfigError
 from farm.matrix.options import FILE_TYPES, ValueType, value_type
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef
+from workers.paths import downloaded_files
 
 
 class NotOnThisNode(ConfigError):
@@ -118,10 +119,12 @@ def _resolve_build(build: BuildRef, node: NodeFiles) -> BuildRef:
     return BuildRef(name=build.name, path=str(binary))
 
 
-def _resolve_files(value: str, kind: ValueType, node: NodeFiles, what: str) -> str:
-    """A file-typed value with each file it names resolved on ``node``."""
+def _resolve_files(value: str, kind: ValueType, node: NodeFiles, what: str,
+                   drafts: Mapping[str, str]) -> str:
+    """A file-typed value with each file it names resolved on ``node`` (a draft model of
+    the job's, by name, to its download)."""
     if kind is ValueType.MODEL_FILE:
-        return _flag_file(node, value, what)
+        return drafts[value] if value in drafts else _flag_file(node, value, what)
     resolved = []
     for item in value.split(","):
         name, scale = item.rpartition(":")[::2] if kind is ValueType.MODEL_FILES_SCALED \
@@ -133,15 +136,22 @@ def _resolve_files(value: str, kind: ValueType, node: NodeFiles, what: str) -> s
     return ",".join(resolved)
 
 
-def resolve_flag_files(arm: Arm, node: NodeFiles) -> Arm:
+def draft_files(spec: JobSpec, node: NodeFiles) -> dict[str, str]:
+    """The job's downloaded draft models by name, on ``node``; NotOnThisNode if missing."""
+    return {model.name: _downloaded(node, model) for model in spec.draft_models}
+
+
+def resolve_flag_files(arm: Arm, node: NodeFiles,
+                       drafts: Mapping[str, str] | None = None) -> Arm:
     """The arm with every file its (checked, canonical) flags name resolved inside the
-    models dir (on `farm run`, or as written relative to the matrix file)."""
+    models dir (on `farm run`, or as written relative to the matrix file); a name of
+    ``drafts`` (the job's downloaded draft models) to its file."""
     flags = []
     for name, value in arm.flags:
         kind = value_type(name)
         if kind in FILE_TYPES and isinstance(value, str) and kind is not None:
             try:
-                value = _resolve_files(value, kind, node, f"--{name}")
+                value = _resolve_files(value, kind, node, f"--{name}", drafts or {})
             except ConfigError as exc:
                 raise type(exc)(f"{arm.role} arm {arm.name!r}: {exc}", role=arm.role) from exc
         flags.append((name, value))
@@ -157,13 +167,35 @@ def resolve_builds(spec: JobSpec, node: NodeFiles) -> JobSpec:
             update={"build": _resolve_build(spec.variant.build, node)})})
 
 
+def _downloaded(node: NodeFiles, model: ModelRef) -> str:
+    """A remote model's first file where the node keeps downloads, every shard present;
+    NotOnThisNode naming what is missing."""
+    if not model.pinned:
+        raise NotOnThisNode(f"model {model.name!r} ({model.source}) is not pinned to a commit "
+                            "and its files' sha256 (the Hub was not reached), so nothing "
+                            "here can be checked against it")
+    places = [place for _, place in downloaded_files(model, node.models_dir)]
+    missing = [str(place) for place in places if not place.is_file()]
+    if missing:
+        raise NotOnThisNode(f"model {model.name!r} ({model.source}) is not downloaded on "
+                            f"{node.name}: missing {', '.join(missing)}; `farm prepare` "
+                            "downloads it, and so do a worker and `farm run` that reach "
+                            "its source")
+    return str(places[0])
+
+
 def resolve(spec: JobSpec, node: NodeFiles) -> JobSpec:
     """The job with its builds and model resolved on ``node``, or ConfigError
     (NotOnThisNode when a build or file is missing here). Flags stay as written: they are
-    checked against the build before the files they name are looked up."""
+    checked against the build before the files they name are looked up. A remote model
+    is looked up where downloads go (``workers.setup.download`` fetches it before)."""
     model = spec.model
     what = f"model {model.name!r}"
-    path = (_model_path(node, model.path, what) if model.path is not None
-            else _inside(node, model.file or f"{model.name}.gguf", what))
+    if model.remote:
+        path = _downloaded(node, model)
+    elif model.path is not None:
+        path = _model_path(node, model.path, what)
+    else:
+        path = _inside(node, model.file or f"{model.name}.gguf", what)
     return resolve_builds(spec, node).model_copy(update={
-        "model": ModelRef(name=model.name, file=model.file, path=path)})
+        "model": model.model_copy(update={"path": path})})
