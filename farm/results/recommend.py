@@ -25,7 +25,7 @@ from farm.matrix.flags import LENGTH_FLAGS, draft_length, draft_length_flag, var
 from farm.matrix.spec import JobSpec
 from farm.results.curve import ENGINE_KEYS, cost_curves, curve_points
 from farm.results.rows import job_report
-from farm.results.runs import runs_frame
+from farm.results.runs import job_designs, runs_frame
 from farm.stats.curve import CostCurve
 from farm.stats.prediction import Prediction, Profile, predict_speedup
 
@@ -48,7 +48,8 @@ def _setting_text(varying: dict[str, Any]) -> str:
 
 
 def _profile(runs: pd.DataFrame) -> Profile | None:
-    """The acceptance profile of a job's variant runs that have per-position counters."""
+    """The acceptance profile of a job's variant runs that have per-position counters, one
+    row per prompt (its runs summed: repetitions of a prompt are one cluster)."""
     variant = runs[(runs["arm"] == "variant") & (runs["spec_drafts"].fillna(0) > 0)]
     lists = [list(counts) for counts in variant["spec_accepted_per_pos"]
              if isinstance(counts, list | tuple | np.ndarray) and len(counts) > 0]
@@ -56,12 +57,17 @@ def _profile(runs: pd.DataFrame) -> Profile | None:
         return None
     positions = min(len(counts) for counts in lists)
     drafts = variant["spec_drafts"].to_numpy(dtype=np.float64)
-    accepted = np.array([counts[:positions] for counts in lists], dtype=float)
     tokens = variant["generated_tokens"].to_numpy(dtype=np.float64)
     # The first token comes from the prompt; each drafting step yields its accepted + 1.
     plain = np.maximum(tokens - 1.0 - drafts - variant["spec_accepted"].to_numpy(
         dtype=np.float64), 0.0)
-    return Profile(drafts, accepted, plain)
+    per_run = pd.DataFrame(np.array([counts[:positions] for counts in lists], dtype=float))
+    per_run = per_run.assign(drafts=drafts, plain=plain,
+                             prompt=variant["prompt_id"].to_numpy())
+    per_prompt = per_run.groupby("prompt", sort=True).sum()
+    return Profile(per_prompt["drafts"].to_numpy(dtype=np.float64),
+                   per_prompt[list(range(positions))].to_numpy(dtype=np.float64),
+                   per_prompt["plain"].to_numpy(dtype=np.float64))
 
 
 def _drafters(report: pd.DataFrame) -> pd.DataFrame:
@@ -261,7 +267,7 @@ def check(engine: Engine, candidates: pd.DataFrame, verify_campaign: str) -> pd.
     measured = report[report["kind"] == "variant"].copy()
     measured["setting"] = measured["varying"].map(_setting_text)
     measured["draft_n_max"] = measured["varying"].map(lambda v: int(str(draft_length(v) or 0)))
-    per_category = category_report(runs, report).rename(
+    per_category = category_report(runs, report, job_designs(engine, verify_campaign)).rename(
         columns={"estimate": "speedup", "low": "ci_low", "high": "ci_high"})
     overall = measured[["job_key", "speedup", "ci_low", "ci_high"]].assign(
         category=ALL_CATEGORIES)
