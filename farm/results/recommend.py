@@ -4,11 +4,13 @@ the settings to use, and the matrix that checks them.
 A *drafter setting* is what a variant job changes apart from its draft length (spec type,
 p-min, ...). For each setting, GPU class, model and prompt category, its runs give an
 acceptance profile (``farm.stats.prediction.Profile``: accepted per draft at each position,
-runs as clusters); the engine cost curves of the same build x model x GPU class x spec
+prompts as clusters); the engine cost curves of the same build x model x GPU class x spec
 type (``farm.results.curve``, from synthetic-acceptance jobs of any campaign in the store)
 give what each draft length costs. ``farm.stats.prediction.predict_speedup`` combines the
-two. The best candidate of each row is the recommendation, the next one the runner-up; when every
-candidate is predicted slower than the baseline, the recommendation is no speculation.
+two. The best candidate of each row is the recommendation when its interval's low end is
+above 1, the next one the runner-up; when every candidate is predicted slower than the
+baseline, the recommendation is no speculation, and when the best one's interval reaches 1,
+no clear gain.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from farm.stats.prediction import Prediction, Profile, predict_speedup
 
 ALL_CATEGORIES = "(all)"
 NO_SPECULATION = "no speculation"
+# The best candidate is predicted faster, but its interval reaches 1 (or it has none).
+NO_CLEAR_GAIN = "no clear gain"
 ROW_KEYS = ["gpu_class", "model", "build", "category"]
 PREDICTION_COLUMNS = [*ROW_KEYS, "spec_type", "setting", "draft_n_max", "speedup", "low",
                       "high", "length", "rates", "draft_share", "break_even", "step_cost",
@@ -147,19 +151,23 @@ def predictions(engine: Engine, campaign: str,
 
 
 def recommendations(candidates: pd.DataFrame) -> pd.DataFrame:
-    """Per GPU class x model x build x category: the best candidate and the runner-up, or
-    no speculation when even the best is predicted slower than the baseline."""
+    """Per GPU class x model x build x category: the best candidate and the runner-up when
+    the best one's interval is above 1; else no speculation when even the best is predicted
+    slower than the baseline, and no clear gain when its interval reaches 1 (or it has
+    none: insufficient data)."""
     rows = []
     for key, group in candidates.groupby(ROW_KEYS, sort=True):
         ordered = group.sort_values("rank")
         best = ordered.iloc[0]
         slower = not best["speedup"] > 1.0
-        # Slower everywhere: no speculation first, the best candidate next to it.
-        chosen, runner = (None, best) if slower else (
-            best, ordered.iloc[1] if len(ordered) > 1 else None)
+        gain = bool(best["low"] > 1.0)
+        # No gain: no speculation (or no clear gain) first, the best candidate next to it.
+        chosen, runner = (best, ordered.iloc[1] if len(ordered) > 1 else None) if gain else (
+            None, best)
         rows.append({
             **dict(zip(ROW_KEYS, key, strict=True)),
-            "recommended": NO_SPECULATION if chosen is None else _choice(chosen),
+            "recommended": (_choice(chosen) if chosen is not None
+                            else NO_SPECULATION if slower else NO_CLEAR_GAIN),
             "speedup": 1.0 if chosen is None else chosen["speedup"],
             "low": math.nan if chosen is None else chosen["low"],
             "high": math.nan if chosen is None else chosen["high"],

@@ -156,16 +156,20 @@ CROSSOVER = "crossover"
 PAIRED_T = "paired t"
 ZERO_SPREAD = "zero spread"
 
-# The most lag-1 autocorrelation of pair residuals the interval allows for: beyond it a
-# handful of pairs cannot tell a wandering speedup from a trend.
+# The lag-1 autocorrelations of pair residuals the interval allows for: beyond the most, a
+# handful of pairs cannot tell a wandering speedup from a trend; below the least, the
+# estimate is noise (a negative one shrinks the variance, as a positive one grows it, so
+# that independent pairs keep their level on average).
+LEAST_AUTOCORRELATION = -0.5
 MOST_AUTOCORRELATION = 0.8
 
 
 def autocorrelation_factor(values: npt.NDArray[np.float64],
                            orders: npt.NDArray[np.int64]) -> float:
     """How much a lag-1 autocorrelation of the pairs' crossover residuals (every pair, in
-    order) inflates the variance of their mean: (1 + r) / (1 - r) with r clipped to
-    [0, ``MOST_AUTOCORRELATION``]; 1 for independent pairs, or below 4 pairs."""
+    order) scales the variance of their mean: (1 + r) / (1 - r), r the residuals' lag-1
+    correlation plus 1 / pairs (its small-sample bias), clipped to
+    [``LEAST_AUTOCORRELATION``, ``MOST_AUTOCORRELATION``]; 1 below 4 pairs."""
     if values.size < 4 or not ((orders > 0).any() and (orders < 0).any()):
         return 1.0
     residual = values.copy()
@@ -173,7 +177,7 @@ def autocorrelation_factor(values: npt.NDArray[np.float64],
         residual[orders == order] -= values[orders == order].mean()
     total = float(residual @ residual)
     r = float(residual[1:] @ residual[:-1]) / total if total > 0 else 0.0
-    r = min(max(r, 0.0), MOST_AUTOCORRELATION)
+    r = min(max(r + 1.0 / values.size, LEAST_AUTOCORRELATION), MOST_AUTOCORRELATION)
     return (1.0 + r) / (1.0 - r)
 
 
@@ -187,7 +191,7 @@ def estimate(values: LogRatios, orders: Orders,
       independent of it, so the interval covers at its level whatever the number of pairs,
       for the jobs that stop earliest too, and whatever the first stage's noise was (a
       noisy warm-up, or noise that doubles after it: docs/statistics.md). The variance is
-      inflated by ``autocorrelation_factor`` over every pair, for a speedup that wanders.
+      scaled by ``autocorrelation_factor`` over every pair, for a speedup that wanders.
     * Fixed design, or a two-stage job cut short: the crossover interval over all pairs when
       there are 4 or more with both orders (``CROSSOVER``), else the paired t
       (``speedup_interval``, ``PAIRED_T``).

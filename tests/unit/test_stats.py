@@ -260,13 +260,13 @@ def test_the_first_stage_plans_the_pairs_and_the_second_measures_the_spread() ->
     values = np.concatenate([quiet, [0.2, 0.21, 0.19, 0.2]])
     found = estimate(values, orders[:8], design)
     assert found.method == SECOND_STAGE and found.df == 2
-    # Its estimate and spread are the second stage's alone, the spread inflated for the
+    # Its estimate and spread are the second stage's alone, the spread scaled for the
     # pairs' lag-1 autocorrelation.
     second = crossover(values[4:], orders[4:8])
     assert found.speedup.estimate == pytest.approx(math.exp(second.log_speedup))
     assert found.log_se == pytest.approx(math.sqrt(
         second.variance * second.factor * autocorrelation_factor(values, orders[:8])))
-    assert autocorrelation_factor(values, orders[:8]) >= 1.0
+    assert 1 / 3 <= autocorrelation_factor(values, orders[:8]) <= 9.0
 
 
 def test_stop_decision_follows_the_plan() -> None:

@@ -1,5 +1,5 @@
-"""The three bugs the statistics audit reproduced on the farm's own functions (issue 24),
-each a test that failed on the code before the fix."""
+"""The bugs the statistics audit reproduced on the farm's own functions (issue 24), and
+recommend's verdict on an interval: each a test that failed on the code before the fix."""
 
 from __future__ import annotations
 
@@ -69,3 +69,27 @@ def test_a_prediction_from_one_prompt_says_insufficient_data_never_a_point() -> 
     two = predict_speedup(Profile(np.full(2, 60.0), np.array([[30.0, 20, 10], [66, 52, 38]]),
                                   np.zeros(2)), curve)
     assert two.low < two.speedup < two.high and two.extrapolated == ""
+
+
+def test_recommend_speculates_only_when_the_interval_is_above_one() -> None:
+    # Before: "speculate" on a point estimate above 1, whatever its interval.
+    import pandas as pd
+
+    from farm.results.recommend import NO_CLEAR_GAIN, NO_SPECULATION, recommendations
+
+    def candidate(category: str, speedup: float, low: float, rank: int) -> dict[str, object]:
+        return {"gpu_class": "cpu", "model": "m", "build": "b", "category": category,
+                "spec_type": "draft-mtp", "setting": "spec-type=draft-mtp",
+                "draft_n_max": rank + 1, "speedup": speedup, "low": low,
+                "high": speedup * 1.2, "length": 2.0, "rates": [0.8], "draft_share": 1.0,
+                "break_even": 1.5, "step_cost": 1.4, "extrapolated": "", "rank": rank}
+
+    chosen = recommendations(pd.DataFrame([
+        candidate("clear", 1.3, 1.1, 1), candidate("clear", 1.2, 1.05, 2),
+        candidate("unclear", 1.1, 0.95, 1), candidate("slower", 0.9, 0.8, 1),
+        candidate("unknown", 1.2, math.nan, 1)])).set_index("category")
+    assert chosen.loc["clear", "recommended"] == "spec-type=draft-mtp spec-draft-n-max=2"
+    assert chosen.loc["unclear", "recommended"] == NO_CLEAR_GAIN
+    assert chosen.loc["unknown", "recommended"] == NO_CLEAR_GAIN
+    assert chosen.loc["slower", "recommended"] == NO_SPECULATION
+    assert chosen.loc["unclear", "runner_up"] == "spec-type=draft-mtp spec-draft-n-max=2"
