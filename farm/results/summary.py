@@ -106,7 +106,7 @@ class JobSummary(_Fields):
     drift_low: Measure = Field(None, description="Its 95% interval, low end.")
     drift_high: Measure = Field(None, description="Its 95% interval, high end.")
     acceptance_low: Measure = Field(None, description="Acceptance rate's 95% interval, low "
-                                    "end (runs as clusters).")
+                                    "end (prompts as clusters).")
     acceptance_high: Measure = Field(None, description="Its high end.")
     mean_accepted_length: Measure = Field(None, description="(accepted + drafts) / drafts.")
     concurrency: int | None = Field(None, description="Simultaneous streams per run.")
