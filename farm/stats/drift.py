@@ -35,6 +35,8 @@ class Drift:
 # 0.005 with independent blocks, 0.043 at 0.5 (docs/statistics.md).
 LEAST_CORRELATION = 0.4
 MOST_CORRELATION = 0.95
+# A residual spread below this (log units) is rounding, not noise: a constant machine.
+STEADY = 1e-9
 
 
 def _least_squares(design: npt.NDArray[np.float64], value: npt.NDArray[np.float64]
@@ -79,7 +81,9 @@ def drift(runs: pd.DataFrame, level: float = 0.95) -> Drift:
                               (facts["arm"] == "variant").to_numpy(dtype=float),
                               (facts["position"] == 0).to_numpy(dtype=float), block])
     _, residual, rank, df = _least_squares(design, value)
-    if rank < design.shape[1] or df < 2 or not float(residual @ residual) > 0:
+    # Residuals of rounding size (a machine that did not move at all): nothing to test.
+    if rank < design.shape[1] or df < 2 or not math.sqrt(float(residual @ residual)
+                                                         / len(value)) > STEADY:
         return Drift(0.0, NAN, NAN, 0.0, False)
     rho = block_correlation(residual)
     # Prais-Winsten: each block less rho times the one before, the first scaled.

@@ -93,3 +93,13 @@ def test_recommend_speculates_only_when_the_interval_is_above_one() -> None:
     assert chosen.loc["unknown", "recommended"] == NO_CLEAR_GAIN
     assert chosen.loc["slower", "recommended"] == NO_SPECULATION
     assert chosen.loc["unclear", "runner_up"] == "spec-type=draft-mtp spec-draft-n-max=2"
+
+
+def test_a_machine_that_does_not_move_has_no_drift() -> None:
+    # The audit's probe 4: identical tok/s in every block; the GLS fit's residuals are
+    # rounding (1e-16), not noise, and must not be tested.
+    from farm.stats.drift import drift
+    from tests.unit.test_stats import constant
+
+    found = drift(make_runs(constant(100.0, 130.0), pairs=8))
+    assert found.flag is False and math.isnan(found.low)
