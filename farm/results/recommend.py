@@ -29,7 +29,7 @@ from farm.results.curve import ENGINE_KEYS, cost_curves, curve_points
 from farm.results.rows import job_report
 from farm.results.runs import job_designs, runs_frame
 from farm.stats.curve import CostCurve
-from farm.stats.prediction import Prediction, Profile, predict_speedup
+from farm.stats.prediction import INSUFFICIENT, Prediction, Profile, predict_speedup
 
 ALL_CATEGORIES = "(all)"
 NO_SPECULATION = "no speculation"
@@ -153,13 +153,13 @@ def predictions(engine: Engine, campaign: str,
 def recommendations(candidates: pd.DataFrame) -> pd.DataFrame:
     """Per GPU class x model x build x category: the best candidate and the runner-up when
     the best one's interval is above 1; else no speculation when even the best is predicted
-    slower than the baseline, and no clear gain when its interval reaches 1 (or it has
-    none: insufficient data)."""
+    slower than the baseline, no clear gain when its interval reaches 1, and insufficient
+    data when it has no prediction (``farm.stats.prediction.INSUFFICIENT``: one prompt)."""
     rows = []
     for key, group in candidates.groupby(ROW_KEYS, sort=True):
         ordered = group.sort_values("rank")
         best = ordered.iloc[0]
-        slower = not best["speedup"] > 1.0
+        slower = bool(best["speedup"] <= 1.0)
         gain = bool(best["low"] > 1.0)
         # No gain: no speculation (or no clear gain) first, the best candidate next to it.
         chosen, runner = (best, ordered.iloc[1] if len(ordered) > 1 else None) if gain else (
@@ -167,6 +167,7 @@ def recommendations(candidates: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             **dict(zip(ROW_KEYS, key, strict=True)),
             "recommended": (_choice(chosen) if chosen is not None
+                            else INSUFFICIENT if math.isnan(best["speedup"])
                             else NO_SPECULATION if slower else NO_CLEAR_GAIN),
             "speedup": 1.0 if chosen is None else chosen["speedup"],
             "low": math.nan if chosen is None else chosen["low"],

@@ -87,11 +87,14 @@ def test_recommend_speculates_only_when_the_interval_is_above_one() -> None:
     chosen = recommendations(pd.DataFrame([
         candidate("clear", 1.3, 1.1, 1), candidate("clear", 1.2, 1.05, 2),
         candidate("unclear", 1.1, 0.95, 1), candidate("slower", 0.9, 0.8, 1),
-        candidate("unknown", 1.2, math.nan, 1)])).set_index("category")
+        candidate("unknown", 1.2, math.nan, 1),
+        candidate("one prompt", math.nan, math.nan, 1)])).set_index("category")
     assert chosen.loc["clear", "recommended"] == "spec-type=draft-mtp spec-draft-n-max=2"
     assert chosen.loc["unclear", "recommended"] == NO_CLEAR_GAIN
     assert chosen.loc["unknown", "recommended"] == NO_CLEAR_GAIN
     assert chosen.loc["slower", "recommended"] == NO_SPECULATION
+    assert chosen.loc["one prompt", "recommended"] == INSUFFICIENT
+    assert "slower" not in chosen.loc["one prompt", "why"]
     assert chosen.loc["unclear", "runner_up"] == "spec-type=draft-mtp spec-draft-n-max=2"
 
 
