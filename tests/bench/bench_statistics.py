@@ -53,7 +53,7 @@ def main() -> None:
               f"{cell.mean_pairs:>10.1f} {cell.met:>6.3f}", flush=True)
     assured_jobs = max(jobs // 4, 200)
     print(f"\nassured plan, {ASSURED} ({assured_jobs} jobs a cell): target met "
-          f"(claim >= {ASSURED.assurance - 0.05:.2f}), coverage")
+          f"(claim >= {(ASSURED.assurance or 0.0) - 0.05:.2f}), coverage")
     for seed, name in enumerate(("steady", "noise doubling", "noisy warm-up")):
         cell = two_stage_cell(TWO_STAGE_CELLS[name], ASSURED, assured_jobs, 200 + seed)
         print(f"{name:<20} met before {BEFORE_MET.get(name, '-'):>6} now {cell.met:.3f} "
