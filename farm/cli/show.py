@@ -31,17 +31,20 @@ from farm.report.text import (
 )
 from farm.results.groups import category_report, category_summary, group_report, with_design_columns
 from farm.results.rows import job_report, job_rows, report_frame
-from farm.results.runs import runs_frame
+from farm.results.runs import job_designs, runs_frame
 from farm.settings import Settings
 from farm.store.campaigns import latest_campaign
 from farm.store.db import open_store
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import pandas as pd
     from rich.table import Table
     from sqlalchemy import Engine
 
     from farm.report.html import EngineCurve, Recommendation
+    from farm.stats.design import Design
 
 
 def show_report(settings: Settings, campaign: str | None, fmt: str, *,
@@ -53,6 +56,7 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         name = None if all_campaigns else (campaign or latest_campaign(engine))
         rows = job_rows(engine, name)
         runs = runs_frame(engine, name) if by_category or fmt == "html" else None
+        designs = job_designs(engine, name) if runs is not None else {}
         recommendation = _recommendation(engine, name) if fmt == "html" else None
     if fmt == "json" and group_by is None and not by_category:
         print(rows_to_json(rows))
@@ -61,10 +65,10 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
     console = wide_console()
     title = "all campaigns" if name is None else f"campaign {name}"
     if fmt == "html":
-        _write_html(title, report, runs, output, recommendation)
+        _write_html(title, report, runs, designs, output, recommendation)
         return
     if by_category and runs is not None:
-        summary = category_summary(category_report(runs, report))
+        summary = category_summary(category_report(runs, report, designs))
         if fmt == "table":
             console.print(category_table(summary, title))
         else:
@@ -106,7 +110,8 @@ def _curve(points: pd.DataFrame) -> EngineCurve | None:
 
 
 def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
-                output: Path | None, recommendation: Recommendation | None) -> None:
+                designs: Mapping[str, Design | None], output: Path | None,
+                recommendation: Recommendation | None) -> None:
     import pandas as pd
 
     # Here, not at the top: matplotlib takes most of a second to load, and only HTML plots.
@@ -118,7 +123,7 @@ def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
     runs = runs if runs is not None else pd.DataFrame()
     jobs = with_design_columns(report)
     curve = _curve(curve_points(jobs)) if "kind" in jobs else None
-    page = render_html(title, jobs, category_report(runs, report), runs, curve=curve,
+    page = render_html(title, jobs, category_report(runs, report, designs), runs, curve=curve,
                        recommendation=recommendation)
     output.write_text(page, encoding="utf-8")
     print(f"wrote {output} ({len(page) // 1024} KiB)")

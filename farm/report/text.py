@@ -278,7 +278,8 @@ def _builds(row: Row) -> str:
 
 
 def compare_table(frame: pd.DataFrame, a: str, b: str) -> Table:
-    """Matching jobs of A and B: both speedups, the change and the verdict."""
+    """Matching jobs of A and B: both speedups, the change with its interval, its q value
+    (Benjamini-Hochberg) and the verdict."""
     columns = (
         Column("model", lambda row: str(row["model"])),
         Column("variant", lambda row: str(row["variant"]), no_wrap=True),
@@ -288,7 +289,9 @@ def compare_table(frame: pd.DataFrame, a: str, b: str) -> Table:
             row["speedup_a"], row["ci_low_a"], row["ci_high_a"]), True),
         Column(f"speedup {b}", lambda row: cells.interval(
             row["speedup_b"], row["ci_low_b"], row["ci_high_b"]), True),
-        Column("change", lambda row: cells.ratio(row["change"]), True),
+        Column("change", lambda row: cells.interval(
+            row["change"], row["change_low"], row["change_high"]), True),
+        Column("q", lambda row: cells.number(row["q_value"], 3), True),
         Column("baseline tok/s", lambda row: f"{cells.number(row['baseline_tok_s_a'])} -> "
                f"{cells.number(row['baseline_tok_s_b'])}", True),
         Column("verdict", lambda row: str(row["verdict"])),

@@ -13,10 +13,12 @@ from sqlalchemy import Engine, select
 
 from farm.errors import ConfigError
 from farm.results.rows import job_report
+from farm.stats.difference import adjusted_p_values, difference, discoveries
+from farm.stats.intervals import NAN
 from farm.store.models import Campaign, Job
 
-_MEASURED = ["speedup", "ci_low", "ci_high", "baseline_tok_s", "variant_tok_s",
-             "acceptance_rate"]
+_MEASURED = ["speedup", "ci_low", "ci_high", "log_se", "df", "baseline_tok_s",
+             "variant_tok_s", "acceptance_rate"]
 
 
 def _side(engine: Engine, campaign: str, build: str | None) -> pd.DataFrame:
@@ -35,22 +37,39 @@ def _side(engine: Engine, campaign: str, build: str | None) -> pd.DataFrame:
     return side
 
 
-def _verdict(row: pd.Series) -> str:
-    a_low, a_high = row["ci_low_a"], row["ci_high_a"]
-    b_low, b_high = row["ci_low_b"], row["ci_high_b"]
-    if any(pd.isna(value) for value in (a_low, a_high, b_low, b_high)):
-        return "no interval"
-    if b_low > a_high:
-        return "faster"
-    if b_high < a_low:
-        return "regression"
-    return "within noise"
+def _tested(merged: pd.DataFrame) -> pd.DataFrame:
+    """Each matching job's change with its interval and p value (``difference`` of the two
+    log speedups), and the verdict at a false discovery rate of ``FDR`` across the jobs
+    compared (Benjamini-Hochberg): "faster", "regression", "within noise", or "no
+    interval" where a side has no standard error."""
+    import math
+
+    found = [difference(math.log(a), float(se_a), float(df_a), math.log(b), float(se_b),
+                        float(df_b))
+             if a > 0 and b > 0 else difference(NAN, NAN, NAN, NAN, NAN, NAN)
+             for a, se_a, df_a, b, se_b, df_b in zip(
+                 merged["speedup_a"].astype(float), merged["log_se_a"].astype(float),
+                 merged["df_a"].astype(float), merged["speedup_b"].astype(float),
+                 merged["log_se_b"].astype(float), merged["df_b"].astype(float), strict=True)]
+    p_values = [change.p_value for change in found]
+    called = discoveries(p_values)
+    merged["change_low"] = [change.low for change in found]
+    merged["change_high"] = [change.high for change in found]
+    merged["p_value"] = p_values
+    merged["q_value"] = adjusted_p_values(p_values)
+    merged["verdict"] = [
+        "no interval" if math.isnan(change.p_value)
+        else ("faster" if change.change > 1.0 else "regression") if call else "within noise"
+        for change, call in zip(found, called, strict=True)]
+    return merged
 
 
 def compare(engine: Engine, a: str, b: str, *, build_a: str | None = None,
             build_b: str | None = None) -> pd.DataFrame:
-    """Matching jobs of A and B with both speedups, the change and whether it is outside
-    the noise (the two 95% intervals do not overlap)."""
+    """Matching jobs of A and B with both speedups, the change (B over A) with its interval
+    and p value, and whether it changed: the test of a difference of the two log speedups
+    (``farm.stats.difference``), its false discovery rate held at 5% across the jobs
+    compared."""
     left, right = _side(engine, a, build_a), _side(engine, b, build_b)
     merged = left[["key", "model", "variant", "varying_flags", "build", *_MEASURED]].merge(
         right[["key", "build", *_MEASURED]], on="key", suffixes=("_a", "_b"))
@@ -62,5 +81,4 @@ def compare(engine: Engine, a: str, b: str, *, build_a: str | None = None,
                           "experiment (same models, flags, prompts, sampling and GPU class)")
     merged["change"] = merged["speedup_b"] / merged["speedup_a"]
     merged["baseline_change"] = merged["baseline_tok_s_b"] / merged["baseline_tok_s_a"]
-    merged["verdict"] = merged.apply(_verdict, axis=1)
-    return merged.reset_index(drop=True)
+    return _tested(merged.reset_index(drop=True))

@@ -7,7 +7,11 @@ from typing import TYPE_CHECKING
 from farm.matrix.flags import draft_length
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import pandas as pd
+
+    from farm.stats.design import Design
 
 
 def _pooled(frame: pd.DataFrame, keys: list[str], estimate: str) -> pd.DataFrame:
@@ -58,8 +62,10 @@ def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
                          draft_n_max=pd.to_numeric(draft, errors="coerce"))
 
 
-def category_report(runs: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
-    """Per job and prompt category: speedup with its interval over block pairs."""
+def category_report(runs: pd.DataFrame, report: pd.DataFrame,
+                    designs: Mapping[str, Design | None]) -> pd.DataFrame:
+    """Per job and prompt category: speedup with its interval over block pairs, made with
+    the job's design (``designs`` by job key, ``farm.results.runs.job_designs``)."""
     import pandas as pd
 
     from farm.stats.speedup import speedup_by
@@ -73,7 +79,7 @@ def category_report(runs: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
     parts = []
     for job_key, job_runs in runs.groupby("job_key"):
         model, variant = names[str(job_key)]
-        by = speedup_by(job_runs, "prompt_category").rename(
+        by = speedup_by(job_runs, "prompt_category", designs.get(str(job_key))).rename(
             columns={"prompt_category": "category"})
         parts.append(by.assign(job_key=job_key, model=model, variant=variant))
     return pd.concat(parts, ignore_index=True)[columns]

@@ -4,11 +4,13 @@ the settings to use, and the matrix that checks them.
 A *drafter setting* is what a variant job changes apart from its draft length (spec type,
 p-min, ...). For each setting, GPU class, model and prompt category, its runs give an
 acceptance profile (``farm.stats.prediction.Profile``: accepted per draft at each position,
-runs as clusters); the engine cost curves of the same build x model x GPU class x spec
+prompts as clusters); the engine cost curves of the same build x model x GPU class x spec
 type (``farm.results.curve``, from synthetic-acceptance jobs of any campaign in the store)
 give what each draft length costs. ``farm.stats.prediction.predict_speedup`` combines the
-two. The best candidate of each row is the recommendation, the next one the runner-up; when every
-candidate is predicted slower than the baseline, the recommendation is no speculation.
+two. The best candidate of each row is the recommendation when its interval's low end is
+above 1, the next one the runner-up; when every candidate is predicted slower than the
+baseline, the recommendation is no speculation, and when the best one's interval reaches 1,
+no clear gain.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from farm.matrix.flags import LENGTH_FLAGS, draft_length, draft_length_flag, var
 from farm.matrix.spec import JobSpec
 from farm.results.curve import ENGINE_KEYS, cost_curves, curve_points
 from farm.results.rows import job_report
-from farm.results.runs import runs_frame
+from farm.results.runs import job_designs, runs_frame
 from farm.stats.curve import CostCurve
-from farm.stats.prediction import Prediction, Profile, predict_speedup
+from farm.stats.prediction import INSUFFICIENT, Prediction, Profile, predict_speedup
 
 ALL_CATEGORIES = "(all)"
 NO_SPECULATION = "no speculation"
+# The best candidate is predicted faster, but its interval reaches 1 (or it has none).
+NO_CLEAR_GAIN = "no clear gain"
 ROW_KEYS = ["gpu_class", "model", "build", "category"]
 PREDICTION_COLUMNS = [*ROW_KEYS, "spec_type", "setting", "draft_n_max", "speedup", "low",
                       "high", "length", "rates", "draft_share", "break_even", "step_cost",
@@ -48,7 +52,8 @@ def _setting_text(varying: dict[str, Any]) -> str:
 
 
 def _profile(runs: pd.DataFrame) -> Profile | None:
-    """The acceptance profile of a job's variant runs that have per-position counters."""
+    """The acceptance profile of a job's variant runs that have per-position counters, one
+    row per prompt (its runs summed: repetitions of a prompt are one cluster)."""
     variant = runs[(runs["arm"] == "variant") & (runs["spec_drafts"].fillna(0) > 0)]
     lists = [list(counts) for counts in variant["spec_accepted_per_pos"]
              if isinstance(counts, list | tuple | np.ndarray) and len(counts) > 0]
@@ -56,12 +61,17 @@ def _profile(runs: pd.DataFrame) -> Profile | None:
         return None
     positions = min(len(counts) for counts in lists)
     drafts = variant["spec_drafts"].to_numpy(dtype=np.float64)
-    accepted = np.array([counts[:positions] for counts in lists], dtype=float)
     tokens = variant["generated_tokens"].to_numpy(dtype=np.float64)
     # The first token comes from the prompt; each drafting step yields its accepted + 1.
     plain = np.maximum(tokens - 1.0 - drafts - variant["spec_accepted"].to_numpy(
         dtype=np.float64), 0.0)
-    return Profile(drafts, accepted, plain)
+    per_run = pd.DataFrame(np.array([counts[:positions] for counts in lists], dtype=float))
+    per_run = per_run.assign(drafts=drafts, plain=plain,
+                             prompt=variant["prompt_id"].to_numpy())
+    per_prompt = per_run.groupby("prompt", sort=True).sum()
+    return Profile(per_prompt["drafts"].to_numpy(dtype=np.float64),
+                   per_prompt[list(range(positions))].to_numpy(dtype=np.float64),
+                   per_prompt["plain"].to_numpy(dtype=np.float64))
 
 
 def _drafters(report: pd.DataFrame) -> pd.DataFrame:
@@ -141,19 +151,24 @@ def predictions(engine: Engine, campaign: str,
 
 
 def recommendations(candidates: pd.DataFrame) -> pd.DataFrame:
-    """Per GPU class x model x build x category: the best candidate and the runner-up, or
-    no speculation when even the best is predicted slower than the baseline."""
+    """Per GPU class x model x build x category: the best candidate and the runner-up when
+    the best one's interval is above 1; else no speculation when even the best is predicted
+    slower than the baseline, no clear gain when its interval reaches 1, and insufficient
+    data when it has no prediction (``farm.stats.prediction.INSUFFICIENT``: one prompt)."""
     rows = []
     for key, group in candidates.groupby(ROW_KEYS, sort=True):
         ordered = group.sort_values("rank")
         best = ordered.iloc[0]
-        slower = not best["speedup"] > 1.0
-        # Slower everywhere: no speculation first, the best candidate next to it.
-        chosen, runner = (None, best) if slower else (
-            best, ordered.iloc[1] if len(ordered) > 1 else None)
+        slower = bool(best["speedup"] <= 1.0)
+        gain = bool(best["low"] > 1.0)
+        # No gain: no speculation (or no clear gain) first, the best candidate next to it.
+        chosen, runner = (best, ordered.iloc[1] if len(ordered) > 1 else None) if gain else (
+            None, best)
         rows.append({
             **dict(zip(ROW_KEYS, key, strict=True)),
-            "recommended": NO_SPECULATION if chosen is None else _choice(chosen),
+            "recommended": (_choice(chosen) if chosen is not None
+                            else INSUFFICIENT if math.isnan(best["speedup"])
+                            else NO_SPECULATION if slower else NO_CLEAR_GAIN),
             "speedup": 1.0 if chosen is None else chosen["speedup"],
             "low": math.nan if chosen is None else chosen["low"],
             "high": math.nan if chosen is None else chosen["high"],
@@ -261,7 +276,7 @@ def check(engine: Engine, candidates: pd.DataFrame, verify_campaign: str) -> pd.
     measured = report[report["kind"] == "variant"].copy()
     measured["setting"] = measured["varying"].map(_setting_text)
     measured["draft_n_max"] = measured["varying"].map(lambda v: int(str(draft_length(v) or 0)))
-    per_category = category_report(runs, report).rename(
+    per_category = category_report(runs, report, job_designs(engine, verify_campaign)).rename(
         columns={"estimate": "speedup", "low": "ci_low", "high": "ci_high"})
     overall = measured[["job_key", "speedup", "ci_low", "ci_high"]].assign(
         category=ALL_CATEGORIES)

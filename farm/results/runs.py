@@ -16,6 +16,8 @@ from farm.store.campaigns import campaign_id
 if TYPE_CHECKING:
     import pandas as pd
 
+    from farm.stats.design import Design
+
 # What a job's statistics read of each run (farm.stats): its place in the design, the
 # prompt, the measures and the speculative counters.
 STATS_COLUMNS = ("job_id", "arm", "block", "pair", "position", "prompt_id", "prompt_category",
@@ -62,6 +64,28 @@ def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
         kinds = {job_id: _job_kind(summary, spec)
                  for job_id, summary, spec in connection.execute(jobs)}
     return runs.assign(kind=runs["job_id"].map(kinds)) if not runs.empty else runs
+
+
+def job_designs(engine: Engine, campaign: str | None = None) -> dict[str, Design | None]:
+    """Each job's design by job key (``JobSpec.design``; None for a spec this farm cannot
+    read, whose interval is then made as a fixed design's): what its per-category intervals
+    are made with, as its own was (``farm.stats.speedup.job_estimate``)."""
+    from pydantic import ValidationError
+
+    from farm.matrix.spec import JobSpec
+    from farm.store.models import Job
+
+    jobs = select(Job.job_key, Job.spec)
+    if campaign is not None:
+        jobs = jobs.where(Job.campaign_id == campaign_id(engine, campaign))
+    designs: dict[str, Design | None] = {}
+    with engine.connect() as connection:
+        for job_key, spec in connection.execute(jobs):
+            try:
+                designs[str(job_key)] = JobSpec.model_validate(spec).design
+            except ValidationError:
+                designs[str(job_key)] = None
+    return designs
 
 
 def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:

@@ -11,7 +11,7 @@ from farm.stats.agreement import agreement, stop_mismatches
 from farm.stats.design import Design
 from farm.stats.drift import drift
 from farm.stats.frame import valid_runs
-from farm.stats.speedup import estimate, pair_log_ratios, pair_orders
+from farm.stats.speedup import ZERO_SPREAD, job_estimate, pair_log_ratios
 from farm.stats.traffic import latency, prompt_figures, stream_figures
 
 # The latency percentiles a summary keeps, per arm (farm.stats.traffic.latency has more).
@@ -29,7 +29,7 @@ def summarize(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, design: Des
     (``farm.stats.agreement``); ``streams`` are its runs' simultaneous streams, if any.
     """
     ratios = pair_log_ratios(runs)
-    found = estimate(ratios, pair_orders(runs), design)
+    found = job_estimate(runs, design)
     speedup = found.speedup
     agreed = agreement(runs, not_applicable=no_agreement)
     accepted = acceptance(runs)
@@ -51,10 +51,12 @@ def summarize(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, design: Des
         "order_low": found.order_low,
         "order_high": found.order_high,
         # Flags: pairs left out for a missing prompt or arm, runs with unusable tok/s, and
-        # a zero spread (identical pairs), which is a fault, not certainty.
+        # a zero spread (identical pairs, or a second stage of identical pairs: the
+        # interval's variance is zero), which is a fault, not certainty.
         "incomplete_pairs": int(runs["pair"].nunique()) - speedup.pairs,
         "invalid_runs": len(runs) - len(valid_runs(runs)),
-        "degenerate": bool(speedup.pairs >= 2 and float(ratios.std(ddof=0)) == 0.0),
+        "degenerate": bool(found.method == ZERO_SPREAD
+                           or (speedup.pairs >= 2 and float(ratios.std(ddof=0)) == 0.0)),
         "agreement": agreed.identical_share,
         "agreement_control": agreed.control_share,
         "agreement_applicable": agreed.applicable,

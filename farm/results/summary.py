@@ -79,8 +79,9 @@ class JobSummary(_Fields):
     ci_high: Measure = Field(None, description="Its 95% interval, high end.")
     log_se: Measure = Field(None, description="Standard error of the log speedup.")
     df: int | None = Field(None, description="Its degrees of freedom.")
-    interval_method: str | None = Field(None, description="two-stage crossover, crossover "
-                                        "or paired t.")
+    interval_method: str | None = Field(None, description="second-stage crossover (from "
+                                        "issue 24; two-stage crossover before), crossover, "
+                                        "paired t, or zero spread (no interval).")
     order_effect: Measure = Field(None, description="How much faster a pair's second block "
                                   "runs than its first.")
     order_low: Measure = Field(None, description="Its 95% interval, low end.")
@@ -88,7 +89,8 @@ class JobSummary(_Fields):
     incomplete_pairs: int | None = Field(None, description="Pairs left out of the interval "
                                          "(a prompt or an arm missing).")
     invalid_runs: int | None = Field(None, description="Runs without a usable decode speed.")
-    degenerate: bool | None = Field(None, description="Identical pairs: a fault.")
+    degenerate: bool | None = Field(None, description="Identical pairs, or a second stage "
+                                    "of identical pairs: a fault.")
     agreement: Measure = Field(None, description="Share of variant outputs identical to the "
                                "baseline's.")
     agreement_control: Measure = Field(None, description="The same share for the baseline's "
@@ -104,7 +106,7 @@ class JobSummary(_Fields):
     drift_low: Measure = Field(None, description="Its 95% interval, low end.")
     drift_high: Measure = Field(None, description="Its 95% interval, high end.")
     acceptance_low: Measure = Field(None, description="Acceptance rate's 95% interval, low "
-                                    "end (runs as clusters).")
+                                    "end (prompts as clusters).")
     acceptance_high: Measure = Field(None, description="Its high end.")
     mean_accepted_length: Measure = Field(None, description="(accepted + drafts) / drafts.")
     concurrency: int | None = Field(None, description="Simultaneous streams per run.")

@@ -9,9 +9,10 @@ another package of the farm.
     speedup        pair values, paired t, the crossover model, a job's estimate
     twostage       the two-stage rule: pairs planned from the first stage
     pooling        jobs combined: random-effects over log speedups, variance shrinkage
-    acceptance     accepted over drafted with runs as clusters, per position
+    acceptance     accepted over drafted with prompts as clusters, per position
     agreement      variant outputs against the baseline's, against the baseline's repeats
-    drift          the machine's trend over a job's blocks
+    drift          the machine's trend over a job's blocks (autocorrelated blocks allowed)
+    difference     a change between two measurements, false discovery rate across many
     traffic        latency percentiles, prompt figures, simultaneous streams and slots
     curve          the engine cost curve over acceptance lengths
     prediction     a drafter's speedup from its acceptance and the cost curve

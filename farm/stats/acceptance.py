@@ -1,4 +1,4 @@
-"""How much of a variant's drafting was accepted, with runs as clusters."""
+"""How much of a variant's drafting was accepted, with prompts as clusters."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from farm.stats.intervals import t_margin
 
 
 def cluster_ratio(numerators: LogRatios, denominators: LogRatios) -> tuple[float, float, int]:
-    """sum(numerators) / sum(denominators) over the clusters (runs) with a positive
+    """sum(numerators) / sum(denominators) over the clusters (prompts) with a positive
     denominator, its standard error with clusters as the unit (the ratio estimator's
     linearisation) and its df (clusters - 1): rate, NaN, 0 below two clusters, NaN, NaN, 0
     without any."""
@@ -21,20 +21,21 @@ def cluster_ratio(numerators: LogRatios, denominators: LogRatios) -> tuple[float
     d = np.asarray(denominators, dtype=float)
     used = np.isfinite(a) & np.isfinite(d) & (d > 0)
     a, d = a[used], d[used]
-    runs = int(a.size)
-    if runs == 0:
+    clusters = int(a.size)
+    if clusters == 0:
         return NAN, NAN, 0
     rate = float(a.sum() / d.sum())
-    if runs < 2:
+    if clusters < 2:
         return rate, NAN, 0
-    se = math.sqrt(runs / (runs - 1) * float(np.sum((a - rate * d) ** 2))) / float(d.sum())
-    return rate, se, runs - 1
+    spread = float(np.sum((a - rate * d) ** 2))
+    se = math.sqrt(clusters / (clusters - 1) * spread) / float(d.sum())
+    return rate, se, clusters - 1
 
 
 @dataclass(frozen=True)
 class Acceptance:
     """The variant's draft counters and the rates derived from them; ``rate_low`` and
-    ``rate_high`` bound the acceptance rate (95%, runs as clusters)."""
+    ``rate_high`` bound the acceptance rate (95%, prompts as clusters)."""
 
     drafts: int
     drafted: int
@@ -60,12 +61,13 @@ def _summed_positions(values: pd.Series) -> list[int]:
 
 def rate_interval(accepted: LogRatios, drafted: LogRatios,
                   level: float = 0.95) -> tuple[float, float]:
-    """An interval for sum(accepted) / sum(drafted) that treats each run as a cluster.
+    """An interval for sum(accepted) / sum(drafted) that treats each entry (a prompt, its
+    runs summed: ``acceptance``) as a cluster.
 
-    Drafts within one run share its text, so they are not independent trials: a binomial
-    interval over drafts is far too narrow. This is the ratio estimator's cluster-robust
-    (linearisation) standard error over runs, with a t quantile on runs - 1 df, clipped to
-    [0, 1]. Fewer than two runs with drafts: NaN.
+    Drafts within one text are not independent trials: a binomial interval over drafts is
+    far too narrow, and so is one over runs that repeat a prompt's text. This is the ratio
+    estimator's cluster-robust (linearisation) standard error over clusters, with a t
+    quantile on clusters - 1 df, clipped to [0, 1]. Fewer than two clusters with drafts: NaN.
     """
     rate, se, df = cluster_ratio(accepted, drafted)
     if df < 1:
@@ -78,16 +80,20 @@ def acceptance(runs: pd.DataFrame) -> Acceptance:
     """The variant's acceptance from its raw counters.
 
     ``rate`` is accepted / drafted (llama.cpp's), with ``rate_interval`` over the variant's
-    runs; ``mean_accepted_length`` is (accepted + drafts) / drafts, vLLM's acceptance
-    length, which counts the bonus token each verify step yields; ``per_position[i]`` is
-    accepted at draft position i per draft. No drafts gives NaN, not zero: nothing was
-    measured.
+    prompts (each prompt's runs summed: the interval is for the population of prompts these
+    were drawn from, and repetitions of a prompt at temperature 0 are the same text, so
+    they count once, not as independent clusters); ``mean_accepted_length`` is
+    (accepted + drafts) / drafts, vLLM's acceptance length, which counts the bonus token
+    each verify step yields; ``per_position[i]`` is accepted at draft position i per
+    draft. No drafts gives NaN, not zero: nothing was measured.
     """
     variant = runs[runs["arm"] == "variant"]
     drafts, drafted, accepted = (int(variant[column].fillna(0).sum())
                                  for column in ("spec_drafts", "spec_drafted", "spec_accepted"))
-    low, high = rate_interval(variant["spec_accepted"].astype(float),
-                              variant["spec_drafted"].astype(float))
+    # A prompt's runs summed: at temperature 0 its repetitions draft the same text.
+    by_prompt = variant.groupby("prompt_id")[["spec_accepted", "spec_drafted"]].sum(min_count=1)
+    low, high = rate_interval(by_prompt["spec_accepted"].astype(float),
+                              by_prompt["spec_drafted"].astype(float))
     # Per position: over the drafts of runs that have the counters (older builds lack them).
     counted = variant["spec_accepted_per_pos"].map(
         lambda counts: isinstance(counts, list | tuple | np.ndarray) and len(counts) > 0)

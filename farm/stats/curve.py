@@ -99,7 +99,7 @@ def cost_curve(draft_n_max: int, lengths: LogRatios, speedups: LogRatios,
     A random-effects meta-regression of speedup on length: each job weighs by its own
     variance plus the between-job variance tau^2 (method of moments, DerSimonian-Laird's
     estimator for a regression), and the coefficients' covariance is Knapp-Hartung's (scaled
-    by the weighted residual mean square, untruncated) with a t on points - 2 df, as
+    by the weighted residual mean square, truncated at 1) with a t on points - 2 df, as
     ``pool_jobs`` does for one mean. A job's variance is its log_se, shrunk toward the
     jobs' pooled one by its ``df`` as there, times the fitted (not its own) speedup,
     squared: weights that follow a job's own noise undercover. Jobs without a standard
@@ -137,7 +137,8 @@ def cost_curve(draft_n_max: int, lengths: LogRatios, speedups: LogRatios,
     weights = 1.0 / (variance + tau2)
     beta, inverse = fit(weights)
     if df > 0:
-        scale = float(np.sum(weights * (y - design @ beta) ** 2)) / df
+        # Knapp-Hartung's scale truncated at 1, as pool_jobs's.
+        scale = max(1.0, float(np.sum(weights * (y - design @ beta) ** 2)) / df)
         covariance = scale * inverse
     else:
         covariance = np.full((2, 2), NAN)

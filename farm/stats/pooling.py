@@ -38,7 +38,7 @@ class Pooled:
 def pool_jobs(log_speedups: LogRatios, standard_errors: LogRatios, dfs: Sequence[int],
               level: float = 0.95) -> Pooled:
     """Random-effects combination of jobs' log speedups: DerSimonian-Laird between-job
-    variance, Hartung-Knapp-Sidik-Jonkman t interval (df = jobs - 1, untruncated).
+    variance, Hartung-Knapp-Sidik-Jonkman t interval (df = jobs - 1), its scale truncated at 1.
 
     It answers "what speedup does a typical configuration of this group get", so its width
     shrinks with more jobs and grows when jobs truly differ. Jobs without a standard error
@@ -68,8 +68,11 @@ def pool_jobs(log_speedups: LogRatios, standard_errors: LogRatios, dfs: Sequence
     tau2 = max(0.0, (q - (jobs - 1)) / scale)
     random_weights = 1.0 / (variance + tau2)
     mean = float(np.sum(random_weights * y) / np.sum(random_weights))
-    hksj = float(np.sum(random_weights * (y - mean) ** 2)
-                 / ((jobs - 1) * np.sum(random_weights)))
+    # HKSJ's scale, truncated at 1 (never narrower than the interval the weights alone
+    # give): untruncated, two alike jobs gave a zero-width interval, and one narrower than
+    # the fixed-effect one in 10.7% of pairs of alike jobs.
+    scale_q = max(1.0, float(np.sum(random_weights * (y - mean) ** 2)) / (jobs - 1))
+    hksj = scale_q / float(np.sum(random_weights))
     margin = t_margin(math.sqrt(hksj), jobs - 1, level)
     return Pooled(math.exp(mean), math.exp(mean - margin), math.exp(mean + margin), jobs,
                   math.sqrt(tau2))

@@ -16,16 +16,18 @@ from farm.stats.intervals import t_margin
 
 @dataclass(frozen=True)
 class Profile:
-    """What a drafter's runs say about its acceptance, runs as clusters: per run, its
-    drafts, its accepted drafts per position (``accepted[r][i]``: run r, draft position i)
-    and its plain steps (tokens generated without a draft).
+    """What a drafter's runs say about its acceptance, prompts as clusters: per prompt (its
+    runs summed), its drafts, its accepted drafts per position (``accepted[r][i]``: prompt
+    r, draft position i) and its plain steps (tokens generated without a draft). At
+    temperature 0 a prompt's repetitions draft the same text, so they are one cluster,
+    not several (``farm.stats.acceptance.rate_interval``).
 
     ``positions`` is how many positions were measured (the arm's draft length); beyond
     them a profile is extrapolated.
     """
 
     drafts: npt.NDArray[np.float64]
-    accepted: npt.NDArray[np.float64]  # runs x positions
+    accepted: npt.NDArray[np.float64]  # prompts x positions
     plain_steps: npt.NDArray[np.float64]
 
     @property
@@ -62,10 +64,15 @@ class Profile:
 
 def acceptance_length(profile: Profile, draft_n_max: int) -> tuple[float, float, int]:
     """The mean acceptance length at ``draft_n_max`` (1 + accepted per draft within the
-    first positions), its standard error with runs as clusters (the ratio estimator's
-    linearisation, as ``rate_interval``) and its df (runs - 1)."""
+    first positions), its standard error with the profile's prompts as clusters (the ratio
+    estimator's linearisation, as ``rate_interval``) and its df (prompts - 1)."""
     rate, se, df = cluster_ratio(profile.accepted_within(draft_n_max), profile.drafts)
     return 1.0 + rate, se, df
+
+
+# A prediction's note where L's error or the curve's is unknown (below two prompts, or a
+# curve of fewer than three points): no interval, and no point without one.
+INSUFFICIENT = "insufficient data"
 
 
 @dataclass(frozen=True)
@@ -94,10 +101,10 @@ def predict_speedup(profile: Profile, curve: CostCurve, level: float = 0.95) -> 
         speedup = (f L + 1 - f) / (f L / s_k(L) + 1 - f).
 
     Its interval carries both sources: the curve's line at L (its covariance, df points - 2,
-    plus the spread tau the line leaves, as for a new point) and L's own error (runs as
-    clusters, df runs - 1), combined on the log scale by the delta method with
-    Welch-Satterthwaite df. The draft share is taken as known (thousands
-    of steps).
+    plus the spread tau the line leaves, as for a new point) and L's own error (the
+    profile's rows, prompts, as clusters, df prompts - 1), combined on the log scale by the
+    delta method with Welch-Satterthwaite df. The draft share is taken as known (thousands
+    of steps). Without L's error (one prompt) or the curve's: ``INSUFFICIENT``, no point.
     """
     k = curve.draft_n_max
     length, length_se, length_df = acceptance_length(profile, k)
@@ -121,12 +128,12 @@ def predict_speedup(profile: Profile, curve: CostCurve, level: float = 0.95) -> 
     # A drafter's profile is not the geometric one synthetic acceptance forced, so its
     # point may sit off the line by the spread the line leaves (tau), like a new point.
     var_line = by_line**2 * (line_se**2 + (curve.tau / line) ** 2)
-    var_length = (by_length * length_se) ** 2 if math.isfinite(length_se) else 0.0
+    var_length = (by_length * length_se) ** 2
     variance = var_line + var_length
-    if not math.isfinite(variance) or curve.df < 1:
-        return Prediction(k, length, value, NAN, NAN, NAN, "; ".join(notes))
-    if variance == 0.0:
-        return Prediction(k, length, value, value, value, math.inf, "; ".join(notes))
+    if not (math.isfinite(variance) and variance > 0.0 and curve.df >= 1 and length_df >= 1):
+        # Too few prompts for L's error (or a curve without one): no point either.
+        notes.append(INSUFFICIENT)
+        return Prediction(k, length, NAN, NAN, NAN, NAN, "; ".join(notes))
     df_parts = [(var_line, curve.df), (var_length, length_df)]
     spread = sum(v**2 / d for v, d in df_parts if v > 0 and d >= 1)
     df = variance**2 / spread if spread > 0 else float(curve.df)

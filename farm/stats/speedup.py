@@ -150,51 +150,101 @@ class Estimate:
     method: str
 
 
+# The interval methods ``estimate`` names (a summary's ``interval_method``).
+SECOND_STAGE = "second-stage crossover"
+CROSSOVER = "crossover"
+PAIRED_T = "paired t"
+ZERO_SPREAD = "zero spread"
+
+# The lag-1 autocorrelations of pair residuals the interval allows for: beyond the most, a
+# handful of pairs cannot tell a wandering speedup from a trend; below the least, the
+# estimate is noise (a negative one shrinks the variance, as a positive one grows it, so
+# that independent pairs keep their level on average).
+LEAST_AUTOCORRELATION = -0.5
+MOST_AUTOCORRELATION = 0.8
+
+
+def autocorrelation_factor(values: npt.NDArray[np.float64],
+                           orders: npt.NDArray[np.int64]) -> float:
+    """How much a lag-1 autocorrelation of the pairs' crossover residuals (every pair, in
+    order) scales the variance of their mean: (1 + r) / (1 - r), r the residuals' lag-1
+    correlation plus 1 / pairs (its small-sample bias), clipped to
+    [``LEAST_AUTOCORRELATION``, ``MOST_AUTOCORRELATION``]; 1 below 4 pairs."""
+    if values.size < 4 or not ((orders > 0).any() and (orders < 0).any()):
+        return 1.0
+    residual = values.copy()
+    for order in (1, -1):
+        residual[orders == order] -= values[orders == order].mean()
+    total = float(residual @ residual)
+    r = float(residual[1:] @ residual[:-1]) / total if total > 0 else 0.0
+    r = min(max(r + 1.0 / values.size, LEAST_AUTOCORRELATION), MOST_AUTOCORRELATION)
+    return (1.0 + r) / (1.0 - r)
+
+
 def estimate(values: LogRatios, orders: Orders,
              design: Design | None = None, level: float = 0.95) -> Estimate:
     """The job's speedup interval, as its design allows.
 
-    * Two-stage job past its first stage: the crossover estimate over every pair, with the
-      noise variance of the second stage's pairs only (df = their number - 2). The number of
-      pairs depends on the first stage alone, and the second stage's spread is independent
-      of it, so the interval covers at its level whatever the number of pairs, including for
-      the jobs that stop earliest (for normal pair values exactly).
+    * Two-stage job past its first stage (``SECOND_STAGE``): the crossover estimate and
+      its noise variance from the second stage's pairs only (df = their number - 2). The
+      number of pairs depends on the first stage alone, and the second stage's pairs are
+      independent of it, so the interval covers at its level whatever the number of pairs,
+      for the jobs that stop earliest too, and whatever the first stage's noise was (a
+      noisy warm-up, or noise that doubles after it: docs/statistics.md). The variance is
+      scaled by ``autocorrelation_factor`` over every pair, for a speedup that wanders.
     * Fixed design, or a two-stage job cut short: the crossover interval over all pairs when
-      there are 4 or more with both orders, else the paired t (``speedup_interval``).
+      there are 4 or more with both orders (``CROSSOVER``), else the paired t
+      (``speedup_interval``, ``PAIRED_T``).
+    * A spread of zero where the interval's variance comes from (identical pair values: a
+      fault, such as a cached or rounded result, not certainty): the estimate without an
+      interval (``ZERO_SPREAD``), never a zero-width one.
     """
     y, o, index = aligned_pairs(values, orders)
-    fit = crossover(y, o)
     second = index >= design.first_stage if design is not None else index < 0
     if design is not None and design.two_stage and int(second.sum()) >= MIN_SECOND_STAGE:
-        noise = crossover(y[second], o[second])
-        variance, df, method = noise.variance, noise.df, "two-stage crossover"
-    elif fit.df >= 2:
-        variance, df, method = fit.variance, fit.df, "crossover"
+        fit = crossover(y[second], o[second])
+        variance, method = fit.variance * autocorrelation_factor(y, o), SECOND_STAGE
     else:
-        variance, df, method = NAN, 0, "paired t"
+        fit = crossover(y, o)
+        variance, method = fit.variance, CROSSOVER
     # Too few pairs for the model (or a second stage without both orders): the paired t.
-    if not (df >= 1 and math.isfinite(variance)):
+    if not (fit.df >= 2 and math.isfinite(variance)):
         paired = speedup_interval(y, level)
         se = float(y.std(ddof=1)) / math.sqrt(y.size) if y.size >= 2 else NAN
-        return Estimate(paired, se, max(y.size - 1, 0), NAN, NAN, NAN, "paired t")
-    margin = crossover_margin(variance, fit.factor, df, level)
-    interval = Interval(math.exp(fit.log_speedup), math.exp(fit.log_speedup - margin),
+        if se == 0.0:
+            return Estimate(Interval(paired.estimate, NAN, NAN, paired.pairs), NAN,
+                            y.size - 1, NAN, NAN, NAN, ZERO_SPREAD)
+        return Estimate(paired, se, max(y.size - 1, 0), NAN, NAN, NAN, PAIRED_T)
+    point = math.exp(fit.log_speedup)
+    if variance == 0.0:
+        return Estimate(Interval(point, NAN, NAN, int(y.size)), NAN, fit.df,
+                        math.exp(fit.order_effect), NAN, NAN, ZERO_SPREAD)
+    margin = crossover_margin(variance, fit.factor, fit.df, level)
+    interval = Interval(point, math.exp(fit.log_speedup - margin),
                         math.exp(fit.log_speedup + margin), int(y.size))
     # The variant runs second in AB pairs: the order effect is how much better the second
     # block of a pair does than the first (1.0: none).
     order = fit.order_effect
-    return Estimate(interval, math.sqrt(variance * fit.factor), df, math.exp(order),
+    return Estimate(interval, math.sqrt(variance * fit.factor), fit.df, math.exp(order),
                     math.exp(order - margin), math.exp(order + margin), method)
 
 
-def job_speedup(runs: pd.DataFrame) -> Interval:
-    """The job's speedup (variant over baseline decode tok/s) with its 95% interval, as a
-    fixed design (``estimate`` without one): crossover from 4 pairs on, else paired t."""
-    return estimate(pair_log_ratios(runs), pair_orders(runs)).speedup
+def job_estimate(runs: pd.DataFrame, design: Design | None) -> Estimate:
+    """The one place a job's interval is made from its runs: ``estimate`` on its pair
+    values and orders with the job's ``design`` (None: a fixed design). The summary, the
+    per-category rows, recommend's check and the streams' aggregate speedup call it."""
+    return estimate(pair_log_ratios(runs), pair_orders(runs), design)
 
 
-def speedup_by(runs: pd.DataFrame, column: str) -> pd.DataFrame:
-    """The job's speedup per prompt or prompt category, each from its own prompts' pairs.
+def job_speedup(runs: pd.DataFrame, design: Design | None) -> Interval:
+    """The job's speedup (variant over baseline decode tok/s) with its 95% interval, made
+    with its design (``job_estimate``)."""
+    return job_estimate(runs, design).speedup
+
+
+def speedup_by(runs: pd.DataFrame, column: str, design: Design | None) -> pd.DataFrame:
+    """The job's speedup per prompt or prompt category, each from its own prompts' pairs
+    with the job's ``design`` (``job_estimate``: a two-stage job's rows are two-stage too).
 
     ``column`` is "prompt_id" or "prompt_category"; one row per group value with columns
     ``column``, estimate, low, high, pairs, and the log standard error and df that
@@ -204,7 +254,7 @@ def speedup_by(runs: pd.DataFrame, column: str) -> pd.DataFrame:
         raise ValueError(f"speedup_by groups by prompt_id or prompt_category, not {column!r}")
     rows = []
     for value, group in runs.groupby(column, sort=True):
-        found = estimate(pair_log_ratios(group), pair_orders(group))
+        found = job_estimate(group, design)
         rows.append({column: value, "estimate": found.speedup.estimate,
                      "low": found.speedup.low, "high": found.speedup.high,
                      "pairs": found.speedup.pairs, "log_se": found.log_se, "df": found.df})

@@ -13,7 +13,7 @@ import pandas as pd
 from farm.stats.design import Design
 from farm.stats.distributions import student_t_quantile
 from farm.stats.frame import ARMS, NAN, ratio
-from farm.stats.speedup import estimate, pair_log_ratios, pair_orders
+from farm.stats.speedup import job_estimate
 
 LATENCY_PERCENTILES = (50, 90, 99)
 
@@ -115,7 +115,7 @@ def stream_figures(runs: pd.DataFrame, streams: pd.DataFrame | None,
     if "concurrency" not in runs.columns or not (runs["concurrency"].fillna(1) > 1).any():
         return {"concurrency": 1} if "concurrency" in runs.columns else {}
     aggregate = runs.assign(decode_tok_s=runs["aggregate_tok_s"].astype(float))
-    found = estimate(pair_log_ratios(aggregate), pair_orders(aggregate), design).speedup
+    found = job_estimate(aggregate, design).speedup
     overlap = runs["overlap"].astype(float)
     summary: dict[str, object] = {
         "concurrency": int(runs["concurrency"].max()),

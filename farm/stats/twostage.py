@@ -18,7 +18,8 @@ def planned_pairs(values: LogRatios, orders: Orders,
 
     The first stage's crossover spread (df first_stage - 2) predicts the half-width at each
     total; the plan is the smallest total whose predicted half-width, with the second
-    stage's own t quantile, is within the target. With an ``assurance`` p, the half-width
+    stage's own t quantile and over the second stage's pairs (those the estimate uses:
+    ``farm.stats.speedup.estimate``), is within the target. With an ``assurance`` p, the half-width
     is the second stage's, whose spread is not known yet: the ratio of its variance to the
     first stage's follows F(second df, first df) (normal pairs, one noise level), so the
     plan is the smallest total that meets the target with probability p or more. A first
@@ -37,7 +38,8 @@ def planned_pairs(values: LogRatios, orders: Orders,
     limit = math.asinh(design.target)
     for total in range(design.first_stage + MIN_SECOND_STAGE, design.max_pairs + 1):
         second = total - design.first_stage - 2
-        margin = crossover_margin(first.variance, order_factor(pattern[:total]), second, level)
+        margin = crossover_margin(first.variance,
+                                  order_factor(pattern[design.first_stage:total]), second, level)
         # With an assurance: the probability that the second stage's variance over the
         # first's stays below (limit / margin)^2, the ratio at which it meets the target.
         if (margin <= limit if design.assurance is None

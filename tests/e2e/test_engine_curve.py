@@ -108,7 +108,7 @@ def test_recommend_on_real_runs_writes_a_verification_that_check_reads(
     # short campaign lands on is the machine's call; the answer must be one of the two.
     choices = {f"spec-type=draft-mtp spec-draft-n-max={k}" for k in (1, 2)}
     for row in found["recommendations"]:
-        assert row["recommended"] in choices | {"no speculation"}, row
+        assert row["recommended"] in choices | {"no speculation", "no clear gain"}, row
         assert "break-even" in row["why"]
     assert {row["draft_n_max"] for row in found["candidates"]} == {1, 2}
     # Every draft right, less the last drafts a run's token budget cuts short.

