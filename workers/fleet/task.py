@@ -30,11 +30,11 @@ from farm.fleet.reconcile import reconcile
 from farm.matrix.spec import JobSpec
 from farm.retry import OUTAGE, TRANSIENT, FailingLog, retrying
 from farm.settings import Settings
-from farm.store import leases
+from farm.store import leases, registry
 from farm.store.db import make_engine
 from farm.store.models import Job, JobState
 from workers.fleet.config import WorkerConfig
-from workers.job.executor import execute_job
+from workers.job.executor import execute_job, host_name
 from workers.job.resolve import resolve
 from workers.job.sinks import LeasedRunSink, finish_values
 from workers.job.telemetry import GpuInfo
@@ -196,7 +196,8 @@ def _run(worker: WorkerContext, lease: leases.Lease, spec: JobSpec, max_attempts
                                  settings.repost_after)
             files = worker.config.files()
             outcome = execute_job(resolve(spec, files), sink, node=files,
-                                  paths=NodePaths.of(settings), gpus=worker.gpus)
+                                  paths=NodePaths.of(settings), gpus=worker.gpus,
+                                  siblings=lambda: _node_pids(engine))
         summary = patient(lambda: finish_values(engine, job_id, outcome), "summarizing")
     except leases.LeaseLost as exc:
         return f"job {job_id}: {exc}"
@@ -226,6 +227,18 @@ def _run(worker: WorkerContext, lease: leases.Lease, spec: JobSpec, max_attempts
     if not done:
         return f"job {job_id}: finished, but its lease was lost; the results stand unsummarized"
     return f"job {job_id}: done (attempt {lease.attempt})"
+
+
+def _node_pids(engine: Engine) -> list[int]:
+    """This node's workers (this one's main process among them), for the executor to tell
+    the farm's own work from other work; none when the database does not answer (then the
+    sibling workers' servers count as other work, and say so in the runs)."""
+    try:
+        return registry.node_pids(engine, host_name())
+    except OUTAGE as exc:
+        log.warning("the node's workers could not be read (%s): their work counts as other "
+                    "work", first_line(exc))
+        return []
 
 
 def _hand_back(engine: Engine, lease: leases.Lease, settings: Settings) -> str:
