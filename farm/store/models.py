@@ -223,7 +223,7 @@ class Run(Base):
     weights_spilled: Mapped[bool | None] = mapped_column()  # not all layers on the GPU
     # Other work on the node over the run's window (workers.job.telemetry.node): the CPU of
     # every process outside the farm's own tree (its client, its servers, sibling workers'),
-    # in cores; the busiest of them as [name, cores]; the 1-minute load; the CPU governor
+    # in cores; the busiest of them as [name, pid, cores]; the 1-minute load; the CPU governor
     # and mean current frequency (null where sysfs has no cpufreq); processes of others on
     # the GPUs (null without NVML); and the seconds its block waited for quiet before it
     # started (busy-node: wait). A block is busy by farm.stats.busy. Null in runs stored

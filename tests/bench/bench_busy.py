@@ -70,7 +70,7 @@ def measure(model: Path, pairs: int, hog_s: float | None) -> None:
         blocks = _blocks(workdir / "data")
     cores = [used for _, used, _ in blocks]
     busy = [block for block in blocks if block[1] >= BUSY_CORES]
-    named = Counter(str(name) for _, _, top in busy for name, _ in top[:1])
+    named = Counter(str(name) for _, _, top in busy for name, _, _ in top[:1])
     label = "beside a one-core busy loop" if hog_s else "alone"
     print(f"{label}: {len(blocks)} blocks, {len(busy)} busy (>= {BUSY_CORES} core); other "
           f"cores min {min(cores):.3f}, median {statistics.median(cores):.3f}, max "

@@ -4,6 +4,7 @@ long (docs/busy-node.md)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from farm.stats.busy import BUSY_CORES
-from tests.e2e.test_farm_run import farm, report_rows
+from tests.e2e.test_farm_run import FARM, farm, report_rows
 from tests.helpers import matrix_dict, write_matrix
 
 pytestmark = pytest.mark.server
@@ -78,23 +79,33 @@ def _block_runs(data_dir: Path) -> dict[int, list[tuple[Any, ...]]]:
     return blocks
 
 
-def _never_the_farms_own(blocks: dict[int, list[tuple[Any, ...]]]) -> None:
-    """What a run names beside it is never the farm's own work (its servers, itself)."""
+def _farm_run(matrix: Path) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``farm run MATRIX`` as a user runs it, and its pid."""
+    with subprocess.Popen([FARM, "run", str(matrix)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as process:
+        stdout, stderr = process.communicate(timeout=600)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), \
+        process.pid
+
+
+def _never_the_farms_own(blocks: dict[int, list[tuple[Any, ...]]], farm_pid: int) -> None:
+    """What a run names beside it is never the farm's own process (its servers are its
+    children: the recorded traces of tests/unit/test_busy_node.py show them left out)."""
     for runs in blocks.values():
         for *_, top, _, _ in runs:
-            assert "llama-server" not in str(top) and "farm" not in str(top), top
+            assert farm_pid not in [pid for _, pid, _ in json.loads(top)], top
 
 
 def test_a_job_beside_a_hog_is_flagged_with_the_arm_whose_blocks_it_shared(
         tmp_path: Path, smollm2: Path, isolated_data_dir: Path) -> None:
     matrix = _matrix(tmp_path, smollm2)
     with _hog_beside_baseline(isolated_data_dir / "logs"):
-        result = farm("run", str(matrix))
+        result, pid = _farm_run(matrix)
     assert result.returncode == 0, result.stderr
     [row] = report_rows()
     assert row["measured_blocks"] == 4 and row["busy_blocks_baseline"] == 2, row
     blocks = _block_runs(isolated_data_dir)
-    _never_the_farms_own(blocks)
+    _never_the_farms_own(blocks, pid)
     for runs in blocks.values():
         if runs[0][1] == "baseline":
             assert all(cores >= BUSY_CORES and "python" in top for _, _, cores, top, _, _ in runs)
@@ -108,12 +119,12 @@ def test_the_same_job_alone_is_not_flagged(tmp_path: Path, smollm2: Path,
                                            isolated_data_dir: Path) -> None:
     """Alone, a block is busy only where something outside the farm really ran beside it
     (this node is shared): then its runs name it, and it is never the farm's own work."""
-    result = farm("run", str(_matrix(tmp_path, smollm2)))
+    result, pid = _farm_run(_matrix(tmp_path, smollm2))
     assert result.returncode == 0, result.stderr
     [row] = report_rows()
     assert row["measured_blocks"] == 4, row
     blocks = _block_runs(isolated_data_dir)
-    _never_the_farms_own(blocks)
+    _never_the_farms_own(blocks, pid)
     quiet = [block for block, runs in blocks.items()
              if all(cores < BUSY_CORES for _, _, cores, _, _, _ in runs)]
     for block, runs in blocks.items():
@@ -128,7 +139,7 @@ def test_wait_holds_the_first_block_until_the_hog_ends_and_records_the_wait(
     hog = _hog(8)
     started = time.monotonic()
     try:
-        result = farm("run", str(matrix))
+        result, _ = _farm_run(matrix)
     finally:
         hog.kill()
         hog.wait()

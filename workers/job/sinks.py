@@ -153,7 +153,7 @@ def node_values(node: NodeLoad) -> dict[str, Any]:
     """A run's ``node_*`` columns: what it shared the node with."""
     other = node.other
     return {"node_other_cores": other.cores if other else None,
-            "node_top": [[name, round(cores, 3)] for name, _, cores in other.top
+            "node_top": [[name, pid, round(cores, 3)] for name, pid, cores in other.top
                          if cores >= 0.01] if other else None,
             "node_load_1m": node.cpu.load_1m, "cpu_governor": node.cpu.governor,
             "cpu_freq_mhz": node.cpu.freq_mhz, "gpu_other_processes": node.gpu_others,
