@@ -15,7 +15,7 @@ import pytest
 
 from farm import selftest
 from farm.errors import SelftestFailed
-from farm.selftest import Check, Testbed, report_failures
+from farm.selftest import Check, report_failures
 from farm.stats.intervals import log_interval
 
 
@@ -43,7 +43,7 @@ def test_the_quiet_check_fails_beside_a_busy_loop_and_names_it() -> None:
     pid = int(started.stdout)
     try:
         time.sleep(0.3)
-        found = selftest._quiet(cast(Any, SimpleNamespace(testbed=Testbed("cpu", {}, []))),
+        found = selftest._quiet(cast(Any, SimpleNamespace(testbed=selftest.Testbed("cpu", {}, []))),
                                 cast(Any, None))
     finally:
         with contextlib.suppress(ProcessLookupError):
