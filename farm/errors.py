@@ -20,6 +20,7 @@
         │   └── ModelUnavailable          ... its model (offline, no space, no token for a
         │                                 gated repository, a wrong hash)
         ├── BenchmarkError            a request failed or returned something unusable
+        ├── NodeBusy                  other work on the node, and the job refuses to run beside it
         ├── InternalError             a failure nobody foresaw (a worker's job, logged whole)
         └── JobsFailed                some jobs of a campaign failed (the rest are stored)
 
@@ -167,6 +168,12 @@ class BenchmarkError(RuntimeFarmError):
     failure_class = "request_failed"
 
 
+class NodeBusy(RuntimeFarmError):
+    """Other work on the node, under ``busy-node: refuse``: the block was not run."""
+
+    failure_class = "node_busy"
+
+
 class InternalError(RuntimeFarmError):
     """Something failed that no code expected; the worker logs its traceback."""
 
@@ -193,4 +200,5 @@ def first_line(error: BaseException | None) -> str:
 # Failure classes that can succeed when tried again (a slow start, a crash, a dropped
 # request); the others fail at once.
 RETRYABLE = frozenset({ServerStartTimeout.failure_class, ServerStartError.failure_class,
-                       BenchmarkError.failure_class, InternalError.failure_class})
+                       BenchmarkError.failure_class, InternalError.failure_class,
+                       NodeBusy.failure_class})

@@ -14,12 +14,15 @@ store, then compares what the farm read back with what must be true:
   thousand runs;
 * on GPUs, NVML telemetry is present in the runs.
 
-One line per check with its figure; any failure makes the command exit 1.
+One line per check with its figure; any failure makes the command exit 1. The first check
+is the node itself: other processes' CPU over a few seconds below the busy threshold
+(``farm.stats.busy``), and no other process on its GPUs, naming what runs when it is not.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -32,9 +35,12 @@ from rich.console import Console
 from farm.errors import SelftestFailed
 from farm.runner import Silent, check_matrix, run_matrix
 from farm.settings import Settings
+from farm.stats.busy import BUSY_CORES
 from farm.stats.intervals import log_interval
 from farm.store.db import connected
 from workers.job.telemetry import GpuInfo, gpus_for_devices
+from workers.job.telemetry.node import measure
+from workers.job.telemetry.nvml import open_devices, other_processes, shutdown
 from workers.paths import NodePaths
 from workers.setup.provision import Provisioned, provision
 
@@ -97,6 +103,24 @@ class _Runner:
             jobs = job_report(engine, matrix["campaign"]).to_dict(orient="records")
             runs = runs_frame(engine, matrix["campaign"])
         return jobs, runs[runs["arm"] == "variant"].to_dict(orient="records")
+
+
+# How long the node is watched before the checks run.
+QUIET_S = 3.0
+
+
+def _quiet(runner: _Runner, models: Provisioned) -> Check:
+    del models  # the node itself, before any model runs
+    work = measure([os.getpid()], QUIET_S)
+    sharing = 0
+    opened = open_devices(runner.testbed.gpus) if runner.testbed.gpus else None
+    if opened is not None:
+        nvml, handles = opened
+        sharing = other_processes(nvml, handles.values(), {os.getpid()})
+        shutdown(nvml)
+    on_gpu = f"; {sharing} other process(es) on the GPUs" if sharing else ""
+    return Check("the node is quiet enough to measure", not work.busy and not sharing,
+                 f"{work.describe()} (busy from {BUSY_CORES}){on_gpu}")
 
 
 def _mtp_job(runner: _Runner, models: Provisioned, fixture: str) -> dict[Hashable, Any]:
@@ -177,7 +201,7 @@ def _telemetry(runner: _Runner, models: Provisioned) -> Check:
 
 
 CHECKS: list[Callable[[_Runner, Provisioned], Check]] = [
-    _oracle, _anti_oracle, _synthetic, _speed, _control]
+    _quiet, _oracle, _anti_oracle, _synthetic, _speed, _control]
 
 
 def selftest(settings: Settings, testbed: Testbed, console: Console) -> list[Check]:

@@ -17,6 +17,12 @@ COPY_PROMPT = (
     "a single step. All that glitters is not gold. Actions speak louder than words.")
 
 
+# JobSpec fields added after migration 0007 froze its copy of the spec: a job stored at
+# schema 0006 never has them (tests that store today's specs there leave them out). None of
+# them is part of what 0007 computes.
+NEWER_THAN_0007 = ("busy_node", "busy_wait")
+
+
 def matrix_dict(model_path: Path, **overrides: Any) -> dict[str, Any]:
     """A small valid matrix: SmolLM2, one copy prompt, baseline vs ngram-simple."""
     matrix: dict[str, Any] = {

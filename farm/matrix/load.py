@@ -422,7 +422,8 @@ def expand(matrix: Matrix, path: Path, allow: frozenset[str] = frozenset(),
                     max_pairs=matrix.max_pairs, target_ci=matrix.target_ci,
                     target_assurance=matrix.target_assurance,
                     control=variant.control, stop=matrix.stop, concurrency=streams,
-                    prompt_length=length, draft_models=_drafts_named(drafts, baseline, flags))
+                    prompt_length=length, draft_models=_drafts_named(drafts, baseline, flags),
+                    busy_node=matrix.busy_node, busy_wait=matrix.busy_wait)
                 if job.job_key in jobs:
                     raise ConfigError(f"{path}: {where} ({name}): same job as variant "
                                       f"{jobs[job.job_key].variant.name!r}; remove one")

@@ -37,6 +37,10 @@ TargetCi = Annotated[float, Field(gt=0.0, lt=1.0)]
 Assurance = Annotated[float, Field(ge=0.5, lt=1.0)]
 Concurrency = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
 PromptLength = Annotated[int, Field(ge=0, le=1_000_000)]
+# What a block does about other work on its node (docs/busy-node.md), and the longest it
+# waits for quiet, in seconds.
+BusyPolicy = Literal["flag", "wait", "refuse"]
+BusyWait = Annotated[float, Field(gt=0, le=86_400)]
 
 FlagScalar = str | int | float | bool | None
 FlagSpec = dict[str, FlagScalar | list[FlagScalar]]
@@ -278,6 +282,13 @@ class Matrix(Strict):
     stop: StopMode = Field("fixed", description="fixed: exactly n-predict tokens per run (EOS "
                            "ignored); natural: the model stops at EOS, n-predict is a cap.")
     repetitions: Repetitions = Field(3, description="Runs per prompt per block.")
+    busy_node: BusyPolicy = Field("flag", description="Other work on the node (CPU of other "
+                                  "processes, another process on the GPU): flag only marks "
+                                  "its blocks; wait holds each block until the node is "
+                                  "quiet, at most busy-wait s; refuse fails the block, to be "
+                                  "retried.")
+    busy_wait: BusyWait = Field(600, description="Longest a block waits for quiet, seconds "
+                                "(busy-node: wait).")
     prompt_length: PromptLength | Annotated[list[PromptLength], Field(min_length=1)] = Field(
         0, description="About this many tokens of a bundled document (farm/prompts/documents) "
                        "before every prompt, 0 for none; a list sweeps it, one job per value.")

@@ -22,6 +22,8 @@ from farm.matrix.flags import FlagValue, to_argv, varying_text
 from farm.matrix.schema import (
     COMMIT_PATTERN,
     Assurance,
+    BusyPolicy,
+    BusyWait,
     ClassName,
     Concurrency,
     HubRepo,
@@ -241,6 +243,10 @@ class JobSpec(Frozen):
     stop: StopMode = "fixed"  # natural: no ignore_eos, n_predict a cap
     concurrency: Concurrency = 1  # simultaneous streams per run, one server slot each
     prompt_length: PromptLength = 0  # tokens of the bundled document before each prompt, about
+    # How a block meets other work on the node; not in the job's key: it changes when a
+    # block runs, not what it measures.
+    busy_node: BusyPolicy = "flag"
+    busy_wait: BusyWait = 600.0
     # Draft models from the Hub or a URL that the arms' flags name (`spec-draft-model:
     # NAME`): downloaded like the model, the flag then given the file.
     draft_models: tuple[ModelRef, ...] = ()

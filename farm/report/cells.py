@@ -113,3 +113,26 @@ def labelled(value: object, kind: object) -> str:
 def variant(row: Mapping[Any, Any]) -> str:
     """The variant's name, and what the job is when it is not a setting to pick."""
     return labelled(row["variant"], row.get("kind"))
+
+
+def busy_node(row: Mapping[Any, Any]) -> str:
+    """``busy node: other processes used 0.9 of a core during 3 of 12 blocks``, with the arm
+    that had more of them (that biases the speedup) and the wait for quiet; empty for a job
+    whose blocks were all quiet or not measured."""
+    busy, measured = as_float(row.get("busy_blocks")), as_float(row.get("measured_blocks"))
+    waited = as_float(row.get("busy_wait_s"))
+    parts = []
+    if busy > 0:
+        cores = as_float(row.get("busy_cores"))
+        used = f"used {cores:.1f} of a core" if cores >= 0.05 else "shared the GPU"
+        parts.append(f"busy node: other processes {used} during {int(busy)} of "
+                     f"{int(measured)} blocks")
+        base, var = as_float(row.get("busy_blocks_baseline")), as_float(
+            row.get("busy_blocks_variant"))
+        if base != var:
+            more = "baseline" if base > var else "variant"
+            parts.append(f"more in the {more}'s ({int(base)} baseline, {int(var)} variant): "
+                         "the speedup is biased")
+    if waited >= 1:
+        parts.append(f"blocks waited {waited:.0f} s for quiet")
+    return "; ".join(parts)

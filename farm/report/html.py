@@ -97,6 +97,10 @@ def _drift_cell(row: Mapping[Any, Any]) -> str:
     return _badge("drift", "drift") if cells.flag(row.get("drift_flag")) else ""
 
 
+def _busy_cell(row: Mapping[Any, Any]) -> str:
+    return escape(cells.busy_node(row))
+
+
 def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
     """(header, cell renderer, numeric) for the per-job table."""
     columns: list[tuple[str, _Cell, bool]] = [
@@ -116,6 +120,7 @@ def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
     columns += [
         ("agreement", _agreement_cell, True),
         ("drift", _drift_cell, False),
+        ("node", _busy_cell, False),
         ("baseline tok/s", _number("baseline_tok_s", cells.number), True),
         ("variant tok/s", _number("variant_tok_s", cells.number), True),
         ("draft / verify ms per token", lambda row: escape(cells.time_split(

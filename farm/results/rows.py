@@ -49,7 +49,10 @@ REPORT_COLUMNS = [
     "interval_method", "order_effect", "order_low", "order_high", "agreement_control",
     "agreement_applicable", "drift_per_block", "drift_low", "drift_high", "acceptance_low",
     "acceptance_high", "overlap_mean", "tpot_p99_ms_baseline", "e2e_p99_ms_baseline",
-    "median_speedup", "model_size"]
+    "median_speedup", "model_size",
+    # The node's other work (farm.stats.busy), from summary version 6.
+    "measured_blocks", "busy_blocks", "busy_blocks_baseline", "busy_blocks_variant",
+    "busy_cores", "busy_wait_s"]
 
 # What a report row takes from the job's row as it is.
 JOB_COLUMNS = ("campaign", "job_key", "model", "variant", "build", "gpu_class", "worker",
@@ -71,11 +74,13 @@ FLOAT_COLUMNS = ("speedup", "ci_low", "ci_high", "log_se", "agreement", "mean_ac
                  "order_effect", "order_low", "order_high", "agreement_control",
                  "drift_per_block", "drift_low", "drift_high", "acceptance_low",
                  "acceptance_high", "overlap_mean", "tpot_p99_ms_baseline",
-                 "e2e_p99_ms_baseline", "median_speedup")
+                 "e2e_p99_ms_baseline", "median_speedup", "busy_cores", "busy_wait_s")
 # Counters: 0 when nothing was counted.
 COUNT_COLUMNS = ("drafted", "accepted", "runs", "throttled_runs", "spilled_runs")
 # Whole numbers that may be unknown: pandas' nullable integers in the frame.
-OPTIONAL_COUNT_COLUMNS = ("pairs", "best_of", "stop_mismatch", "concurrency", "model_size")
+OPTIONAL_COUNT_COLUMNS = ("pairs", "best_of", "stop_mismatch", "concurrency", "model_size",
+                          "measured_blocks", "busy_blocks", "busy_blocks_baseline",
+                          "busy_blocks_variant")
 
 
 def job_rows(engine: Engine, campaign: str | None) -> list[Row]:

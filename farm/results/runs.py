@@ -24,7 +24,8 @@ STATS_COLUMNS = ("job_id", "arm", "block", "pair", "position", "prompt_id", "pro
                  "repetition", "decode_tok_s", "generated_tokens", "ttft_ms", "e2e_ms",
                  "tpot_ms", "spec_drafts", "spec_drafted", "spec_accepted",
                  "spec_accepted_per_pos", "text", "tokens", "concurrency", "aggregate_tok_s",
-                 "overlap", "prompt_tokens", "prompt_tok_s")
+                 "overlap", "prompt_tokens", "prompt_tok_s", "node_other_cores",
+                 "gpu_other_processes", "busy_wait_s")
 
 
 def _runs(engine: Engine, columns: Sequence[ColumnElement[Any]],

@@ -8,6 +8,7 @@ from farm.matrix.spec import JobKind
 from farm.results.summary import JobSummary, RunFacts
 from farm.stats.acceptance import acceptance
 from farm.stats.agreement import agreement, stop_mismatches
+from farm.stats.busy import busy_blocks
 from farm.stats.design import Design
 from farm.stats.drift import drift
 from farm.stats.frame import valid_runs
@@ -34,6 +35,7 @@ def summarize(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, design: Des
     agreed = agreement(runs, not_applicable=no_agreement)
     accepted = acceptance(runs)
     moved = drift(runs)
+    busy = busy_blocks(runs)
     latencies = {f"{name}_{arm}": float(value)
                  for arm, row in latency(runs).iterrows() for name, value in row.items()
                  if name in LATENCY_KEPT}
@@ -67,6 +69,14 @@ def summarize(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, design: Des
         "drift_per_block": moved.slope_per_block,
         "drift_low": moved.low,
         "drift_high": moved.high,
+        # Blocks run beside other work on the node, per arm (farm.stats.busy): more in one
+        # arm than the other biases the speedup.
+        "measured_blocks": busy.measured,
+        "busy_blocks": busy.busy,
+        "busy_blocks_baseline": busy.baseline,
+        "busy_blocks_variant": busy.variant,
+        "busy_cores": busy.cores,
+        "busy_wait_s": busy.waited_s,
         "acceptance_low": accepted.rate_low,
         "acceptance_high": accepted.rate_high,
         "mean_accepted_length": accepted.mean_accepted_length,

@@ -15,6 +15,8 @@ they had one, by the frozen rules written there.
                and ``acceptance_rate`` (accepted / drafted) kept as well
     version 5  the facts nested under ``facts``; ``pairs`` and ``acceptance_rate`` gone (the
                job's ``pairs`` column and the facts' counters say them)
+    version 6  + the node's other work: blocks measured, busy (per arm), their other cores,
+               the seconds blocks waited for quiet (unknown in older summaries)
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from farm.matrix.spec import JobKind
 
-SUMMARY_VERSION: Final = 5
+SUMMARY_VERSION: Final = 6
 
 
 def _finite(value: Any) -> Any:
@@ -70,7 +72,7 @@ class RunFacts(_Fields):
 class JobSummary(_Fields):
     """A finished job's statistics (``farm.stats``), its run facts and its kind."""
 
-    version: Literal[5] = SUMMARY_VERSION
+    version: Literal[6] = SUMMARY_VERSION
     kind: JobKind | None = Field(None, description="What the job measures (JobSpec.kind); "
                                  "None in summaries stored before it was kept.")
     speedup: Measure = Field(None, description="Variant over baseline decode tok/s: the "
@@ -105,6 +107,15 @@ class JobSummary(_Fields):
     drift_per_block: Measure = Field(None, description="Its slope, log units per block.")
     drift_low: Measure = Field(None, description="Its 95% interval, low end.")
     drift_high: Measure = Field(None, description="Its 95% interval, high end.")
+    measured_blocks: int | None = Field(None, description="Blocks whose runs measured the "
+                                        "node's other work (farm.stats.busy).")
+    busy_blocks: int | None = Field(None, description="Of them, blocks run beside other "
+                                    "work (other processes' CPU, or the GPU shared).")
+    busy_blocks_baseline: int | None = Field(None, description="Busy blocks of the baseline.")
+    busy_blocks_variant: int | None = Field(None, description="Busy blocks of the variant.")
+    busy_cores: Measure = Field(None, description="Other processes' mean CPU, in cores, over "
+                                "the busy blocks.")
+    busy_wait_s: Measure = Field(None, description="Seconds the blocks waited for quiet.")
     acceptance_low: Measure = Field(None, description="Acceptance rate's 95% interval, low "
                                     "end (prompts as clusters).")
     acceptance_high: Measure = Field(None, description="Its high end.")
@@ -170,7 +181,13 @@ def _from_v4(summary: dict[str, Any]) -> dict[str, Any]:
     return {**upgraded, "version": 5}
 
 
-UPGRADES: dict[int, Upgrade] = {1: _from_v1, 2: _from_v2, 3: _from_v3, 4: _from_v4}
+def _from_v5(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 did not measure the node's other work: unknown (the fields' None)."""
+    return {**summary, "version": 6}
+
+
+UPGRADES: dict[int, Upgrade] = {1: _from_v1, 2: _from_v2, 3: _from_v3, 4: _from_v4,
+                                5: _from_v5}
 
 
 class SummaryError(ValueError):

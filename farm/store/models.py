@@ -109,7 +109,7 @@ class Job(Base):
     # Renames applied so an old command line runs on this build (`mtp` -> `draft-mtp`).
     translations: Mapped[list[Any]] = mapped_column(default=list, server_default="[]")
     # bad_flag, unsupported_by_build, no_mtp_heads, out_of_memory, model_unreadable, crash,
-    # timeout, request_failed, config: what reports group failures by.
+    # timeout, request_failed, node_busy, config: what reports group failures by.
     failure_class: Mapped[str | None] = mapped_column(String(32))
     # Did the variant really speculate? "ok", "none" (asked for it, drafted nothing: never
     # shown as a speedup) or "not-requested".
@@ -234,6 +234,20 @@ class Run(Base):
     throttled: Mapped[bool | None] = mapped_column()
     throttle_reasons: Mapped[list[Any] | None] = mapped_column()
     weights_spilled: Mapped[bool | None] = mapped_column()  # not all layers on the GPU
+    # Other work on the node over the run's window (workers.job.telemetry.node): the CPU of
+    # every process outside the farm's own tree (its client, its servers, sibling workers'),
+    # in cores; the busiest of them as [name, pid, cores]; the 1-minute load; the CPU governor
+    # and mean current frequency (null where sysfs has no cpufreq); processes of others on
+    # the GPUs (null without NVML); and the seconds its block waited for quiet before it
+    # started (busy-node: wait). A block is busy by farm.stats.busy. Null in runs stored
+    # before they were measured.
+    node_other_cores: Mapped[float | None] = mapped_column(Float)
+    node_top: Mapped[list[Any] | None] = mapped_column()
+    node_load_1m: Mapped[float | None] = mapped_column(Float)
+    cpu_governor: Mapped[str | None] = mapped_column(String(100))
+    cpu_freq_mhz: Mapped[float | None] = mapped_column(Float)
+    gpu_other_processes: Mapped[int | None] = mapped_column(Integer)
+    busy_wait_s: Mapped[float | None] = mapped_column(Float)
     # MiB of the server's contexts, from its log (workers.job.runtime.server_log.context_memory):
     # the target's KV cache and recurrent state, and the whole speculative draft context.
     kv_mib: Mapped[float | None] = mapped_column(Float)

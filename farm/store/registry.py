@@ -52,3 +52,11 @@ def all_workers(engine: Engine) -> list[tuple[Worker, float]]:
     with Session(engine) as session:
         return [(worker, float(seconds)) for worker, seconds in
                 session.execute(select(Worker, age).order_by(Worker.gpu_class, Worker.name))]
+
+
+def node_pids(engine: Engine, host: str) -> list[int]:
+    """The process ids of the workers on ``host`` that did not say they stopped: their
+    trees (pool, llama-servers) are the farm's own work on that node, not other work."""
+    query = select(Worker.pid).where(Worker.host == host, Worker.stopped_at.is_(None))
+    with Session(engine) as session:
+        return list(session.scalars(query))

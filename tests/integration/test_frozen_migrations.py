@@ -26,7 +26,7 @@ from farm.matrix.spec import JobSpec
 from farm.stats.intervals import log_standard_error
 from farm.store.db import downgrade, make_engine, schema_head, upgrade
 from migrations import views
-from tests.helpers import matrix_dict, write_matrix
+from tests.helpers import NEWER_THAN_0007, matrix_dict, write_matrix
 
 # Upgrades the database at argv[1] to revision argv[2] with Alembic alone, in a process
 # where `import farm` raises: the revisions may use only what they hold.
@@ -101,7 +101,8 @@ def _specs(tmp_path: Path) -> list[dict[str, Any]]:
                              "kv-offload": False}}])
     _, jobs = load_matrix(write_matrix(tmp_path, matrix))
     _, fixed = load_matrix(write_matrix(tmp_path, matrix_dict(Path(__file__)), "fixed.yaml"))
-    specs = [json.loads(spec.model_dump_json()) for spec in [*jobs, *fixed]]
+    specs = [json.loads(spec.model_dump_json(exclude=set(NEWER_THAN_0007)))
+              for spec in [*jobs, *fixed]]
     legacy = copy.deepcopy(specs[0])  # before builds moved into the arms
     legacy["build"] = legacy["baseline"].pop("build")
     del legacy["variant"]["build"]
@@ -269,8 +270,8 @@ def test_stored_summaries_get_their_version_and_every_version_reads(engine: Engi
               {"speedup": 1.2, "log_se": 0.01, "df": 2, **facts},  # before kind
               {"speedup": 1.2, "log_se": 0.01, "df": 2, **facts, "kind": "control",
                "acceptance_rate": 0.75, "pairs": 4},
-              JobSummary(speedup=1.2, facts=RunFacts(drafted=8, accepted=6)).model_dump(
-                  mode="json")]
+              {**_without(JobSummary(speedup=1.2, facts=RunFacts(drafted=8, accepted=6))
+                          .model_dump(mode="json"), SUMMARY_6), "version": 5}]
     _upgrade_without_farm(engine, "0013")
     with engine.begin() as connection:
         connection.execute(_campaign.insert().values(id=1, name="v", matrix_path="m.yaml"))
@@ -293,6 +294,34 @@ def test_stored_summaries_get_their_version_and_every_version_reads(engine: Engi
     assert all("version" not in summary for summary in flat)
     assert flat[:4] == shapes[:4]
     assert flat[4]["acceptance_rate"] == 0.75 and flat[4]["drafted"] == 8
+
+
+# What version 6 of the summary added (the node's other work).
+SUMMARY_6 = ("measured_blocks", "busy_blocks", "busy_blocks_baseline", "busy_blocks_variant",
+             "busy_cores", "busy_wait_s")
+
+
+def _without(summary: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {key: value for key, value in summary.items() if key not in keys}
+
+
+def test_a_version_6_summary_reads_and_downgrades_to_version_5(engine: Engine) -> None:
+    from farm.results.summary import JobSummary, RunFacts, read_summary
+
+    summary = JobSummary(speedup=1.2, busy_blocks=3, measured_blocks=8,
+                         facts=RunFacts(drafted=8)).model_dump(mode="json")
+    _upgrade_without_farm(engine, "0017")
+    with engine.begin() as connection:
+        connection.execute(_campaign.insert().values(id=1, name="v", matrix_path="m.yaml"))
+        connection.execute(_job.insert().values(
+            id=1, campaign_id=1, job_key=f"{1:064d}", model_name="m", build_name="cpu",
+            variant_name="v", state="done", attempt=1, varying={}, spec={}, summary=summary))
+    [stored] = _summaries(engine)
+    typed = read_summary(stored)
+    assert typed is not None and (typed.version, typed.busy_blocks) == (6, 3)
+    downgrade(engine, "0016")
+    [older] = _summaries(engine)
+    assert older == {**_without(summary, SUMMARY_6), "version": 5}
 
 
 def _summaries(engine: Engine) -> list[dict[str, Any]]:

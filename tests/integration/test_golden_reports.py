@@ -40,7 +40,14 @@ ADDED_COLUMNS: tuple[str, ...] = (
     "interval_method", "order_effect", "order_low", "order_high", "agreement_control",
     "agreement_applicable", "drift_per_block", "drift_low", "drift_high", "acceptance_low",
     "acceptance_high", "overlap_mean", "tpot_p99_ms_baseline", "e2e_p99_ms_baseline",
-    "median_speedup", "model_size")
+    "median_speedup", "model_size",
+    # The node's other work (issue 25): the summary's busy blocks.
+    "measured_blocks", "busy_blocks", "busy_blocks_baseline", "busy_blocks_variant",
+    "busy_cores", "busy_wait_s")
+# The runs' columns added since (issue 25: the node's other work over each run), in exports.
+ADDED_RUN_COLUMNS: tuple[str, ...] = (
+    "node_other_cores", "node_top", "node_load_1m", "cpu_governor", "cpu_freq_mhz",
+    "gpu_other_processes", "busy_wait_s")
 
 # Interval columns of the grouped reports that a statistics change made since the goldens
 # computes anew on purpose (issue 24: HKSJ's scale truncated at 1 in every group interval,
@@ -218,9 +225,10 @@ def _interval_difference(name: str, want: str, got: str, row: dict[str, str]) ->
         f"column {name}: {got} on the wrong side of the speedup {row['speedup']}")
 
 
-def csv_difference(golden: str, actual: str, recomputed: bool = False) -> str | None:
+def csv_difference(golden: str, actual: str, added: tuple[str, ...] = ADDED_COLUMNS,
+                   recomputed: bool = False) -> str | None:
     """Where ``actual`` differs from ``golden`` cell by cell on the golden's columns, the
-    columns in its order with any of ``ADDED_COLUMNS`` beside them; None where it does not.
+    columns in its order with any of ``added`` beside them; None where it does not.
     With ``recomputed`` (a grouped report), ``RECOMPUTED_INTERVALS`` are checked as
     intervals (``_interval_difference``), not cell by cell."""
     expected = list(csv.reader(io.StringIO(golden, newline="")))
@@ -229,7 +237,7 @@ def csv_difference(golden: str, actual: str, recomputed: bool = False) -> str | 
         return f"{len(got)} records, the golden has {len(expected)}"
     if not got:
         return None
-    header = [name for name in got[0] if name not in ADDED_COLUMNS]
+    header = [name for name in got[0] if name not in added]
     if header != expected[0]:
         return f"columns {got[0]}, the golden has {expected[0]}"
     index = [got[0].index(name) for name in expected[0]]
@@ -247,9 +255,12 @@ def csv_difference(golden: str, actual: str, recomputed: bool = False) -> str | 
 
 
 def difference(command: Command, golden: bytes, actual: bytes) -> str | None:
-    """How ``actual`` differs from the golden of ``command`` (None: it does not): export
-    byte for byte, report JSON and CSV as ``json_difference`` and ``csv_difference``."""
+    """How ``actual`` differs from the golden of ``command`` (None: it does not): a binary
+    export byte for byte, JSON as ``json_difference``, CSV (reports and exports: the runs'
+    columns grow too) as ``csv_difference``."""
     if command.exports:
+        if command.golden.endswith(".csv"):
+            return csv_difference(golden.decode(), actual.decode(), ADDED_RUN_COLUMNS)
         return None if actual == golden else "not byte-identical"
     if command.golden.endswith(".json"):
         return json_difference(golden.decode(), actual.decode())

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+from typing import Any, cast
+
 import pytest
 
+from farm import selftest
 from farm.errors import SelftestFailed
 from farm.selftest import Check, report_failures
 from farm.stats.intervals import log_interval
@@ -21,3 +31,22 @@ def test_the_control_interval_at_another_level_widens_with_it() -> None:
     low999, high999 = log_interval(0.0, 0.01, 4, 0.999)
     assert low999 < low95 < 1.0 < high95 < high999
     assert high95 == pytest.approx(1.0 * 2.718281828 ** (2.776445 * 0.01), rel=1e-5)
+
+
+def test_the_quiet_check_fails_beside_a_busy_loop_and_names_it() -> None:
+    """A one-core loop outside this process's tree (started through a shell that exits at
+    once, so the loop's parent is not this process) fails the first check, which names it."""
+    loop = "import time\nend = time.monotonic() + 6\nwhile time.monotonic() < end: pass\n"
+    started = subprocess.run(["sh", "-c", 'exec "$0" -c "$1" >/dev/null 2>&1 &\necho $!',
+                              sys.executable, loop], capture_output=True, text=True,
+                             check=True)
+    pid = int(started.stdout)
+    try:
+        time.sleep(0.3)
+        found = selftest._quiet(cast(Any, SimpleNamespace(testbed=selftest.Testbed("cpu", {}, []))),
+                                cast(Any, None))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not found.passed and found.name == "the node is quiet enough to measure"
+    assert f"(pid {pid})" in found.figure and "busy from 0.3" in found.figure

@@ -75,6 +75,14 @@ class Device:
     total: int
     timeline: list[Row] = field(default_factory=list)
     capability: tuple[int, int] | None = (8, 6)  # None: a driver that cannot tell
+    processes: list[int] = field(default_factory=list)  # pids using it (compute)
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A c_nvmlProcessInfo_t."""
+
+    pid: int
 
 
 class FakeNvml:
@@ -168,6 +176,13 @@ class FakeNvml:
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: object, /) -> int:
         return self._row(handle).reasons
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: object, /) -> list[ProcessInfo]:
+        assert isinstance(handle, Device)
+        return [ProcessInfo(pid) for pid in handle.processes]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: object, /) -> list[ProcessInfo]:
+        raise pynvml.NVMLError_NotSupported()
 
 
 H100 = "GPU-6f1f6a0e-3c5b-4d7e-9a21-0c4f2b8e9d11"
@@ -399,3 +414,16 @@ def test_process_sampling_after_exit() -> None:
     child.wait()
     sample = read_process(child.pid, 1.0)
     assert sample.rss_mb is None and sample.cpu_seconds is None
+
+
+def test_other_processes_on_the_gpus_leave_the_farms_own_out() -> None:
+    clock = FakeClock()
+    devices = [Device(H100, "NVIDIA H100", 80 << 30, [Row(0.0, 100_000, None)],
+                      processes=[100, 200]),
+               Device(L4, "NVIDIA L4", 24 << 30, [Row(0.0, 70_000, None)],
+                      processes=[200, 300])]
+    with Sampler([gpu(H100), gpu(L4)], None, nvml=FakeNvml(clock, devices),
+                 clock=clock) as sampler:
+        assert sampler.other_gpu_processes({100}) == 2  # 200 (on both) and 300
+        assert sampler.other_gpu_processes({100, 200, 300}) == 0
+    assert Sampler([], None).other_gpu_processes({1}) is None

@@ -42,7 +42,7 @@ from farm.store import leases, registry
 from farm.store.db import make_engine
 from farm.store.models import Job, JobState
 from workers.fleet.config import WorkerConfig
-from workers.job.executor import Outcome, execute_job
+from workers.job.executor import Outcome, execute_job, host_name
 from workers.job.resolve import resolve
 from workers.job.sinks import LeasedRunSink, finish_values
 from workers.job.telemetry import GpuInfo
@@ -235,7 +235,8 @@ def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
                          settings.repost_after)
     with measuring(paths), job_clock(settings.job_time_limit):
         return execute_job(resolve(spec, files), sink, node=files, paths=paths,
-                           gpus=worker.gpus), build_seconds
+                           gpus=worker.gpus,
+                           siblings=lambda: _node_pids(worker.engine())), build_seconds
 
 
 def _run(worker: WorkerContext, lease: leases.Lease, spec: JobSpec, max_attempts: int) -> str:
@@ -276,6 +277,18 @@ def _run(worker: WorkerContext, lease: leases.Lease, spec: JobSpec, max_attempts
     if not done:
         return f"job {job_id}: finished, but its lease was lost; the results stand unsummarized"
     return f"job {job_id}: done (attempt {lease.attempt})"
+
+
+def _node_pids(engine: Engine) -> list[int]:
+    """This node's workers (this one's main process among them), for the executor to tell
+    the farm's own work from other work; none when the database does not answer (then the
+    sibling workers' servers count as other work, and say so in the runs)."""
+    try:
+        return registry.node_pids(engine, host_name())
+    except OUTAGE as exc:
+        log.warning("the node's workers could not be read (%s): their work counts as other "
+                    "work", first_line(exc))
+        return []
 
 
 def _hand_back(engine: Engine, lease: leases.Lease, settings: Settings) -> str:

@@ -8,6 +8,7 @@ through a ``RunSink``, so the caller decides how writes are guarded.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import socket
 import statistics
@@ -25,6 +26,7 @@ from farm.stats.frame import tidy_runs
 from farm.stats.speedup import pair_log_ratios, pair_orders
 from farm.stats.twostage import stop_decision
 from workers.job.checks import Preflight, preflight
+from workers.job.quiet import settle
 from workers.job.resolve import NodeFiles
 from workers.job.runtime.client import Generation, ServerClient, SpecCounters
 from workers.job.runtime.server import LlamaServer
@@ -36,6 +38,7 @@ from workers.job.runtime.server_log import (
     weights_spilled,
 )
 from workers.job.telemetry import GpuInfo, RunTelemetry, Sample, Sampler, cuda_env
+from workers.job.telemetry.node import NodeLoad, NodeWatch, cpu_state
 from workers.paths import NodePaths
 
 WARMUP_TOKENS = 8
@@ -85,6 +88,7 @@ class RunResult:
     weights_spilled: bool
     tokens: list[int] | None
     gpu_name: str | None
+    node: NodeLoad
 
     @property
     def window(self) -> Window:
@@ -219,16 +223,22 @@ class Block:
     slot: Slot
     todo: list[tuple[Prompt, int]]
     log_path: Path
+    roots: list[int]  # the farm's processes on the node: their trees are not other work
+    waited_s: float  # how long it waited for quiet before it started
 
 
 def execute_job(spec: JobSpec, sink: RunSink, *, node: NodeFiles, paths: NodePaths,
-                on_run: ProgressFn | None = None, gpus: Sequence[GpuInfo] = ()) -> Outcome:
+                on_run: ProgressFn | None = None, gpus: Sequence[GpuInfo] = (),
+                siblings: Callable[[], Sequence[int]] = tuple) -> Outcome:
     """Run the job's block pairs until its two-stage rule stops; raises ``FarmError``.
 
     ``spec`` has its builds and model resolved on ``node``. The job is checked (and old
     spellings translated) first, as a matrix load checks it, against this node's builds;
     runs already stored are kept (a resumed job only runs what is missing); ``gpus`` are
-    the devices the servers run on, sampled through NVML while they do (none on a CPU node).
+    the devices the servers run on, sampled through NVML while they do (none on a CPU node);
+    ``siblings`` the pids of the farm's other workers on this node: this process, they and
+    their servers are the farm's own work, everything else on the node other work, waited
+    out or refused before each block as the job's ``busy_node`` says (``workers.job.quiet``).
     """
     checked = preflight(spec, node, paths)
     sink.start(checked)
@@ -245,7 +255,10 @@ def execute_job(spec: JobSpec, sink: RunSink, *, node: NodeFiles, paths: NodePat
                     if RunKey(slot.role, slot.block, prompt.id, rep) not in measured]
             if todo:
                 log_path = paths.logs_dir / spec.job_key[:16] / f"block{slot.block}-{slot.role}.log"
-                _run_block(Block(spec, slot, todo, log_path), sink, checked, list(gpus), record)
+                roots = [os.getpid(), *siblings()]
+                waited = settle(spec, slot.block, roots)
+                _run_block(Block(spec, slot, todo, log_path, roots, waited), sink, checked,
+                           list(gpus), record)
         decision = stop_rule(spec, measured, pair + 1)
         if decision.stop:
             return Outcome(checked, pair + 1, decision.reason)
@@ -302,7 +315,9 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
         # The warm-up, one request per slot, was the server's requests 0 .. width - 1.
         run_streams(client, spec, block.todo[0][0].text, WARMUP_TOKENS,
                     [spec.sampling] * width, ignore_eos=True)
+        watch = NodeWatch(block.roots)
         for request, (prompt, repetition) in enumerate(block.todo, start=1):
+            watch.begin()
             started, began = datetime.now(UTC), sampler.mark()
             before = client.spec_counters()
             samplings = [run_sampling(spec.sampling, prompt.id, repetition, stream)
@@ -310,6 +325,9 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
             streams = run_streams(client, spec, prompt.text, spec.n_predict, samplings,
                                   ignore_eos=spec.stop == "fixed")
             counters = client.spec_counters() - before
+            other = watch.end()
+            node = NodeLoad(other, cpu_state(), sampler.other_gpu_processes(watch.own),
+                            block.waited_s)
             generation = merge_streams(streams)
             result = RunResult(
                 key=RunKey(block.slot.role, block.slot.block, prompt.id, repetition),
@@ -320,7 +338,8 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
                 memory=memory, argv=argv, server_log=str(block.log_path), started_at=started,
                 telemetry=sampler.summarize(began, sampler.mark()),
                 slot_speculative=speculative, weights_spilled=spilled,
-                tokens=client.tokenize(generation.text), gpu_name=gpus[0].name if gpus else None)
+                tokens=client.tokenize(generation.text), gpu_name=gpus[0].name if gpus else None,
+                node=node)
             sink.record(result, checked)
             on_run(result)
         if gpus:

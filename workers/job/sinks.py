@@ -29,6 +29,7 @@ from workers.job.checks import Preflight, asks_for_speculation
 from workers.job.executor import Outcome, RunKey, RunResult, Slot, host_name
 from workers.job.runtime.server_log import SpecStats
 from workers.job.telemetry import Sample
+from workers.job.telemetry.node import NodeLoad
 
 log = logging.getLogger("farm.worker")
 
@@ -152,7 +153,18 @@ def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
         kv_mib=result.memory.kv_mib if result.memory else None,
         draft_context_mib=result.memory.draft_context_mib if result.memory else None,
         concurrency=len(result.streams), aggregate_tok_s=window.aggregate_tok_s,
-        overlap=window.overlap, streams=stream_rows(result))
+        overlap=window.overlap, streams=stream_rows(result), **node_values(result.node))
+
+
+def node_values(node: NodeLoad) -> dict[str, Any]:
+    """A run's ``node_*`` columns: what it shared the node with."""
+    other = node.other
+    return {"node_other_cores": other.cores if other else None,
+            "node_top": [[name, pid, round(cores, 3)] for name, pid, cores in other.top
+                         if cores >= 0.01] if other else None,
+            "node_load_1m": node.cpu.load_1m, "cpu_governor": node.cpu.governor,
+            "cpu_freq_mhz": node.cpu.freq_mhz, "gpu_other_processes": node.gpu_others,
+            "busy_wait_s": node.waited_s}
 
 
 def stream_rows(result: RunResult) -> list[Stream]:

@@ -13,6 +13,7 @@ driver (a CPU box) every entry point degrades to "no GPUs" instead of raising.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -49,6 +50,13 @@ class MemoryInfo(Protocol):
 
     @property
     def used(self) -> int: ...
+
+
+class ProcessInfo(Protocol):
+    """What ``nvmlDeviceGetComputeRunningProcesses`` lists (a ``c_nvmlProcessInfo_t``)."""
+
+    @property
+    def pid(self) -> int: ...
 
 
 class NvmlSource(Protocol):
@@ -93,6 +101,10 @@ class NvmlSource(Protocol):
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: object, /) -> int: ...
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: object, /) -> int: ...
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: object, /) -> Sequence[ProcessInfo]: ...
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: object, /) -> Sequence[ProcessInfo]: ...
 
 
 @dataclass(frozen=True)
@@ -283,3 +295,18 @@ def _energy_mj(nvml: NvmlSource, handle: object) -> int | None:
         if getattr(exc, "value", None) != NVML_ERROR_NOT_SUPPORTED:
             log.debug("NVML energy counter failed: %s", exc)
         return None
+
+
+def other_processes(nvml: NvmlSource, handles: Iterable[object], own: Collection[int]) -> int:
+    """Processes using the GPUs (compute or graphics) that are not among ``own``; 0 where
+    NVML cannot list them (a process in another PID namespace is listed by NVML under a pid
+    this one does not have, and counts as another's)."""
+    found: set[int] = set()
+    for handle in handles:
+        for listing in (nvml.nvmlDeviceGetComputeRunningProcesses,
+                        nvml.nvmlDeviceGetGraphicsRunningProcesses):
+            try:
+                found |= {process.pid for process in listing(handle)}
+            except Exception as exc:  # not supported on this GPU or driver: none known
+                log.debug("NVML process list failed: %s", exc)
+    return len(found - set(own))

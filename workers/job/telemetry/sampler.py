@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from types import TracebackType
 from typing import Self
 
@@ -13,6 +13,7 @@ from workers.job.telemetry.nvml import (
     NvmlSource,
     Sample,
     open_devices,
+    other_processes,
     read_sample,
     shutdown,
 )
@@ -104,6 +105,13 @@ class Sampler:
             if self.pid is not None:
                 self._process.append(read_process(self.pid, t))
         return t
+
+    def other_gpu_processes(self, own: Collection[int]) -> int | None:
+        """Processes on the sampled GPUs outside ``own`` now; None without NVML."""
+        with self._lock:
+            if self._nvml is None:
+                return None
+            return other_processes(self._nvml, self._handles.values(), own)
 
     def summarize(self, start: float, end: float) -> RunTelemetry:
         """The run's telemetry from the samples taken in [start, end] (both ends included)."""

@@ -1,0 +1,159 @@
+"""What the farm's own observation costs (a script, not a test): decode tok/s of a raw
+llama-server with the user's flags against one with each addition the farm makes.
+
+    verbosity   --log-verbosity 4 (the speculative statistics in the log)
+    metrics     --metrics (the /metrics counters)
+    calls       --metrics, and the farm's calls around each run: /slots once per block,
+                /metrics before and after each run, /tokenize of each run's text
+    farm        all of them, as the farm starts its servers
+
+A round runs one block of each (a fresh server, a warm-up, ``--runs`` requests of
+``--tokens`` tokens, the same client), raw first on even rounds and last on odd ones, the
+others rotated, so that a drift favours none. Each addition's cost is the geometric mean
+over rounds of raw / addition decode tok/s, less 1, with its 95% t interval over rounds. A
+round with a busy block (other processes' CPU over the block at or above
+``farm.stats.busy.BUSY_CORES``) is left out and counted. Both arms of a job: the baseline's
+flags, and the variant's (n-gram for SmolLM2, draft-mtp for the MTP oracle). It asserts
+nothing; run it alone on the CPU:
+
+    flock /tmp/farm-cpu.lock .venv/bin/python tests/bench/bench_observation.py \\
+        --model smollm2 --arm baseline --rounds 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+from farm.settings import load_settings
+from farm.stats.busy import BUSY_CORES
+from farm.stats.intervals import t_margin
+from workers.job.runtime.client import ServerClient
+from workers.job.runtime.server import HOST, LOG_VERBOSITY, LlamaServer
+from workers.job.telemetry.node import NodeWatch
+from workers.paths import NodePaths
+from workers.setup.provision import provision
+
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+# The user's flags per model and arm.
+ARMS = {
+    "smollm2": {"baseline": ["--threads", "2", "--ctx-size", "1024"],
+                "variant": ["--threads", "2", "--ctx-size", "1024",
+                            "--spec-type", "ngram-simple"]},
+    "qwen35-mtp-oracle-cpu": {"baseline": ["--threads", "2", "--ctx-size", "1024"],
+                              "variant": ["--threads", "2", "--ctx-size", "1024",
+                                          "--spec-type", "draft-mtp", "--spec-draft-n-max",
+                                          "2"]},
+}
+ADDITIONS: dict[str, tuple[list[str], bool]] = {  # flags, whether the farm's calls are made
+    "raw": ([], False),
+    "verbosity": (["--log-verbosity", str(LOG_VERBOSITY)], False),
+    "metrics": (["--metrics"], False),
+    "calls": (["--metrics"], True),
+    "farm": (["--log-verbosity", str(LOG_VERBOSITY), "--metrics"], True),
+}
+
+
+class RawServer(LlamaServer):
+    """llama-server with only the given flags (no farm-owned ones)."""
+
+    def argv(self, port: int) -> list[str]:
+        """The binary, the model, where to listen, and the arm's flags."""
+        return [self.binary, "--model", self.model, "--host", HOST, "--port", str(port),
+                "--parallel", "1", *self.arm_argv]
+
+
+def block(binary: Path, model: Path, flags: list[str], calls: bool, runs: int, tokens: int,
+          log: Path) -> tuple[float, float]:
+    """One block: the median decode tok/s of its runs, and the other work beside it."""
+    watch = NodeWatch([os.getpid()])
+    watch.begin()
+    speeds = []
+    with RawServer(str(binary), str(model), flags, log) as server, \
+            ServerClient(server.base_url) as client:
+        if calls:
+            client.slot_speculative()
+        sampling = {"temperature": 0.0, "seed": 1}
+        client.generate(PROMPT, mode="completion", n_predict=8, sampling=sampling,
+                        ignore_eos=True)
+        for _ in range(runs):
+            if calls:
+                client.spec_counters()
+            generation = client.generate(PROMPT, mode="completion", n_predict=tokens,
+                                         sampling=sampling, ignore_eos=True)
+            if calls:
+                client.spec_counters()
+                client.tokenize(generation.text)
+            speeds.append(generation.decode_tok_s)
+    other = watch.end()
+    return statistics.median(speeds), other.cores if other else math.nan
+
+
+def interval(logs: list[float]) -> tuple[float, float, float]:
+    """Cost (raw / addition - 1) with its 95% interval, from per-round log ratios."""
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.expm1(mean), math.nan, math.nan
+    margin = t_margin(statistics.stdev(logs) / math.sqrt(len(logs)), len(logs) - 1)
+    return math.expm1(mean), math.expm1(mean - margin), math.expm1(mean + margin)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--model", choices=sorted(ARMS), default="smollm2")
+    parser.add_argument("--arm", choices=("baseline", "variant"), default="baseline")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--additions", default="verbosity,metrics,calls,farm")
+    args = parser.parse_args()
+    provisioned = provision(NodePaths.of(load_settings()))
+    model, user = provisioned.models[args.model], ARMS[args.model][args.arm]
+    names = ["raw", *args.additions.split(",")]
+    ratios: dict[str, list[float]] = {name: [] for name in names[1:]}
+    speeds: dict[str, list[float]] = {name: [] for name in names}
+    busy_rounds = 0
+    with tempfile.TemporaryDirectory(prefix="bench-observation-") as scratch:
+        for round_ in range(args.rounds):
+            turn = round_ % (len(names) - 1)
+            others = names[1:][turn:] + names[1:][:turn]
+            order = ["raw", *others] if round_ % 2 == 0 else [*others, "raw"]
+            found: dict[str, float] = {}
+            cores: list[float] = []
+            for name in order:
+                flags, calls = ADDITIONS[name]
+                found[name], used = block(provisioned.server, model, [*user, *flags], calls,
+                                          args.runs, args.tokens, Path(scratch) / f"{name}.log")
+                cores.append(used)
+            busy = max(cores) >= BUSY_CORES
+            print(f"round {round_ + 1}: " + ", ".join(f"{name} {found[name]:.1f}"
+                                                     for name in names)
+                  + f" tok/s; other work up to {max(cores):.2f} cores"
+                  + (" (busy: left out)" if busy else ""), flush=True)
+            if busy:
+                busy_rounds += 1
+                continue
+            for name in names:
+                speeds[name].append(found[name])
+            for name in names[1:]:
+                ratios[name].append(math.log(found["raw"] / found[name]))
+    kept = args.rounds - busy_rounds
+    print(f"\n{args.model} {args.arm}: {kept} rounds kept, {busy_rounds} left out as busy "
+          f"(other processes >= {BUSY_CORES} core); raw "
+          f"{statistics.median(speeds['raw']) if kept else math.nan:.1f} tok/s")
+    print("| addition | cost (raw / with - 1) | 95% interval |")
+    print("|---|---|---|")
+    for name in names[1:]:
+        if not ratios[name]:
+            print(f"| {name} | - | - |")
+            continue
+        cost, low, high = interval(ratios[name])
+        print(f"| {name} | {cost:+.2%} | [{low:+.2%}, {high:+.2%}] |")
+
+
+if __name__ == "__main__":
+    main()
