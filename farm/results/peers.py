@@ -89,6 +89,7 @@ def _arm_row(runs: pd.DataFrame) -> dict[str, Any]:
     first = runs.iloc[0]
     argv = list(first["argv"])
     build_number, commit = parse_version(str(first["server_version"]))
+    commit = None if commit == "unknown" else commit
     blocks = runs.groupby("block")
     decode = _block_interval(blocks["decode_tok_s"].mean())
     prompt = _block_interval(blocks["prompt_tok_s"].mean().dropna())
