@@ -45,13 +45,12 @@ def _figures(url: str) -> list[dict[str, Any]]:
     try:
         with engine.connect() as connection:
             rows = connection.execute(
-                select(PeerImport.format, PeerResult).join(PeerImport)
+                select(PeerImport.format, *PeerResult.__table__.columns)
+                .join(PeerImport, PeerResult.import_id == PeerImport.id)
                 .order_by(PeerResult.id)).mappings().all()
     finally:
         engine.dispose()
-    return [{"format": row["format"], **{column.key: getattr(row["PeerResult"], column.key)
-                                          for column in PeerResult.__table__.columns}}
-            for row in rows]
+    return [dict(row) for row in rows]
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
@@ -60,7 +59,9 @@ def test_every_llama_bench_format_imports_the_same_figures(
         request: pytest.FixtureRequest) -> None:
     url = (f"sqlite:///{tmp_path / 'farm.db'}" if backend == "sqlite"
            else str(request.getfixturevalue("postgres_url")))
-    upgrade(make_engine(url))
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
     env = {"FARM_DATABASE_URL": url}
     result = run_cli("import", *(str(bench_files[f]) for f in ("json", "sql", "jsonl", "csv")),
                      env=env)
