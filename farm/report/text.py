@@ -388,3 +388,58 @@ def check_table(checked: pd.DataFrame, title: str) -> Table:
         Column("verdict", lambda row: str(row["verdict"])),
     )
     return _table(f"{title}: predicted vs measured", columns, _rows(checked, columns))
+
+
+def _farm_tok_s(row: Row) -> str:
+    estimate, known = cells.number(row["farm_tok_s"]), cells.bracket(row["farm_low"],
+                                                                     row["farm_high"])
+    return estimate if known == cells.MISSING else f"{estimate} {known}"
+
+
+def _peer_tok_s(row: Row) -> str:
+    """The figure with only the spread its peer gave: ± its sd, n its repetitions."""
+    text = cells.number(row["tok_s" if "tok_s" in row else "peer_tok_s"])
+    sd = row.get("tok_s_sd", row.get("peer_sd"))
+    repetitions = row.get("repetitions", row.get("peer_repetitions"))
+    if not cells.missing(sd):
+        text += f" ± {cells.number(sd, 2)}"
+    return text + (f" (n={cells.count(repetitions)})" if not cells.missing(repetitions) else "")
+
+
+def _peer_build(row: Row) -> str:
+    commit, number = cells.text(row["build_commit"]), row["build_number"]
+    return " ".join(part for part in (commit, "" if cells.missing(number)
+                                      else f"b{int(number)}") if part) or cells.MISSING
+
+
+def peer_tables(matched: pd.DataFrame, unmatched: pd.DataFrame, title: str) -> list[Table]:
+    """Imported figures beside the farm arm that ran the same thing (the farm's tok/s with
+    its 95% interval over blocks), then the imported figures no arm matches."""
+    beside = (
+        Column("model", lambda row: str(row["model"])),
+        Column("variant", lambda row: str(row["variant"]), no_wrap=True),
+        Column("arm", lambda row: str(row["arm"])),
+        Column("measure", lambda row: str(row["measure"])),
+        Column("farm tok/s [95% CI]", _farm_tok_s, True),
+        Column("imported tok/s", _peer_tok_s, True),
+        Column("imported / farm", lambda row: cells.ratio(row["peer_over_farm"]), True),
+        Column("tool · test", lambda row: f"{row['tool']} · {row['test']}"),
+        Column("source", lambda row: str(row["source"])),
+    )
+    alone = (
+        Column("tool · test", lambda row: f"{row['tool']} · {row['test']}"),
+        Column("measure", lambda row: str(row["measure"])),
+        Column("tok/s", _peer_tok_s, True),
+        Column("model file", lambda row: cells.text(row["model_file"]) or cells.MISSING),
+        Column("build", _peer_build),
+        Column("threads", lambda row: cells.count(row["n_threads"]), True),
+        Column("source", lambda row: f"{row['file_name']}: {row['source']}"),
+    )
+    tables = [_table(f"{title}: imported figures beside the farm's (kind imported, never "
+                     "in the farm's intervals)", beside, _rows(matched, beside),
+                     None if len(matched) else "no imported figure matches a job here: same "
+                     "model file, build (commit or number) and threads are needed")]
+    if len(unmatched):
+        tables.append(_table("imported figures no farm job matches", alone,
+                             _rows(unmatched, alone)))
+    return tables

@@ -355,3 +355,79 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class PeerImport(Base):
+    """One file of another tool's results read by ``farm import`` (docs/peers.md): which
+    tool wrote it, its bytes' sha256 (a file is imported once) and what the user added."""
+
+    __tablename__ = "peer_import"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tool: Mapped[str] = mapped_column(String(32))  # llama-bench, speed-bench, llama-spec-bench
+    format: Mapped[str] = mapped_column(String(16))  # json, jsonl, csv, sql
+    file_name: Mapped[str] = mapped_column(Text)
+    file_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    note: Mapped[str | None] = mapped_column(Text)
+    imported_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
+                                                  server_default=func.now())
+
+    results: Mapped[list[PeerResult]] = relationship(back_populates="peer_import")
+
+
+class PeerResult(Base):
+    """One figure a peer reported (kind ``imported``): never a run of the farm, never part of
+    its intervals. Its provenance is what the peer wrote (or the user gave at import), in
+    the columns the farm's runs use for the same things, so reports put it beside the farm
+    job of the same model file, build and threads/offload, and a history can put it beside
+    the farm's builds. Null means the peer did not say."""
+
+    __tablename__ = "peer_result"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    import_id: Mapped[int] = mapped_column(ForeignKey("peer_import.id", ondelete="CASCADE"),
+                                           index=True)
+    # Where in the file the figure came from: "line 12", "summary[3]", "lines 2-4".
+    source: Mapped[str] = mapped_column(String(200))
+    build_commit: Mapped[str | None] = mapped_column(String(64), index=True)
+    build_number: Mapped[int | None] = mapped_column(Integer)
+    model_file: Mapped[str | None] = mapped_column(Text)  # the file's name, without folders
+    model_type: Mapped[str | None] = mapped_column(String(200))
+    model_size: Mapped[int | None] = mapped_column(BigInteger)
+    model_n_params: Mapped[int | None] = mapped_column(BigInteger)
+    backends: Mapped[str | None] = mapped_column(String(200))
+    cpu_info: Mapped[str | None] = mapped_column(Text)
+    gpu_info: Mapped[str | None] = mapped_column(Text)
+    n_threads: Mapped[int | None] = mapped_column(Integer)
+    n_gpu_layers: Mapped[int | None] = mapped_column(Integer)
+    n_batch: Mapped[int | None] = mapped_column(Integer)
+    n_ubatch: Mapped[int | None] = mapped_column(Integer)
+    type_k: Mapped[str | None] = mapped_column(String(32))
+    type_v: Mapped[str | None] = mapped_column(String(32))
+    flash_attn: Mapped[str | None] = mapped_column(String(16))
+    # Did the peer speculate? False for plain decoding (llama-bench always), True when it
+    # drafted or was configured to, null when the file does not say; and how, if it says.
+    speculative: Mapped[bool | None] = mapped_column()
+    spec_type: Mapped[str | None] = mapped_column(String(200))
+    # What was measured: llama-bench's test name (pp512, tg128, pp512+tg128, "@ d512" for a
+    # depth), speed-bench's category, llama-spec-bench's task; prompt, decode or both.
+    test: Mapped[str] = mapped_column(String(200))
+    measure: Mapped[str] = mapped_column(String(16))
+    n_prompt: Mapped[int | None] = mapped_column(Integer)
+    n_gen: Mapped[int | None] = mapped_column(Integer)
+    n_depth: Mapped[int | None] = mapped_column(Integer)
+    # The figure, and only the spread the peer gave: llama-bench's standard deviation over
+    # its repetitions (tok_s_sd), how many there were, their values where it lists them.
+    tok_s: Mapped[float] = mapped_column(Float)
+    tok_s_sd: Mapped[float | None] = mapped_column(Float)
+    repetitions: Mapped[int | None] = mapped_column(Integer)
+    samples: Mapped[list[Any] | None] = mapped_column()
+    drafts: Mapped[int | None] = mapped_column(BigInteger)
+    drafted: Mapped[int | None] = mapped_column(BigInteger)
+    accepted: Mapped[int | None] = mapped_column(BigInteger)
+    drafted_per_pos: Mapped[list[Any] | None] = mapped_column()
+    accepted_per_pos: Mapped[list[Any] | None] = mapped_column()
+    measured_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    raw: Mapped[dict[str, Any]] = mapped_column()  # the record as the peer wrote it
+
+    peer_import: Mapped[PeerImport] = relationship(back_populates="results")

@@ -72,6 +72,25 @@ HELP: dict[tuple[str, ...], Help] = {
         {"--build-a TEXT": "Only A's jobs on this build (two builds of one campaign).",
          "--build-b TEXT": "Only B's jobs on this build.",
          "--format [table|csv|json]": "[default: table]"}),
+    ("import",): Help(
+        "farm import [OPTIONS] FILES...",
+        "Read FILES (llama-bench -o json|jsonl|csv|sql, speed-bench --output JSON, "
+        "llama-spec-bench JSONL) into the store as imported figures: all of them or none.",
+        {"--format [llama-bench-json|llama-bench-jsonl|llama-bench-csv|llama-bench-sql|"
+         "speed-bench|spec-bench]": "What wrote the files (default: told from their content).",
+         "--build-commit TEXT": "The llama.cpp commit, where a file records none.",
+         "--build-number INTEGER": "The llama.cpp build number, where none.",
+         "--model-file TEXT": "The GGUF's file name, where a file records none.",
+         "--threads INTEGER": "Threads (-t), where none.",
+         "--gpu-layers INTEGER": "GPU layers (-ngl), where none.",
+         "--spec-type TEXT": "The speculative type the peer ran, where none.",
+         "--note TEXT": "Kept with the import (where and how it was measured)."}),
+    ("peers",): Help(
+        "farm peers [OPTIONS] [CAMPAIGN]",
+        "Imported figures beside the farm's jobs of CAMPAIGN (default: the latest) that ran "
+        "the same model file, build and threads/offload; then those no job matches.",
+        {"--all": "The jobs of every campaign.",
+         "--format [table|csv|json]": "[default: table]"}),
     ("curve",): Help(
         "farm curve [OPTIONS] [CAMPAIGN]",
         "The engine cost curve of CAMPAIGN (default: the latest): from its synthetic-acceptance "

