@@ -1,8 +1,8 @@
 """peer_import and peer_result: other tools' figures read by `farm import` (llama-bench,
 llama.cpp's speed-bench, ik_llama.cpp's llama-spec-bench), kept apart from the farm's runs
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0018
+Revises: 0017
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0015"
-down_revision = "0014"
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
