@@ -23,9 +23,13 @@ def import_files(settings: Settings, files: Sequence[Path], fmt: str | None,
     """Read every file (a bad one stops the import before anything is stored), then store
     them all in one transaction and say what each became."""
     uploads = []
+    # What the user added is part of what was imported: the same file given a build it
+    # lacked the first time is a new import, not "already imported".
+    added = json.dumps({k: v for k, v in given.items() if v is not None}, sort_keys=True)
     for path in files:
         peer, data = read_peer_file(path, fmt)
-        uploads.append(PeerUpload(with_given(peer, given, str(path)), path.name, data))
+        identity = data if added == "{}" else data + b"\0" + added.encode()
+        uploads.append(PeerUpload(with_given(peer, given, str(path)), path.name, identity))
     with connected(settings.database_url) as engine:
         if settings.embedded:
             upgrade(engine)
@@ -45,9 +49,7 @@ def import_files(settings: Settings, files: Sequence[Path], fmt: str | None,
             if all(getattr(f, key) is None for f in peer.figures) and \
                     (key != "build_commit" or all(f.build_number is None for f in peer.figures)):
                 click.echo(f"  note: it records no {key.replace('_', ' ')}; import it again "
-                           f"with {option} to put it beside farm jobs (a file is stored "
-                           "once: delete nothing, the new values need a new import of an "
-                           "edited copy)", err=True)
+                           f"with {option} to put it beside farm jobs", err=True)
 
 
 def show_peers(settings: Settings, campaign: str | None, fmt: str, *,

@@ -359,7 +359,8 @@ class Worker(Base):
 
 class PeerImport(Base):
     """One file of another tool's results read by ``farm import`` (docs/peers.md): which
-    tool wrote it, its bytes' sha256 (a file is imported once) and what the user added."""
+    tool wrote it, the sha256 of its bytes and of what the user added at import (so the
+    same file with the same additions is imported once) and a note."""
 
     __tablename__ = "peer_import"
 

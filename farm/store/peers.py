@@ -15,7 +15,8 @@ from farm.store.models import PeerImport, PeerResult
 
 @dataclass(frozen=True)
 class PeerUpload:
-    """A file read for import: its figures, the name it is shown by and its bytes."""
+    """A file read for import: its figures, the name it is shown by and its bytes (with
+    what the user added at import, if anything: that is part of what was imported)."""
 
     peer: PeerFile
     file_name: str

@@ -110,3 +110,17 @@ def test_a_speed_bench_error_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(PeerFileError, match=r"speed.json: summary\[0\].avg_pred_t_s: 'fast' "
                        "is not a number"):
         read_peer_file(path)
+
+
+def test_the_same_file_given_a_build_it_lacked_is_a_new_import(tmp_path: Path) -> None:
+    from tests.helpers import run_cli
+
+    path = FIXTURES / "speed-bench-written-from-source.json"
+    first = run_cli("import", str(path))
+    assert first.exit_code == 0 and "stored as import 1" in first.output
+    assert "records no build commit" in first.output
+    again = run_cli("import", str(path))
+    assert "already imported (import 1" in again.output
+    given = run_cli("import", str(path), "--build-commit", "3f545bec", "--model-file", "m.gguf")
+    assert given.exit_code == 0 and "stored as import 2" in given.output
+    assert "records no" not in given.output
