@@ -158,8 +158,9 @@ def test_farm_run_builds_the_commit_its_matrix_names(
         two_commits: TwoCommits, node_cache: Path, smollm2: Path, tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(yaml.safe_dump({
-        "campaign": "commit-a", "build": {"name": "a", "git": str(two_commits.repo),
-                                          "ref": "master~1"},
+        # A commit id as the ref, from the URL the first test built it from: made once.
+        "campaign": "commit-a", "build": {"name": "a", "git": two_commits.url,
+                                          "ref": two_commits.a},
         "models": [{"name": "smollm2", "path": str(smollm2)}], "prompts": [COPY_PROMPT],
         "n-predict": 16, "repetitions": 1, "pairs": 1, "max-pairs": 1,
         "flags": {"ctx-size": 1024, "threads": 2},
