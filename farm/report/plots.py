@@ -343,9 +343,10 @@ def recommendation(candidates: pd.DataFrame, path: Path | str | None = None) -> 
                                 (group["high"] - group["speedup"]).clip(lower=0).fillna(0)])
             speed_ax.errorbar(group["draft_n_max"], group["speedup"], yerr=errors, fmt="o-",
                               color=colour, capsize=3, label=str(category))
-            best = group[group["rank"] == 1].iloc[0]
-            speed_ax.plot([best["draft_n_max"]], [best["speedup"]], "*", color=colour,
-                          markersize=16)
+            # No rank 1 where nothing was predicted (insufficient data): no star.
+            for _, best in group[group["rank"] == 1].iterrows():
+                speed_ax.plot([best["draft_n_max"]], [best["speedup"]], "*", color=colour,
+                              markersize=16)
         label = " · ".join(cells.text(part) for part in engine)
         profile_ax.set_title(f"{_short(label, 50)}: accepted per draft", fontsize=9)
         profile_ax.set_xlabel("draft position")

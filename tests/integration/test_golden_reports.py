@@ -49,13 +49,14 @@ ADDED_RUN_COLUMNS: tuple[str, ...] = (
     "node_other_cores", "node_top", "node_load_1m", "cpu_governor", "cpu_freq_mhz",
     "gpu_other_processes", "busy_wait_s")
 
-# Interval columns of the grouped reports that a statistics change made since the goldens
-# computes anew on purpose (issue 24: HKSJ's scale truncated at 1 in every group interval,
-# per-category intervals made with the job's design). Their values are the statistics'
-# tests' business (tests/unit/test_stats*.py); here each must still be an interval around
-# the row's speedup, empty where the golden's is.
-RECOMPUTED_INTERVALS: tuple[str, ...] = ("low", "high")
-GROUPED = ("group-", "by-category")
+# Columns of the grouped reports that a statistics change made since the goldens computes
+# anew on purpose, by golden name prefix (issue 24: HKSJ's scale truncated at 1 in every
+# group interval; per-category rows made with the job's design, a two-stage job's from its
+# second stage). Their values are the statistics' tests' business (tests/unit/test_stats*);
+# here each must be empty where the golden's is, and the ends an interval around the
+# row's speedup (tau: the spread of the recomputed rows).
+RECOMPUTED_INTERVALS: dict[str, tuple[str, ...]] = {
+    "group-": ("low", "high"), "by-category": ("speedup", "low", "high", "tau")}
 
 # libpq's session time zone: PostgreSQL's timestamps (export's started_at) print with it.
 CLI_ENV = {"PGTZ": "UTC"}
@@ -214,11 +215,11 @@ def json_difference(golden: str, actual: str) -> str | None:
 
 
 def _interval_difference(name: str, want: str, got: str, row: dict[str, str]) -> str | None:
-    """How a recomputed interval end differs from what the golden allows (None: it does
-    not): empty where the golden's is, else a number on its side of the row's speedup."""
+    """How a recomputed column differs from what the golden allows (None: it does not):
+    empty where the golden's is, an interval end on its side of the row's speedup."""
     if (want == "") != (got == ""):
         return f"column {name}: golden {want!r}, actual {got!r}"
-    if got == "" or row.get("speedup", "") == "":
+    if got == "" or row.get("speedup", "") == "" or name not in ("low", "high"):
         return None
     below = float(got) <= float(row["speedup"])
     return None if below == (name == "low") else (
@@ -226,11 +227,11 @@ def _interval_difference(name: str, want: str, got: str, row: dict[str, str]) ->
 
 
 def csv_difference(golden: str, actual: str, added: tuple[str, ...] = ADDED_COLUMNS,
-                   recomputed: bool = False) -> str | None:
+                   recomputed: tuple[str, ...] = ()) -> str | None:
     """Where ``actual`` differs from ``golden`` cell by cell on the golden's columns, the
     columns in its order with any of ``added`` beside them; None where it does not.
-    With ``recomputed`` (a grouped report), ``RECOMPUTED_INTERVALS`` are checked as
-    intervals (``_interval_difference``), not cell by cell."""
+    The ``recomputed`` columns (``RECOMPUTED_INTERVALS``) are checked as
+    ``_interval_difference`` does, not cell by cell."""
     expected = list(csv.reader(io.StringIO(golden, newline="")))
     got = list(csv.reader(io.StringIO(actual, newline="")))
     if len(expected) != len(got):
@@ -245,7 +246,7 @@ def csv_difference(golden: str, actual: str, added: tuple[str, ...] = ADDED_COLU
         cells = [record[i] for i in index]
         row = dict(zip(expected[0], cells, strict=True))
         for name, a, b in zip(expected[0], want, cells, strict=True):
-            if recomputed and name in RECOMPUTED_INTERVALS:
+            if name in recomputed:
                 why = _interval_difference(name, a, b, row)
                 if why is not None:
                     return f"record {number}, {why}"
@@ -264,8 +265,9 @@ def difference(command: Command, golden: bytes, actual: bytes) -> str | None:
         return None if actual == golden else "not byte-identical"
     if command.golden.endswith(".json"):
         return json_difference(golden.decode(), actual.decode())
-    return csv_difference(golden.decode(), actual.decode(),
-                          recomputed=command.golden.startswith(GROUPED))
+    recomputed = next((columns for prefix, columns in RECOMPUTED_INTERVALS.items()
+                       if command.golden.startswith(prefix)), ())
+    return csv_difference(golden.decode(), actual.decode(), recomputed=recomputed)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

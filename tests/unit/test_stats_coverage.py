@@ -17,14 +17,7 @@ import pytest
 from farm.stats.design import Design
 from farm.stats.difference import adjusted_p_values, difference, discoveries
 from farm.stats.speedup import job_estimate, speedup_by
-from tests.unit.simulate import (
-    DEFAULT,
-    TWO_STAGE_CELLS,
-    acceptance_cell,
-    difference_cell,
-    drift_cell,
-    two_stage_cell,
-)
+from tests.unit import simulate
 from tests.unit.test_stats import make_runs
 
 JOBS = 1500
@@ -34,12 +27,12 @@ def _sd(rate: float, replicates: int) -> float:
     return math.sqrt(rate * (1 - rate) / replicates)
 
 
-@pytest.mark.parametrize("cell", list(TWO_STAGE_CELLS))
+@pytest.mark.parametrize("cell", list(simulate.TWO_STAGE_CELLS))
 def test_the_two_stage_interval_covers_when_the_noise_changes(cell: str) -> None:
     """0.93-0.97 overall and for the earliest stoppers in every cell (before: noisy
     warm-up 0.908, wandering speedup 0.905)."""
-    found = two_stage_cell(TWO_STAGE_CELLS[cell], DEFAULT, JOBS,
-                           1000 + list(TWO_STAGE_CELLS).index(cell))
+    found = simulate.two_stage_cell(simulate.TWO_STAGE_CELLS[cell], simulate.DEFAULT, JOBS,
+                                    1000 + list(simulate.TWO_STAGE_CELLS).index(cell))
     print(f"\n{cell}: {found}")
     slack = 2 * _sd(0.95, JOBS)
     assert 0.93 - slack <= found.coverage <= 0.97 + slack
@@ -69,14 +62,14 @@ def test_the_drift_test_false_alarms_at_most_6_percent_under_autocorrelation(
         blocks: str, bound: float) -> None:
     """Before: 0.058 with independent blocks, 0.197 at AR(1) 0.5."""
     jobs = 600
-    rate = drift_cell(blocks, jobs, 2000)
+    rate = simulate.drift_cell(blocks, jobs, 2000)
     print(f"\ndrift test, steady machine, {blocks} blocks: false positives {rate:.3f}")
     assert rate <= bound + 2 * _sd(bound, jobs)
 
 
 def test_the_drift_test_finds_a_10_percent_drift_over_16_blocks() -> None:
     jobs = 400
-    power = drift_cell("iid", jobs, 2001, total_change=-0.10)
+    power = simulate.drift_cell("iid", jobs, 2001, total_change=-0.10)
     print(f"\ndrift test, -10% over 16 blocks: power {power:.3f}")
     assert power >= 0.6 - 2 * _sd(0.6, jobs)
 
@@ -84,7 +77,7 @@ def test_the_drift_test_finds_a_10_percent_drift_over_16_blocks() -> None:
 def test_acceptance_covers_the_prompt_population_when_prompts_repeat() -> None:
     """4 prompts re-run 18 times at temperature 0 (before: 0.297)."""
     jobs = 800
-    coverage = acceptance_cell(jobs, 2002)
+    coverage = simulate.acceptance_cell(jobs, 2002)
     print(f"\nacceptance, 4 prompts x 18 identical runs: coverage {coverage:.3f}")
     slack = 2 * _sd(0.95, jobs)
     assert 0.92 - slack <= coverage <= 0.97 + slack
@@ -93,8 +86,8 @@ def test_acceptance_covers_the_prompt_population_when_prompts_repeat() -> None:
 def test_the_difference_test_holds_its_false_discovery_rate_and_finds_5_percent() -> None:
     """20 null jobs: FDR <= 0.05; 10 of 20 jobs 5% faster, jobs measured to ±3%."""
     rounds = 60
-    null = difference_cell(rounds, 2003)
-    changed = difference_cell(rounds, 2004, changed=10)
+    null = simulate.difference_cell(rounds, 2003)
+    changed = simulate.difference_cell(rounds, 2004, changed=10)
     print(f"\ndifference, 20 null jobs: {null}; 10 of 20 changed by 5%: {changed}")
     # With every job null, the FDR is the chance of any false call.
     assert null.fdr <= 0.05 + 2 * _sd(0.05, rounds)
