@@ -48,7 +48,8 @@ def block_loads(runs: pd.DataFrame) -> pd.DataFrame:
     if "node_other_cores" not in runs.columns:
         return pd.DataFrame(columns=columns)
     measured = runs.reindex(columns=[*runs.columns.difference(list(NODE_COLUMNS)), *NODE_COLUMNS])
-    measured = measured[measured["node_other_cores"].notna()]
+    measured = measured[measured["node_other_cores"].notna()].astype(
+        dict.fromkeys(NODE_COLUMNS, float))
     if measured.empty:
         return pd.DataFrame(columns=columns)
     weight = measured["e2e_ms"].astype(float).clip(lower=1.0)
@@ -58,8 +59,8 @@ def block_loads(runs: pd.DataFrame) -> pd.DataFrame:
     loads = pd.DataFrame({
         "arm": grouped["arm"].first(),
         "cores": grouped["weighted"].sum() / grouped["weight"].sum(),
-        "gpu_others": grouped["gpu_other_processes"].max().fillna(0).astype(int),
-        "waited_s": grouped["busy_wait_s"].max().fillna(0.0).astype(float),
+        "gpu_others": grouped["gpu_other_processes"].max().fillna(0.0).astype(int),
+        "waited_s": grouped["busy_wait_s"].max().fillna(0.0),
     }).reset_index()
     loads["busy"] = (loads["cores"] >= BUSY_CORES) | (loads["gpu_others"] > 0)
     return loads[columns]
