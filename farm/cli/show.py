@@ -250,10 +250,15 @@ def export_runs(settings: Settings, campaign: str | None, fmt: str, output: Path
     """Write the tidy runs of a campaign (default the latest) as CSV or Parquet."""
     with open_store(settings) as engine:
         runs = runs_frame(engine, campaign or latest_campaign(engine))
+    if "node_top" in runs:
+        # Stored as [name, pid, cores] triples; a record each, so Parquet types the column.
+        runs["node_top"] = runs["node_top"].map(
+            lambda top: None if not isinstance(top, list) else [
+                {"process": name, "pid": pid, "cores": cores} for name, pid, cores in top])
     if fmt == "parquet":
         runs.to_parquet(output, index=False)
     else:
         lists = [column for column in ("argv", "tokens", "spec_accepted_per_pos",
-                                       "throttle_reasons") if column in runs]
+                                       "throttle_reasons", "node_top") if column in runs]
         runs.assign(**{c: runs[c].map(json.dumps) for c in lists}).to_csv(output, index=False)
     return len(runs)

@@ -18,13 +18,14 @@ from farm.errors import ConfigError
 
 # Tables a worker fills (runs and what belongs to them, its own row, the models it read).
 WORKER_WRITES = ("run", "stream", "gpu_sample", "model", "worker")
-# The job columns a worker changes: state, lease, outbox, retries and the finished job's
-# figures. Not campaign_id, job_key, comparable_key, the names, varying, spec, gpu_class
-# or max_attempts: what the job is belongs to whoever submitted it.
+# The job columns a worker changes: state, lease, outbox, retries, the refusals of workers
+# that handed it back, the time its builds took and the finished job's figures. Not
+# campaign_id, job_key, comparable_key, the names, varying, spec, gpu_class or
+# max_attempts: what the job is belongs to whoever submitted it.
 JOB_STATE_COLUMNS = ("state", "attempt", "error", "lease_owner", "lease_expires_at",
                      "task_id", "posted_at", "post_gen", "due_at", "translations",
                      "failure_class", "speculation", "pairs", "stop_reason", "log_se", "df",
-                     "summary", "started_at", "finished_at")
+                     "summary", "started_at", "finished_at", "refusals", "build_seconds")
 _ROLE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 

@@ -121,8 +121,17 @@ def _insert_at_0006(engine: Engine, spec: JobSpec, campaign_id: int,
             "campaign_id": campaign_id, "job_key": spec.job_key, "model_name": spec.model.name,
             "build_name": spec.build.name, "variant_name": spec.variant.name,
             "varying": spec.varying, "state": "done",
-            "spec": spec.model_dump(mode="json") if stored is None else stored,
+            "spec": _dump_at_0006(spec) if stored is None else stored,
             "gpu_class": spec.gpu_class, "attempt": 1, "max_attempts": 3}).scalar_one())
+
+
+def _dump_at_0006(spec: JobSpec) -> dict[str, Any]:
+    """``spec`` as the farm of revision 0006 stored it: without the fields added since (the
+    busy-node policy of 0017), which that farm's specs never had."""
+    dump = spec.model_dump(mode="json")
+    for later in ("busy_node", "busy_wait"):
+        del dump[later]
+    return dump
 
 
 _RUN_COLUMNS_0006 = ("job_id", "arm", "arm_name", "block", "pair", "position", "prompt_id",

@@ -44,10 +44,12 @@ ADDED_COLUMNS: tuple[str, ...] = (
     # The node's other work (issue 25): the summary's busy blocks.
     "measured_blocks", "busy_blocks", "busy_blocks_baseline", "busy_blocks_variant",
     "busy_cores", "busy_wait_s")
-# The runs' columns added since (issue 25: the node's other work over each run), in exports.
+# The runs' columns added since, in exports: the commit a source build was made from
+# (issue 22), where a Hub or URL model came from (issue 23), the node's other work over
+# each run (issue 25).
 ADDED_RUN_COLUMNS: tuple[str, ...] = (
-    "node_other_cores", "node_top", "node_load_1m", "cpu_governor", "cpu_freq_mhz",
-    "gpu_other_processes", "busy_wait_s")
+    "build_commit", "model_source", "node_other_cores", "node_top", "node_load_1m",
+    "cpu_governor", "cpu_freq_mhz", "gpu_other_processes", "busy_wait_s")
 
 # Columns of the grouped reports that a statistics change made since the goldens computes
 # anew on purpose, by golden name prefix (issue 24: HKSJ's scale truncated at 1 in every

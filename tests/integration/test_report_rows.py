@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
 from farm.matrix.load import load_matrix
@@ -200,3 +200,27 @@ def test_export_gives_each_run_its_jobs_kind(engine: Engine, tmp_path: Path) -> 
                      "ngram[spec-draft-n-max=4]": {"variant"},
                      "ngram[spec-draft-n-max=8]": {"variant"}, "aa": {"control"},
                      "engine-curve-n2[spec-synth-len=1.5]": {"synthetic"}}
+
+
+def test_exports_carry_the_nodes_other_processes_as_records(engine: Engine,
+                                                             tmp_path: Path) -> None:
+    """A run's busiest other processes, stored as [name, pid, cores], export as records: a
+    typed list of structs in Parquet, JSON in CSV; runs without them stay empty."""
+    _fill(engine, tmp_path)
+    with engine.begin() as connection:
+        first = connection.execute(select(func.min(Run.id))).scalar_one()
+        connection.execute(update(Run).where(Run.id == first).values(
+            node_top=[["mypy", 4242, 0.97], ["pylint", 17, 0.05]]))
+    env = {"FARM_DATABASE_URL": _url(engine)}
+    parquet, csv_file = tmp_path / "runs.parquet", tmp_path / "runs.csv"
+    for output, fmt in ((parquet, "parquet"), (csv_file, "csv")):
+        result = run_cli("export", "rows", "--format", fmt, "-o", str(output), env=env)
+        assert result.exit_code == 0, result.output
+    expected = [{"process": "mypy", "pid": 4242, "cores": 0.97},
+                {"process": "pylint", "pid": 17, "cores": 0.05}]
+    from_parquet = pd.read_parquet(parquet).set_index("id")["node_top"]
+    assert [dict(record) for record in from_parquet[first]] == expected
+    assert from_parquet.drop(index=first).isna().all()
+    from_csv = pd.read_csv(csv_file).set_index("id")["node_top"]
+    assert json.loads(from_csv[first]) == expected
+    assert from_csv.drop(index=first).isna().all()

@@ -63,3 +63,15 @@ def test_the_renderer_contract_covers_every_module_but_the_cli_and_the_renderers
             or (path / "__init__.py").is_file()}
     assert tops - {"farm.cli", "farm.report"} <= sources, "add the new module to the contract"
     assert {"workers", "migrations"} <= sources
+
+
+def test_every_job_column_is_the_workers_or_the_submitters() -> None:
+    """The worker role may update the job's state columns and nothing else: a column added
+    to the job table must be given a side, or workers logged in as that role fail on it."""
+    from farm.store.models import Job
+    from farm.store.roles import JOB_STATE_COLUMNS
+
+    identity = {"id", "campaign_id", "job_key", "comparable_key", "model_name", "build_name",
+                "variant_name", "varying", "spec", "gpu_class", "max_attempts"}
+    assert not set(JOB_STATE_COLUMNS) & identity
+    assert set(JOB_STATE_COLUMNS) | identity == set(Job.__table__.columns.keys())
