@@ -324,6 +324,8 @@ def curve_tables(curves: pd.DataFrame, points: pd.DataFrame, title: str) -> list
             row["speedup_at_max"], row["speedup_at_max_low"], row["speedup_at_max_high"]),
             True),
         Column("tau", lambda row: cells.number(row["tau"], 3), True),
+        Column("fit (lack-of-fit p)", lambda row: f"{row['shape']} "
+               f"({cells.number(row['lack_of_fit_p'], 3)})", True),
     )
     dots = (
         Column("engine", _engine),
