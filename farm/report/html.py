@@ -98,7 +98,7 @@ def _drift_cell(row: Mapping[Any, Any]) -> str:
 
 
 def _busy_cell(row: Mapping[Any, Any]) -> str:
-    return escape(cells.busy_node(row))
+    return escape("; ".join(cells.block_notes(row)))
 
 
 def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:

@@ -114,8 +114,7 @@ def _flags(row: Row) -> str:
         flags.append("outputs diverge")
     if cells.flag(row["drift_flag"]):
         flags.append("drift")
-    if busy := cells.busy_node(row):
-        flags.append(busy)
+    flags += cells.block_notes(row)
     if failure := cells.text(row["failure_class"]):
         flags.append(failure)
     if row["throttled_runs"]:

@@ -9,36 +9,14 @@ Run with ``-s`` to see the figures.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import pytest
 
 from farm.stats.curve import LACK_OF_FIT_LEVEL, cost_curve
-from farm.stats.prediction import Profile, predict_speedup
+from tests.unit.simulate_curve import K, noisy_points, prediction_cell
 
 CURVES = 2000
 PREDICTIONS = 300
-K = 3
-RATES = np.array([0.8, 0.6, 0.4])
-
-Truth = Callable[[np.ndarray], np.ndarray]
-TRUTHS: dict[str, Truth] = {
-    # The step cost grows with the accepted tokens (a quadratic in L), or the speedup
-    # saturates (bandwidth or compute bound): the audit's curved scenarios.
-    "mild": lambda length: length / (1.3 + 0.05 * (length - 1) ** 2),
-    "strong": lambda length: length / (1.2 + 0.10 * (length - 1) ** 2),
-    "saturating": lambda length: 2.1 * (1 - np.exp(-(length - 0.2) / 1.6)),
-}
-
-
-def _noisy(rng: np.random.Generator, truth: np.ndarray, tau: float,
-           df: int) -> tuple[np.ndarray, np.ndarray]:
-    """Synthetic jobs off the truth by their noise (2%, and tau), their standard errors
-    estimated from ``df`` degrees of freedom."""
-    size = truth.size
-    observed = truth * np.exp(rng.normal(0.0, tau, size) + rng.normal(0.0, 0.02, size))
-    return observed, 0.02 * np.sqrt(rng.chisquare(df, size) / df)
 
 
 def test_a_noiseless_quadratic_is_fitted_exactly() -> None:
@@ -64,16 +42,11 @@ def test_a_line_keeps_its_shape_the_lack_of_fit_test_alarms_below_its_level(
     lengths = np.linspace(1.0, K + 1.0, points)
     alarms = 0
     for _ in range(CURVES):
-        observed, ses = _noisy(rng, lengths / 1.4, tau, 6)
+        observed, ses = noisy_points(rng, lengths / 1.4, tau, 6)
         alarms += cost_curve(K, lengths, observed, ses, [6] * points).curvature != 0.0
     rate = alarms / CURVES
     print(f"\nline, {points} points, tau {tau}: lack of fit called in {rate:.3f}")
     assert rate <= LACK_OF_FIT_LEVEL
-
-
-def _true_length(rng: np.random.Generator) -> float:
-    scale = np.clip(rng.normal(1.0, 0.15, 200_000), 0.3, 1.25)
-    return 1.0 + float(sum(np.clip(rate * scale, 0, 1).mean() for rate in RATES))
 
 
 @pytest.mark.parametrize(("name", "points", "runs", "job_df"),
@@ -84,24 +57,9 @@ def test_a_curved_step_cost_is_predicted_within_two_percent(name: str, points: i
     """The audit's curved cells (rates 0.8/0.6/0.4, L about 2.8): the mean prediction is
     within ±2% of the truth (the line's was -5.7% to -10.5%), and its interval still
     covers at least 0.93; 300 predictions a cell."""
-    rng = np.random.default_rng(4200 + 10 * points + len(name))
-    truth_of = TRUTHS[name]
-    lengths = np.linspace(1.0, K + 1.0, points)
-    truth = float(truth_of(np.array(_true_length(rng))))
-    predicted, covered, curved = [], 0, 0
-    for _ in range(PREDICTIONS):
-        observed, ses = _noisy(rng, truth_of(lengths), 0.0, job_df)
-        curve = cost_curve(K, lengths, observed, ses, [job_df] * points)
-        drafts = rng.integers(40, 80, runs).astype(float)
-        scale = np.clip(rng.normal(1.0, 0.15, runs), 0.3, 1.25)
-        accepted = np.array([rng.binomial(int(d), np.clip(RATES * s, 0, 1))
-                             for d, s in zip(drafts, scale, strict=True)], dtype=float)
-        found = predict_speedup(Profile(drafts, accepted, np.zeros(runs)), curve)
-        predicted.append(found.speedup)
-        covered += found.low <= truth <= found.high
-        curved += curve.curvature != 0.0
-    bias = float(np.mean(predicted)) / truth - 1.0
-    print(f"\n{name}, {points} points, {runs} runs, job df {job_df}: bias {bias:+.2%}, "
-          f"covered {covered / PREDICTIONS:.3f}, curvature found {curved / PREDICTIONS:.3f}")
-    assert abs(bias) <= 0.02
-    assert covered / PREDICTIONS >= 0.93
+    cell = prediction_cell(name, [0.8, 0.6, 0.4], points, runs, PREDICTIONS,
+                           4200 + 10 * points + len(name), job_df)
+    print(f"\n{name}, {points} points, {runs} runs, job df {job_df}: bias {cell.bias:+.2%}, "
+          f"covered {cell.coverage:.3f}, curvature found {cell.curved:.3f}")
+    assert abs(cell.bias) <= 0.02
+    assert cell.coverage >= 0.93
