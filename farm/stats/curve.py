@@ -117,27 +117,24 @@ class CostCurve:
         return estimate, (-qb - root) / (2.0 * qa), (-qb + root) / (2.0 * qa)
 
     def _curved_break_even(self, level: float) -> tuple[float, float, float]:
-        # The rising root of the quadratic = 1, and the run of lengths around it (on a fine
-        # grid from 0 to three times the longest measured) whose interval holds 1.
+        # The rising root of the quadratic = 1, and the run of lengths around it whose
+        # interval holds 1, on a fine grid from 0 past the root; each end is the first grid
+        # length outside (a grid step conservative), an open end where none is.
         roots = np.roots([self.curvature, self.slope, self.intercept - 1.0])
         rising = [float(r.real) for r in roots if abs(r.imag) < 1e-12 and r.real > 0
                   and self.gradient(float(r.real)) > 0]
         if not rising:
             return NAN, NAN, NAN
         estimate = min(rising)
-        grid = np.linspace(0.0, 3.0 * self.lengths[1], 6001)
+        grid = np.linspace(0.0, max(3.0 * self.lengths[1], 2.0 * estimate), 6001)
         basis = np.column_stack([np.ones(grid.size), grid, grid * grid])
         spread = np.einsum("ij,jk,ik->i", basis, np.array(self.covariance), basis)
         margin = t_margin(1.0, self.df, level) * np.sqrt(np.maximum(spread, 0.0))
-        inside = np.abs(basis @ np.array(self.coefficients) - 1.0) <= margin
-        at = int(np.searchsorted(grid, estimate))
-        if at >= grid.size or not inside[min(at, grid.size - 1)]:
-            return estimate, estimate, estimate
-        out_left = np.flatnonzero(~inside[:at])
-        out_right = np.flatnonzero(~inside[at:])
-        low = float(grid[out_left[-1] + 1]) if out_left.size else -math.inf
-        high = float(grid[at + out_right[0] - 1]) if out_right.size else math.inf
-        return estimate, min(low, estimate), max(high, estimate)
+        outside = np.abs(basis @ np.array(self.coefficients) - 1.0) > margin
+        left = np.flatnonzero(outside & (grid < estimate))
+        right = np.flatnonzero(outside & (grid > estimate))
+        return (estimate, float(grid[left[-1]]) if left.size else -math.inf,
+                float(grid[right[0]]) if right.size else math.inf)
 
 
 Fit = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], float]

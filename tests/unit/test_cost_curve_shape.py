@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from farm.stats.curve import LACK_OF_FIT_LEVEL, cost_curve
-from tests.unit.simulate_curve import K, noisy_points, prediction_cell
+from tests.unit.simulate_curve import TRUTHS, K, noisy_points, prediction_cell
 
 CURVES = 2000
 PREDICTIONS = 300
@@ -63,3 +63,20 @@ def test_a_curved_step_cost_is_predicted_within_two_percent(name: str, points: i
           f"covered {cell.coverage:.3f}, curvature found {cell.curved:.3f}")
     assert abs(cell.bias) <= 0.02
     assert cell.coverage >= 0.93
+
+
+@pytest.mark.parametrize("name", ["mild", "strong", "saturating"])
+def test_a_curved_break_even_interval_covers_its_truth(name: str) -> None:
+    """The break-even length of a curved truth (6 points, 2% noise): its interval, found on
+    the quadratic's grid, covers the true break-even in at least 0.95 of 500 curves."""
+    rng = np.random.default_rng(4300 + len(name))
+    truth_of, lengths = TRUTHS[name], np.linspace(1.0, K + 1.0, 6)
+    grid = np.linspace(0.5, K + 0.9, 340_001)
+    true_break_even = float(grid[np.argmin(np.abs(truth_of(grid) - 1.0))])
+    covered = 0
+    for _ in range(500):
+        observed, ses = noisy_points(rng, truth_of(lengths), 0.0, 6)
+        _, low, high = cost_curve(K, lengths, observed, ses, [6] * 6).break_even()
+        covered += low <= true_break_even <= high
+    print(f"\n{name}: break-even {true_break_even:.3f} covered {covered / 500:.3f}")
+    assert covered / 500 >= 0.95
