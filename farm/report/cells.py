@@ -115,6 +115,16 @@ def variant(row: Mapping[Any, Any]) -> str:
     return labelled(row["variant"], row.get("kind"))
 
 
+def warmup(row: Mapping[Any, Any]) -> str:
+    """``warm-up short: first runs 8% slower [-12%, -4%]`` for a job whose blocks' first runs
+    were slower than their later ones (``warmup_flag``); empty otherwise."""
+    if not flag(row.get("warmup_flag")):
+        return ""
+    effect, low, high = (as_float(row.get(name)) * 100.0
+                         for name in ("warmup_effect", "warmup_low", "warmup_high"))
+    return f"warm-up short: first runs {-effect:.0f}% slower [{low:+.0f}%, {high:+.0f}%]"
+
+
 def busy_node(row: Mapping[Any, Any]) -> str:
     """``busy node: other processes used 0.9 of a core during 3 of 12 blocks``, with the arm
     that had more of them (that biases the speedup) and the wait for quiet; empty for a job
@@ -136,3 +146,9 @@ def busy_node(row: Mapping[Any, Any]) -> str:
     if waited >= 1:
         parts.append(f"blocks waited {waited:.0f} s for quiet")
     return "; ".join(parts)
+
+
+def block_notes(row: Mapping[Any, Any]) -> list[str]:
+    """What to doubt about the job's blocks: a busy node (``busy_node``), a short warm-up
+    (``warmup``); those that apply."""
+    return [note for note in (busy_node(row), warmup(row)) if note]

@@ -98,7 +98,7 @@ def _drift_cell(row: Mapping[Any, Any]) -> str:
 
 
 def _busy_cell(row: Mapping[Any, Any]) -> str:
-    return escape(cells.busy_node(row))
+    return escape("; ".join(cells.block_notes(row)))
 
 
 def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
@@ -150,7 +150,8 @@ def jobs_table(jobs: pd.DataFrame) -> str:
 
 
 def categories_table(categories: pd.DataFrame) -> str:
-    """The per-category table (job_key, model, variant, category, estimate, low, high, pairs)."""
+    """The per-category table (job_key, model, variant, category, estimate, low, high, pairs)
+    with each row's verdict against 1x (q: the false discovery rate across the rows)."""
     columns: list[tuple[str, _Cell, bool]] = [
         ("job", lambda row: escape(cells.text(row.get("job_key"))[:10]), False),
         ("model", _plain("model"), False),
@@ -159,6 +160,8 @@ def categories_table(categories: pd.DataFrame) -> str:
         ("speedup", lambda row: escape(cells.interval(row.get("estimate"), row.get("low"),
                                                       row.get("high"))), True),
         ("pairs", _number("pairs", cells.count), True),
+        ("q", _number("q_value", lambda value: cells.number(value, 3)), True),
+        ("verdict", _plain("verdict"), False),
     ]
     return _table(categories, columns, "No per-category estimates.")
 

@@ -278,7 +278,7 @@ def engine_curve(points: pd.DataFrame, fits: pd.DataFrame,
                  path: Path | str | None = None) -> bytes:
     """Speedup against mean acceptance length (``farm.results.curve.curve_points``), one
     panel per engine and one line per draft length: the jobs with their intervals, the
-    fitted line over lengths 1 to n-max + 1, and the break-even length on the line
+    fit (a line or a curve) over lengths 1 to n-max + 1, and the break-even length on the line
     speedup = 1 with its interval, an open end where the data cannot bound it
     (``farm.results.curve.curve_fits``)."""
     title = "Engine cost curve: speedup vs acceptance length (synthetic acceptance)"
@@ -286,8 +286,8 @@ def engine_curve(points: pd.DataFrame, fits: pd.DataFrame,
         return _no_data(title, path, "no synthetic-acceptance jobs with a speedup")
     keys = ["model", "gpu_class", "build", "spec_type"]
     lines = {tuple(row[:len(keys) + 1]): row[len(keys) + 1:] for row in
-             fits[[*keys, "draft_n_max", "intercept", "slope", "break_even", "break_even_low",
-                   "break_even_high"]].itertuples(index=False, name=None)}
+             fits[[*keys, "draft_n_max", "intercept", "slope", "curvature", "break_even",
+                   "break_even_low", "break_even_high"]].itertuples(index=False, name=None)}
     engines = list(points.dropna(subset=["draft_n_max"]).groupby(
         keys, sort=True, dropna=False))[:MAX_FACETS]
     columns = min(len(engines), 2)
@@ -296,14 +296,15 @@ def engine_curve(points: pd.DataFrame, fits: pd.DataFrame,
     for panel, (engine, engine_points) in enumerate(engines, start=1):
         ax = fig.add_subplot(rows, columns, panel)
         for number, (n_max, mine) in enumerate(engine_points.groupby("draft_n_max")):
-            intercept, slope, even, low, high = lines[(*engine, n_max)]
+            intercept, slope, curvature, even, low, high = lines[(*engine, n_max)]
             draft = int(cast(float, n_max))
             colour, top = f"C{number % 10}", draft + 1.0
             ax.errorbar(mine["acceptance_length"], mine["speedup"], yerr=_error_bars(mine),
                         fmt="o", color=colour, capsize=3, label=f"n-max {draft}")
             if math.isfinite(slope):
-                xs = np.array([1.0, top])
-                ax.plot(xs, intercept + slope * xs, "-", color=colour, alpha=0.7)
+                xs = np.linspace(1.0, top, 50)
+                ax.plot(xs, intercept + slope * xs + curvature * xs * xs, "-", color=colour,
+                        alpha=0.7)
             if math.isfinite(even):
                 left = even - low if math.isfinite(low) else even - 1.0
                 right = high - even if math.isfinite(high) else top - even

@@ -114,8 +114,7 @@ def _flags(row: Row) -> str:
         flags.append("outputs diverge")
     if cells.flag(row["drift_flag"]):
         flags.append("drift")
-    if busy := cells.busy_node(row):
-        flags.append(busy)
+    flags += cells.block_notes(row)
     if failure := cells.text(row["failure_class"]):
         flags.append(failure)
     if row["throttled_runs"]:
@@ -240,8 +239,16 @@ def _rows(frame: pd.DataFrame, columns: Sequence[Column]) -> list[list[str]]:
     return [[column.cell(row) for column in columns] for row in frame.to_dict(orient="records")]
 
 
+# A grouped row against no speedup, its false discovery rate held across the table's rows.
+_VERDICT_COLUMNS = (
+    Column("q", lambda row: cells.number(row["q_value"], 3), True),
+    Column("verdict", lambda row: str(row["verdict"])),
+)
+
+
 def group_table(groups: pd.DataFrame, by: str) -> Table:
-    """Jobs grouped by ``by``: typical speedup with its interval and spread, range, counters."""
+    """Jobs grouped by ``by``: typical speedup with its interval, spread and verdict (q: the
+    false discovery rate across the rows), range, counters."""
     columns = (
         Column(by, lambda row: cells.labelled(row[by], row.get("kind"))),
         Column("jobs", lambda row: str(row["jobs"]), True),
@@ -249,6 +256,7 @@ def group_table(groups: pd.DataFrame, by: str) -> Table:
         Column("95% CI (typical job)", lambda row: cells.bracket(row["low"], row["high"]),
                True),
         Column("tau", lambda row: cells.number(row["tau"], 3), True),
+        *_VERDICT_COLUMNS,
         Column("min", lambda row: cells.ratio(row["min_speedup"]), True),
         Column("max", lambda row: cells.ratio(row["max_speedup"]), True),
         Column("drafted", lambda row: str(row["drafted"]), True),
@@ -265,11 +273,12 @@ _CATEGORY_COLUMNS = (
     Column("speedup", lambda row: cells.ratio(row["speedup"]), True),
     Column("95% CI (typical job)", lambda row: cells.bracket(row["low"], row["high"]), True),
     Column("tau", lambda row: cells.number(row["tau"], 3), True),
+    *_VERDICT_COLUMNS,
 )
 
 
 def category_table(summary: pd.DataFrame, title: str) -> Table:
-    """Per variant and prompt category: typical speedup, its interval and spread."""
+    """Per variant and prompt category: typical speedup, its interval, spread and verdict."""
     return _table(f"{title}: speedup by prompt category", _CATEGORY_COLUMNS,
                   _rows(summary, _CATEGORY_COLUMNS))
 
@@ -324,6 +333,8 @@ def curve_tables(curves: pd.DataFrame, points: pd.DataFrame, title: str) -> list
             row["speedup_at_max"], row["speedup_at_max_low"], row["speedup_at_max_high"]),
             True),
         Column("tau", lambda row: cells.number(row["tau"], 3), True),
+        Column("fit (lack-of-fit p)", lambda row: f"{row['shape']} "
+               f"({cells.number(row['lack_of_fit_p'], 3)})", True),
     )
     dots = (
         Column("engine", _engine),

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, select
 
 from farm.errors import ConfigError
 from farm.results.rows import job_report
-from farm.stats.difference import adjusted_p_values, difference, discoveries
+from farm.stats.difference import adjusted_p_values, difference, verdicts
 from farm.stats.intervals import NAN
 from farm.store.models import Campaign, Job
 
@@ -52,15 +52,12 @@ def _tested(merged: pd.DataFrame) -> pd.DataFrame:
                  merged["df_a"].astype(float), merged["speedup_b"].astype(float),
                  merged["log_se_b"].astype(float), merged["df_b"].astype(float), strict=True)]
     p_values = [change.p_value for change in found]
-    called = discoveries(p_values)
     merged["change_low"] = [change.low for change in found]
     merged["change_high"] = [change.high for change in found]
     merged["p_value"] = p_values
     merged["q_value"] = adjusted_p_values(p_values)
-    merged["verdict"] = [
-        "no interval" if math.isnan(change.p_value)
-        else ("faster" if change.change > 1.0 else "regression") if call else "within noise"
-        for change, call in zip(found, called, strict=True)]
+    merged["verdict"] = verdicts([change.change for change in found], p_values, "faster",
+                                 "regression")
     return merged
 
 

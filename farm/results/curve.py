@@ -4,9 +4,10 @@ matrix's ``engine-curve``), kept in the store like every job.
 
 Each such job is one point: its measured mean acceptance length (tokens per speculative
 step, the target's included) and its speedup with interval. Per draft length the points fit
-a ``farm.stats.curve.CostCurve``: the cost of one speculative step relative to a plain decode
-step, and the break-even acceptance length, each with its interval. Nothing is cached:
-the curve is refitted from the jobs' summaries whenever it is read.
+a ``farm.stats.curve.CostCurve`` (a line, or a quadratic where the line does not fit): the
+cost of one speculative step relative to a plain decode step, and the break-even
+acceptance length, each with its interval. Nothing is cached: the curve is refitted from
+the jobs' summaries whenever it is read.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ ENGINE_KEYS = ["model", "gpu_class", "build", "spec_type"]
 POINT_COLUMNS = [*ENGINE_KEYS, "draft_n_max", "campaign", "job_key", "synth_len",
                  "acceptance_length", "speedup", "ci_low", "ci_high", "log_se", "df",
                  "step_cost"]
-FIT_COLUMNS = [*ENGINE_KEYS, "draft_n_max", "intercept", "slope", "break_even",
+FIT_COLUMNS = [*ENGINE_KEYS, "draft_n_max", "intercept", "slope", "curvature", "break_even",
                "break_even_low", "break_even_high"]
 CURVE_COLUMNS = [*ENGINE_KEYS, "draft_n_max", "points", "length_min", "length_max",
                  "step_cost", "step_cost_low", "step_cost_high", "break_even",
                  "break_even_low", "break_even_high", "speedup_at_max", "speedup_at_max_low",
-                 "speedup_at_max_high", "tau", "df"]
+                 "speedup_at_max_high", "tau", "df", "shape", "lack_of_fit_p"]
 
 
 def _number(value: Any) -> float:
@@ -77,21 +78,23 @@ def cost_curves(points: pd.DataFrame) -> dict[tuple[Any, ...], CostCurve]:
 def curve_table(points: pd.DataFrame) -> pd.DataFrame:
     """One row per engine and draft length: the step cost and the break-even acceptance
     length with their 95% intervals, the speedup at the longest measured acceptance, the
-    measured range of lengths (outside it a prediction extrapolates) and tau, what the
-    straight line leaves unexplained (in speedup units)."""
+    measured range of lengths (outside it a prediction extrapolates), tau, what the fit
+    leaves unexplained (in speedup units), and the fit's shape: "line", or "curved" when
+    the lack-of-fit test (its p value) kept a curvature term."""
     rows = []
     for key, curve in cost_curves(points).items():
         cost = curve.step_cost()
         even = curve.break_even()
         top = curve.speedup(curve.lengths[1])
         rows.append([*key[:-1], int(key[-1]), curve.points, *curve.lengths, *cost, *even,
-                     *top, curve.tau, curve.df])
+                     *top, curve.tau, curve.df,
+                     "curved" if curve.curvature != 0.0 else "line", curve.lack_of_fit_p])
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
 
 
 def curve_fits(points: pd.DataFrame) -> pd.DataFrame:
-    """One row per engine and draft length: the fitted line (intercept, slope) and the
-    break-even length with its interval, what a plot of the curve draws."""
-    rows = [[*key[:-1], key[-1], curve.intercept, curve.slope, *curve.break_even()]
+    """One row per engine and draft length: the fit (intercept, slope, curvature, 0 for a
+    line) and the break-even length with its interval, what a plot of the curve draws."""
+    rows = [[*key[:-1], key[-1], *curve.coefficients, *curve.break_even()]
             for key, curve in cost_curves(points).items()]
     return pd.DataFrame(rows, columns=FIT_COLUMNS)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from farm.matrix.flags import draft_length
+from farm.stats.difference import adjusted_p_values, ratio_p_value, verdicts
+from farm.stats.intervals import NAN
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -30,8 +33,22 @@ def _pooled(frame: pd.DataFrame, keys: list[str], estimate: str) -> pd.DataFrame
                            jobs["log_se"].astype(float), dfs)
         rows.append({**dict(zip(keys, key, strict=True)), "jobs": len(jobs),
                      "speedup": pooled.estimate, "low": pooled.low, "high": pooled.high,
-                     "tau": pooled.tau})
-    return pd.DataFrame(rows, columns=[*keys, "jobs", "speedup", "low", "high", "tau"])
+                     "tau": pooled.tau,
+                     "p_value": ratio_p_value(math.log(pooled.estimate), pooled.log_se,
+                                              pooled.df) if pooled.estimate > 0 else NAN})
+    pooled_rows = pd.DataFrame(rows, columns=[*keys, "jobs", "speedup", "low", "high", "tau",
+                                              "p_value"])
+    return _with_verdicts(pooled_rows, "speedup")
+
+
+def _with_verdicts(rows: pd.DataFrame, estimate: str) -> pd.DataFrame:
+    """The rows with each one's q value and verdict against no speedup (1x), the false
+    discovery rate held at 5% across the rows of the report, as ``farm compare`` holds it
+    across its jobs: "faster", "slower", "within noise" or "no interval"."""
+    p_values = [float(p) for p in rows["p_value"]]
+    return rows.assign(q_value=adjusted_p_values(p_values),
+                       verdict=verdicts([float(s) for s in rows[estimate]], p_values,
+                                        "faster", "slower"))
 
 
 def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
@@ -65,7 +82,8 @@ def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
 def category_report(runs: pd.DataFrame, report: pd.DataFrame,
                     designs: Mapping[str, Design | None]) -> pd.DataFrame:
     """Per job and prompt category: speedup with its interval over block pairs, made with
-    the job's design (``designs`` by job key, ``farm.results.runs.job_designs``)."""
+    the job's design (``designs`` by job key, ``farm.results.runs.job_designs``), and its
+    verdict against 1x at a false discovery rate of 5% across the rows."""
     import pandas as pd
 
     from farm.stats.speedup import speedup_by
@@ -73,7 +91,7 @@ def category_report(runs: pd.DataFrame, report: pd.DataFrame,
     columns = ["job_key", "model", "variant", "category", "estimate", "low", "high", "pairs",
                "log_se", "df"]
     if runs.empty:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=[*columns, "p_value", "q_value", "verdict"])
     names = {str(row["job_key"]): (row["model"], row["variant"])
              for row in report.to_dict(orient="records")}
     parts = []
@@ -82,10 +100,15 @@ def category_report(runs: pd.DataFrame, report: pd.DataFrame,
         by = speedup_by(job_runs, "prompt_category", designs.get(str(job_key))).rename(
             columns={"prompt_category": "category"})
         parts.append(by.assign(job_key=job_key, model=model, variant=variant))
-    return pd.concat(parts, ignore_index=True)[columns]
+    rows = pd.concat(parts, ignore_index=True)[columns]
+    rows["p_value"] = [ratio_p_value(math.log(value), float(se), float(df)) if value > 0
+                       else NAN for value, se, df in zip(rows["estimate"], rows["log_se"],
+                                                          rows["df"], strict=True)]
+    return _with_verdicts(rows, "estimate")
 
 
 def category_summary(categories: pd.DataFrame) -> pd.DataFrame:
     """Per variant and category: the typical speedup of the jobs with its random-effects
-    interval and between-job spread (tau), from each job's log standard error and df."""
+    interval and between-job spread (tau), from each job's log standard error and df, and
+    its verdict against 1x at a false discovery rate of 5% across the rows."""
     return _pooled(categories, ["variant", "category"], "estimate")

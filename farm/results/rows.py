@@ -52,7 +52,9 @@ REPORT_COLUMNS = [
     "median_speedup", "model_size",
     # The node's other work (farm.stats.busy), from summary version 6.
     "measured_blocks", "busy_blocks", "busy_blocks_baseline", "busy_blocks_variant",
-    "busy_cores", "busy_wait_s"]
+    "busy_cores", "busy_wait_s",
+    # The warm-up check (farm.stats.warmup), from summary version 7.
+    "warmup_effect", "warmup_low", "warmup_high", "warmup_blocks", "warmup_flag"]
 
 # What a report row takes from the job's row as it is.
 JOB_COLUMNS = ("campaign", "job_key", "model", "variant", "build", "gpu_class", "worker",
@@ -74,13 +76,14 @@ FLOAT_COLUMNS = ("speedup", "ci_low", "ci_high", "log_se", "agreement", "mean_ac
                  "order_effect", "order_low", "order_high", "agreement_control",
                  "drift_per_block", "drift_low", "drift_high", "acceptance_low",
                  "acceptance_high", "overlap_mean", "tpot_p99_ms_baseline",
-                 "e2e_p99_ms_baseline", "median_speedup", "busy_cores", "busy_wait_s")
+                 "e2e_p99_ms_baseline", "median_speedup", "busy_cores", "busy_wait_s",
+                 "warmup_effect", "warmup_low", "warmup_high")
 # Counters: 0 when nothing was counted.
 COUNT_COLUMNS = ("drafted", "accepted", "runs", "throttled_runs", "spilled_runs")
 # Whole numbers that may be unknown: pandas' nullable integers in the frame.
 OPTIONAL_COUNT_COLUMNS = ("pairs", "best_of", "stop_mismatch", "concurrency", "model_size",
                           "measured_blocks", "busy_blocks", "busy_blocks_baseline",
-                          "busy_blocks_variant")
+                          "busy_blocks_variant", "warmup_blocks")
 
 
 def job_rows(engine: Engine, campaign: str | None) -> list[Row]:

@@ -14,6 +14,7 @@ from farm.stats.drift import drift
 from farm.stats.frame import valid_runs
 from farm.stats.speedup import ZERO_SPREAD, job_estimate, pair_log_ratios
 from farm.stats.traffic import latency, prompt_figures, stream_figures
+from farm.stats.warmup import warmup
 
 # The latency percentiles a summary keeps, per arm (farm.stats.traffic.latency has more).
 LATENCY_KEPT = ("tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
@@ -36,6 +37,7 @@ def summarize(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, design: Des
     accepted = acceptance(runs)
     moved = drift(runs)
     busy = busy_blocks(runs)
+    warmed = warmup(runs)
     latencies = {f"{name}_{arm}": float(value)
                  for arm, row in latency(runs).iterrows() for name, value in row.items()
                  if name in LATENCY_KEPT}
@@ -77,6 +79,13 @@ def summarize(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, design: Des
         "busy_blocks_variant": busy.variant,
         "busy_cores": busy.cores,
         "busy_wait_s": busy.waited_s,
+        # A block's first run against its prompt's later runs: the warm-up request each
+        # block sends was not enough when they are slower (farm.stats.warmup).
+        "warmup_effect": warmed.effect,
+        "warmup_low": warmed.low,
+        "warmup_high": warmed.high,
+        "warmup_blocks": warmed.blocks,
+        "warmup_flag": warmed.flag,
         "acceptance_low": accepted.rate_low,
         "acceptance_high": accepted.rate_high,
         "mean_accepted_length": accepted.mean_accepted_length,

@@ -17,6 +17,8 @@ they had one, by the frozen rules written there.
                job's ``pairs`` column and the facts' counters say them)
     version 6  + the node's other work: blocks measured, busy (per arm), their other cores,
                the seconds blocks waited for quiet (unknown in older summaries)
+    version 7  + the warm-up check: a block's first run against the same prompt's later
+               runs, its interval, the blocks compared and the flag (unknown before)
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from farm.matrix.spec import JobKind
 
-SUMMARY_VERSION: Final = 6
+SUMMARY_VERSION: Final = 7
 
 
 def _finite(value: Any) -> Any:
@@ -72,7 +74,7 @@ class RunFacts(_Fields):
 class JobSummary(_Fields):
     """A finished job's statistics (``farm.stats``), its run facts and its kind."""
 
-    version: Literal[6] = SUMMARY_VERSION
+    version: Literal[7] = SUMMARY_VERSION
     kind: JobKind | None = Field(None, description="What the job measures (JobSpec.kind); "
                                  "None in summaries stored before it was kept.")
     speedup: Measure = Field(None, description="Variant over baseline decode tok/s: the "
@@ -116,6 +118,15 @@ class JobSummary(_Fields):
     busy_cores: Measure = Field(None, description="Other processes' mean CPU, in cores, over "
                                 "the busy blocks.")
     busy_wait_s: Measure = Field(None, description="Seconds the blocks waited for quiet.")
+    warmup_effect: Measure = Field(None, description="How much faster a block's first run "
+                                   "decodes than its prompt's later runs in the block "
+                                   "(a ratio less 1; negative: slower).")
+    warmup_low: Measure = Field(None, description="Its 95% interval, low end.")
+    warmup_high: Measure = Field(None, description="Its 95% interval, high end.")
+    warmup_blocks: int | None = Field(None, description="Blocks compared (0: no block "
+                                      "repeats its first prompt).")
+    warmup_flag: bool | None = Field(None, description="The first runs are slower: the "
+                                     "whole interval below 0 (farm.stats.warmup).")
     acceptance_low: Measure = Field(None, description="Acceptance rate's 95% interval, low "
                                     "end (prompts as clusters).")
     acceptance_high: Measure = Field(None, description="Its high end.")
@@ -186,8 +197,13 @@ def _from_v5(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "version": 6}
 
 
+def _from_v6(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 6 did not check the warm-up: unknown (the fields' None)."""
+    return {**summary, "version": 7}
+
+
 UPGRADES: dict[int, Upgrade] = {1: _from_v1, 2: _from_v2, 3: _from_v3, 4: _from_v4,
-                                5: _from_v5}
+                                5: _from_v5, 6: _from_v6}
 
 
 class SummaryError(ValueError):

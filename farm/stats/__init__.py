@@ -12,6 +12,7 @@ another package of the farm.
     acceptance     accepted over drafted with prompts as clusters, per position
     agreement      variant outputs against the baseline's, against the baseline's repeats
     drift          the machine's trend over a job's blocks (autocorrelated blocks allowed)
+    warmup         a block's first run against its later ones: was the warm-up enough
     difference     a change between two measurements, false discovery rate across many
     traffic        latency percentiles, prompt figures, simultaneous streams and slots
     curve          the engine cost curve over acceptance lengths

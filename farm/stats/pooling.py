@@ -26,13 +26,17 @@ def shrunk_variances(variances: npt.NDArray[np.float64],
 @dataclass(frozen=True)
 class Pooled:
     """The typical speedup of a group of jobs (ratio scale) with its interval, the number
-    of jobs combined and ``tau``, the between-job standard deviation of log speedups."""
+    of jobs combined and ``tau``, the between-job standard deviation of log speedups;
+    ``log_se`` and ``df``, the interval's standard error of the log and its df (NaN
+    without an interval), for a test against no change."""
 
     estimate: float
     low: float
     high: float
     jobs: int
     tau: float
+    log_se: float = NAN
+    df: float = NAN
 
 
 def pool_jobs(log_speedups: LogRatios, standard_errors: LogRatios, dfs: Sequence[int],
@@ -59,7 +63,8 @@ def pool_jobs(log_speedups: LogRatios, standard_errors: LogRatios, dfs: Sequence
         return Pooled(NAN, NAN, NAN, 0, NAN)
     if jobs == 1:
         margin = t_margin(float(se[0]), float(df[0]), level)
-        return Pooled(math.exp(y[0]), math.exp(y[0] - margin), math.exp(y[0] + margin), 1, NAN)
+        return Pooled(math.exp(y[0]), math.exp(y[0] - margin), math.exp(y[0] + margin), 1, NAN,
+                      float(se[0]), float(df[0]))
     variance = shrunk_variances(se**2, df)
     weights = 1.0 / variance
     fixed = float(np.sum(weights * y) / np.sum(weights))
@@ -75,4 +80,4 @@ def pool_jobs(log_speedups: LogRatios, standard_errors: LogRatios, dfs: Sequence
     hksj = scale_q / float(np.sum(random_weights))
     margin = t_margin(math.sqrt(hksj), jobs - 1, level)
     return Pooled(math.exp(mean), math.exp(mean - margin), math.exp(mean + margin), jobs,
-                  math.sqrt(tau2))
+                  math.sqrt(tau2), math.sqrt(hksj), float(jobs - 1))

@@ -123,7 +123,7 @@ def predict_speedup(profile: Profile, curve: CostCurve, level: float = 0.95) -> 
     value = tokens / steps
     # d log(value) / d log(line) and / d length, for the delta method.
     by_line = (share * length / line) / steps
-    by_length = share / tokens - (share / line) / steps + (by_line * curve.slope / line)
+    by_length = share / tokens - (share / line) / steps + (by_line * curve.gradient(length) / line)
     line_se = curve.standard_error(length) / line
     # A drafter's profile is not the geometric one synthetic acceptance forced, so its
     # point may sit off the line by the spread the line leaves (tau), like a new point.

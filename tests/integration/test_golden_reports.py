@@ -43,7 +43,12 @@ ADDED_COLUMNS: tuple[str, ...] = (
     "median_speedup", "model_size",
     # The node's other work (issue 25): the summary's busy blocks.
     "measured_blocks", "busy_blocks", "busy_blocks_baseline", "busy_blocks_variant",
-    "busy_cores", "busy_wait_s")
+    "busy_cores", "busy_wait_s",
+    # Grouped and per-category rows tested against no speedup, the false discovery rate
+    # held across a report's rows (issue 24).
+    "p_value", "q_value", "verdict",
+    # The warm-up check (issue 24): summary version 7.
+    "warmup_effect", "warmup_low", "warmup_high", "warmup_blocks", "warmup_flag")
 # The runs' columns added since, in exports: the commit a source build was made from
 # (issue 22), where a Hub or URL model came from (issue 23), the node's other work over
 # each run (issue 25).
