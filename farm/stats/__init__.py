@@ -13,6 +13,8 @@ another package of the farm.
     agreement      variant outputs against the baseline's, against the baseline's repeats
     drift          the machine's trend over a job's blocks (autocorrelated blocks allowed)
     difference     a change between two measurements, false discovery rate across many
+    history        a job's series on one build (blocks as units), each with its interval
+    changes        a history's changes between builds, in words, and the regression gate
     traffic        latency percentiles, prompt figures, simultaneous streams and slots
     curve          the engine cost curve over acceptance lengths
     prediction     a drafter's speedup from its acceptance and the cost curve
