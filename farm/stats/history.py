@@ -130,6 +130,14 @@ def block_values(runs: pd.DataFrame) -> dict[str, list[float]]:
             continue  # a block that drafted nothing measured no acceptance or cost
         for series, value in _variant_block(block).items():
             values.setdefault(series, []).append(value)
+    # llama.cpp counts every position a drafter may reach (an n-gram drafter's 48): the
+    # positions after the last one that ever accepted are not series.
+    positions = sorted((int(name.removeprefix(ACCEPTANCE)) for name in values
+                        if name.startswith(ACCEPTANCE)), reverse=True)
+    for position in positions:
+        if any(value > 0 for value in values[f"{ACCEPTANCE}{position}"]):
+            break
+        del values[f"{ACCEPTANCE}{position}"]
     return values
 
 

@@ -107,9 +107,12 @@ def test_history_of_three_tracked_commits_marks_the_planted_draft_cost_only(
     assert f"master is at {commits[2][:12]}: already tracked (campaign nightly: 1 done)" in \
         again.output
 
+    markdown = run_cli("history", str(matrix), "--format", "markdown")
+    print(markdown.output)
     result = run_cli("history", str(matrix), "--format", "json")
     assert result.exit_code == 0, result.output
     history = json.loads(result.output)
+    print(json.dumps(history["changes"]))
     assert [build["commit"] for build in history["builds"]] == commits
     _, b, c = (commit[:12] for commit in commits)
     assert _called(history, b) == {}
@@ -121,8 +124,6 @@ def test_history_of_three_tracked_commits_marks_the_planted_draft_cost_only(
     assert "baseline tok/s" in sentence.split(";")[1] and "acceptance" in sentence
     print(f"\n{b} -> {c}: {sentence}")
 
-    markdown = run_cli("history", str(matrix), "--format", "markdown")
-    print(markdown.output)
     page = tmp_path / "history.html"
     assert run_cli("history", str(matrix), "--format", "html", "-o", str(page)).exit_code == 0
     assert "data:image/png;base64," in page.read_text(encoding="utf-8")

@@ -93,11 +93,13 @@ def _run(arm: str, block: int, tok_s: float, drafts: int = 0, per_pos: list[int]
 def test_block_values_read_each_arm_per_block_and_the_variant_s_acceptance_and_costs() -> None:
     runs = pd.DataFrame([
         _run("baseline", 0, 20.0), _run("baseline", 0, 22.0), _run("baseline", 1, 18.0),
-        _run("variant", 0, 40.0, 10, [8, 6], 100.0), _run("variant", 1, 40.0, 10, [10, 4], 60.0),
+        _run("variant", 0, 40.0, 10, [8, 6, 0], 100.0),
+        _run("variant", 1, 40.0, 10, [10, 4, 0], 60.0),
     ])
     values = block_values(runs)
     assert values["baseline_tok_s"] == [21.0, 18.0]
     assert values["acceptance_1"] == [0.8, 1.0] and values["acceptance_2"] == [0.6, 0.4]
+    assert "acceptance_3" not in values  # a position that never accepted is no series
     assert values["mean_accepted_length"] == [2.4, 2.4]
     # 40 timed tokens at 40 tok/s: 1000 ms of decode, of which the draft timer's part.
     assert values["draft_ms_per_token"] == [2.5, 1.5]
