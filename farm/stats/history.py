@@ -66,7 +66,7 @@ class Estimate:
 def mean_estimate(values: Sequence[float]) -> Estimate:
     """The mean of block values (finite ones) with its interval on the log scale: log of
     the mean, standard error sd / (mean sqrt(n)) by the delta method, n - 1 df. A mean of
-    zero or less, or one block, has no interval."""
+    zero or less, one block, or no spread has no interval."""
     finite = np.asarray([value for value in values if math.isfinite(value)], dtype=float)
     if finite.size == 0:
         return Estimate(NAN, NAN, NAN, NAN, NAN, 0)
@@ -75,7 +75,8 @@ def mean_estimate(values: Sequence[float]) -> Estimate:
         return Estimate(mean, NAN, NAN, NAN, NAN, int(finite.size))
     log_se = float(finite.std(ddof=1)) / (mean * math.sqrt(finite.size))
     df = float(finite.size - 1)
-    low, high = log_interval(math.log(mean), log_se, df) if log_se > 0 else (mean, mean)
+    # No spread (every draft accepted in every block): no interval, never a zero-wide one.
+    low, high = log_interval(math.log(mean), log_se, df) if log_se > 0 else (NAN, NAN)
     return Estimate(mean, low, high, log_se, df, int(finite.size))
 
 

@@ -80,6 +80,8 @@ def test_a_mean_of_blocks_has_its_interval_on_the_log_scale() -> None:
     assert estimate.low < 10.0 < estimate.high
     assert estimate.low * estimate.high == pytest.approx(100.0)
     assert math.isnan(mean_estimate([5.0]).low)
+    still = mean_estimate([1.0, 1.0, 1.0])
+    assert still.log_se == 0.0 and math.isnan(still.low) and math.isnan(still.high)
 
 
 def _run(arm: str, block: int, tok_s: float, drafts: int = 0, per_pos: list[int] | None = None,
