@@ -25,9 +25,9 @@ from sqlalchemy import Engine, select
 from farm.errors import ConfigError
 from farm.matrix.flags import varying_text
 from farm.matrix.spec import JobSpec
-from farm.results.summary import SummaryError, read_summary
+from farm.results.summary import JobSummary, SummaryError, read_summary
 from farm.stats.changes import POINT_COLUMNS, describe, find_changes
-from farm.stats.history import job_series, series_label, series_order
+from farm.stats.history import Estimate, job_series, series_label, series_order
 from farm.store.models import Campaign, Job, JobState, Run
 from farm.versions import parse_version
 
@@ -107,6 +107,24 @@ def _ordered_builds(builds: pd.DataFrame) -> pd.DataFrame:
     return first.reset_index(drop=True)[BUILD_COLUMNS]
 
 
+def _summary(job: dict[str, Any]) -> JobSummary | None:
+    try:
+        return read_summary(job["summary"])
+    except SummaryError as exc:
+        raise ConfigError(f"job {job['id']}: {exc}") from exc
+
+
+def _series(runs: pd.DataFrame, summary: JobSummary | None) -> dict[str, Estimate]:
+    """A job's series: the speedup as its summary keeps it, the others from its runs."""
+    def number(value: float | None) -> float:
+        return math.nan if value is None else float(value)
+
+    if summary is None:
+        return job_series(runs, math.nan, math.nan, math.nan)
+    return job_series(runs, number(summary.speedup), number(summary.log_se),
+                      number(summary.df))
+
+
 def history(engine: Engine, keys: Sequence[str]) -> History:
     """The history of the jobs with these comparable keys (``job.comparable_key``): their
     finished jobs' series per build and the changes between consecutive builds."""
@@ -129,24 +147,16 @@ def history(engine: Engine, keys: Sequence[str]) -> History:
     order = dict(zip(builds["build"], builds["order"], strict=True))
     points, listed = [], []
     for (key, build), entry in jobs.items():
-        job = entry["job"]
-        try:
-            summary = read_summary(job["summary"])
-        except SummaryError as exc:
-            raise ConfigError(f"job {job['id']}: {exc}") from exc
+        summary = _summary(entry["job"])
         kind = (summary.kind if summary and summary.kind else None) or "variant"
-        listed.append({"key": key, "label": _label(job, kind), "kind": kind, "build": build,
-                       "order": order[build], "campaign": job["campaign"],
-                       "job_id": job["id"]})
-        speedup = summary.speedup if summary and summary.speedup is not None else math.nan
-        log_se = summary.log_se if summary and summary.log_se is not None else math.nan
-        df = float(summary.df) if summary and summary.df is not None else math.nan
-        for series, estimate in job_series(entry["runs"], speedup, log_se, df).items():
-            points.append({"key": key, "series": series, "series_label": series_label(series),
-                           "order": order[build],
-                           "build": build, "value": estimate.value, "low": estimate.low,
-                           "high": estimate.high, "log_se": estimate.log_se,
-                           "df": estimate.df, "blocks": estimate.blocks})
+        listed.append({"key": key, "label": _label(entry["job"], kind), "kind": kind,
+                       "build": build, "order": order[build],
+                       "campaign": entry["job"]["campaign"], "job_id": entry["job"]["id"]})
+        points += [{"key": key, "series": series, "series_label": series_label(series),
+                    "order": order[build], "build": build, "value": estimate.value,
+                    "low": estimate.low, "high": estimate.high, "log_se": estimate.log_se,
+                    "df": estimate.df, "blocks": estimate.blocks}
+                   for series, estimate in _series(entry["runs"], summary).items()]
     frame = pd.DataFrame(points, columns=[*POINT_COLUMNS, "series_label", "low", "high",
                                          "blocks"])
     frame = frame.assign(rank=frame["series"].map(series_order)).sort_values(
