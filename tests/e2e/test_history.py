@@ -1,9 +1,9 @@
 """A history for real: `farm track` follows `master` of a local llama.cpp repository (the
 provisioned sdist's tree) over three commits, the third planting a fixed cost per
 speculative round (3 ms of sleep in every `common_speculative_draft` call, inside its
-draft timer), and `farm history` marks the change on the series that moved (variant tok/s,
-speedup, draft ms/token; the speedup when the test has the power) and on no other, nor at the
-harmless commit before it.
+draft timer), and `farm history` marks the change on the series that moved (variant tok/s
+and draft ms/token; the speedup too when the test has the power) and on no other, nor at
+the harmless commit before it.
 
 Builds share the node's ccache (tests/conftest.py): the first compiles the new tree from
 it, the next two only what their commit changes.
