@@ -244,7 +244,7 @@ def _models_here(path: Path, specs: list[JobSpec], settings: Settings,
 
 def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None,
                  allow_options: frozenset[str] = frozenset(), allow_build_path: bool = False,
-                 make_builds: bool = True,
+                 make_builds: bool = True, ref: str | None = None,
                  say: Callable[[str], None] = lambda _line: None) -> CheckedMatrix:
     """Validate, resolve and check a matrix's jobs of one GPU class on this machine:
     everything a run checks, no job written or server started. ``allow_options``:
@@ -252,8 +252,9 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
     ``allow_build_path``: the matrix's own build binaries may run; ``make_builds``: the
     matrix's source builds are made and its Hub and URL models downloaded here first
     (``say`` tells the progress; a dry run shows commits and what it would download
-    instead). Hub revisions are pinned to commits either way."""
-    matrix, specs = load_matrix(path, allow_options)
+    instead). Hub revisions are pinned to commits either way. ``ref``: every source build
+    at this ref (``farm track``)."""
+    matrix, specs = load_matrix(path, allow_options, ref)
     chosen = _one_class(path, matrix, gpu_class)
     paths = NodePaths.of(settings)
     node = built_here(paths, path.parent, allow_options=allow_options,

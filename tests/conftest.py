@@ -67,6 +67,23 @@ def postgres_url() -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store of each kind: an SQLite file, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'farm.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def engine(url: str) -> Iterator[Engine]:
+    """An engine on ``url``'s store, not yet migrated (a test upgrades it as far as it
+    needs)."""
+    engine = make_engine(url)
+    yield engine
+    engine.dispose()
+
+
 @pytest.fixture
 def pg_engine(postgres_url: str) -> Iterator[Engine]:
     """An engine on a fresh PostgreSQL database at the newest schema."""

@@ -1,14 +1,17 @@
-"""The ``farm`` command, one module per noun: running, results, database, fleet, builds, peers.
+"""The ``farm`` command, one module per noun: running, results, database, fleet, builds, peers,
+track.
 
-Exit codes: 0 success, 2 bad input, 1 runtime failure, 130 interrupted.
+Exit codes: 0 success, 2 bad input, 1 runtime failure, 3 a regression found by
+``--fail-on-regression`` (``farm compare``, ``farm history``), 130 interrupted.
 """
 
 from __future__ import annotations
 
-from farm.cli import builds, database, fleet, peers, results, running
+from farm.cli import builds, database, fleet, peers, results, running, track
 from farm.cli.base import cli
 
-__all__ = ["builds", "cli", "database", "fleet", "main", "peers", "results", "running"]
+__all__ = ["builds", "cli", "database", "fleet", "main", "peers", "results", "running",
+           "track"]
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """The ``farm`` group and its error handling. Exit codes: 0 success, 2 bad input, 1 runtime
-failure, 130 interrupted."""
+failure, 3 a regression found (``--fail-on-regression``), 130 interrupted."""
 
 from __future__ import annotations
 

@@ -1,14 +1,26 @@
-"""Results: ``farm report``, ``farm compare``, ``farm curve``, ``farm recommend``,
-``farm export``."""
+"""Results: ``farm report``, ``farm compare``, ``farm history``, ``farm curve``,
+``farm recommend``, ``farm export``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
+from click.decorators import FC
 
 from farm.cli.base import cli
 from farm.settings import load_settings
+
+_GATE_HELP = ("Exit 3 when a series regressed (by the difference test, false discovery rate "
+              "5%) beyond PERCENT (default 0); repeatable; SERIES alone, or no value: "
+              "{default}. Put it after the arguments, or write --fail-on-regression=VALUE.")
+
+
+def _gate_option(default: str, known: str) -> Callable[[FC], FC]:
+    return click.option("--fail-on-regression", "gates", multiple=True, is_flag=False,
+                        flag_value=default, metavar="[SERIES[:PERCENT]]",
+                        help=_GATE_HELP.format(default=known))
 
 
 @cli.command()
@@ -39,12 +51,32 @@ def report(campaign: str | None, fmt: str, output: Path | None, all_campaigns: b
 @click.option("--build-b", help="Only B's jobs on this build.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
-def compare(a: str, b: str, build_a: str | None, build_b: str | None, fmt: str) -> None:
+@_gate_option("speedup", "speedup:0 (any speedup regression)")
+def compare(a: str, b: str, build_a: str | None, build_b: str | None, fmt: str,
+            gates: tuple[str, ...]) -> None:
     """Campaigns A and B (or two builds) side by side: change per matching job, and
     whether it is outside the noise."""
     from farm.cli.show import show_comparison
 
-    show_comparison(load_settings(), a, b, fmt, build_a=build_a, build_b=build_b)
+    show_comparison(load_settings(), a, b, fmt, build_a=build_a, build_b=build_b,
+                    gates=gates)
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "html"]),
+              default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="File to write (--format html: a self-contained page, a trend plot per "
+                   "series).")
+@_gate_option("all", "all:0 (any series of the newest build)")
+def history(target: str, fmt: str, output: Path | None, gates: tuple[str, ...]) -> None:
+    """Every build the jobs of TARGET (a matrix file, or a comparable key or its first 8+
+    hex digits) ran on, in commit order: each series with its interval, and the changes
+    between consecutive builds (docs/history.md)."""
+    from farm.cli.show_history import show_history
+
+    show_history(load_settings(), target, fmt, output, gates)
 
 
 @cli.command()

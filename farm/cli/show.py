@@ -130,11 +130,16 @@ def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
 
 
 def show_comparison(settings: Settings, a: str, b: str, fmt: str, *,
-                    build_a: str | None = None, build_b: str | None = None) -> None:
-    """Campaigns (or builds) A and B side by side, as a table, CSV or JSON."""
+                    build_a: str | None = None, build_b: str | None = None,
+                    gates: tuple[str, ...] = ()) -> None:
+    """Campaigns (or builds) A and B side by side, as a table, CSV or JSON; ``gates``:
+    exit 3 on a speedup regression beyond them (``farm.cli.show_history.gate_comparison``)."""
     from rich.console import Console
 
+    from farm.cli.show_history import gate_comparison, thresholds
     from farm.results.compare import compare
+
+    thresholds(gates, {"speedup"}, ("all",))  # a bad gate fails before the store is read
 
     with open_store(settings) as engine:
         frame = compare(engine, a, b, build_a=build_a, build_b=build_b)
@@ -144,6 +149,7 @@ def show_comparison(settings: Settings, a: str, b: str, fmt: str, *,
         print(to_json(frame))
     else:
         print(frame.to_csv(index=False), end="")
+    gate_comparison(frame, gates)
 
 
 def show_curve(settings: Settings, campaign: str | None, fmt: str, *,

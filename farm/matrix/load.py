@@ -7,6 +7,7 @@ before anything runs or is written.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -19,7 +20,12 @@ from farm.errors import ConfigError
 from farm.matrix.flags import FlagMap, FlagValue, parse_args, scalar
 from farm.matrix.options import FILE_TYPES, admit_name, canonical, check_flag, value_type
 from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, ModelEntry, PromptEntry, Variant
-from farm.matrix.sources import check_cmake_option, resolve_commit, source_location
+from farm.matrix.sources import (
+    REF_PATTERN,
+    check_cmake_option,
+    resolve_commit,
+    source_location,
+)
 from farm.matrix.spec import Arm, BuildRef, BuildSource, JobSpec, ModelRef, Prompt, RemoteFile
 from farm.prompts import document_text, document_tokens, load_suite, with_document
 
@@ -431,10 +437,30 @@ def expand(matrix: Matrix, path: Path, allow: frozenset[str] = frozenset(),
     return list(jobs.values())
 
 
-def load_matrix(path: Path, allow: frozenset[str] = frozenset(),
+def at_ref(matrix: Matrix, path: Path, ref: str) -> Matrix:
+    """``matrix`` with every source build at ``ref`` instead of its own (``farm track``)."""
+    if next(_source_entries(matrix), None) is None:
+        raise ConfigError(f"{path}: build: `farm track` follows a source build and this "
+                          "matrix names none; give `build: {name, git, ref}` "
+                          "(docs/builds.md)")
+    if not re.match(REF_PATTERN, ref) or len(ref) > 250:
+        raise ConfigError(f"--ref {ref!r}: give a branch, tag, pull/N/head or commit")
+
+    def moved(entry: BuildEntry | str | None) -> Any:
+        return (entry.model_copy(update={"ref": ref})
+                if isinstance(entry, BuildEntry) and entry.git is not None else entry)
+
+    build = ([moved(entry) for entry in matrix.build] if isinstance(matrix.build, list)
+             else moved(matrix.build))
+    return matrix.model_copy(update={"build": build, "variants": [
+        variant.model_copy(update={"build": moved(variant.build)})
+        for variant in matrix.variants]})
+
+
+def load_matrix(path: Path, allow: frozenset[str] = frozenset(), ref: str | None = None,
                 ) -> tuple[Matrix, list[JobSpec]]:
-    """Validate ``path`` and expand it (``allow``: see ``expand``); raises ``ConfigError``
-    with file and key on error."""
+    """Validate ``path`` and expand it (``allow``: see ``expand``; ``ref``: every source
+    build at this ref, ``at_ref``); raises ``ConfigError`` with file and key on error."""
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a matrix is a YAML mapping (campaign:, models:, ...), "
@@ -443,4 +469,6 @@ def load_matrix(path: Path, allow: frozenset[str] = frozenset(),
         matrix = Matrix.model_validate(data)
     except ValidationError as exc:
         raise _explain(path, exc) from exc
+    if ref is not None:
+        matrix = at_ref(matrix, path, ref)
     return matrix, expand(matrix, path, allow, resolve_refs(matrix, path))

@@ -7,6 +7,7 @@
     runs       runs as the tidy frame: a campaign's, one job's, its streams
     groups     jobs combined per group and per prompt category
     compare    two campaigns or builds, job by comparable job
+    history    a job's series over the builds it ran on, and the changes between them
     curve      the engine cost curve of synthetic-acceptance jobs
     recommend  predicted speedups, picks and their verification
 

@@ -14,6 +14,8 @@ another package of the farm.
     drift          the machine's trend over a job's blocks (autocorrelated blocks allowed)
     warmup         a block's first run against its later ones: was the warm-up enough
     difference     a change between two measurements, false discovery rate across many
+    history        a job's series on one build (blocks as units), each with its interval
+    changes        a history's changes between builds, in words, and the regression gate
     traffic        latency percentiles, prompt figures, simultaneous streams and slots
     curve          the engine cost curve over acceptance lengths
     prediction     a drafter's speedup from its acceptance and the cost curve

@@ -111,3 +111,12 @@ def ensure_model(session: Session, values: dict[str, Any]) -> None:
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     session.execute(insert(Model).values(**values).on_conflict_do_nothing())
 
+
+
+def stored_states(engine: Engine, job_keys: Sequence[str]) -> dict[str, str]:
+    """The state of each of these jobs the store holds, by job key (``farm track``: a
+    commit whose jobs are all stored is tracked)."""
+    with engine.connect() as connection:
+        rows = connection.execute(select(Job.job_key, Job.state)
+                                  .where(Job.job_key.in_(list(job_keys))))
+        return {str(key): str(state) for key, state in rows}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,23 +19,9 @@ from farm.matrix.load import load_matrix
 from farm.matrix.spec import JobSpec
 from farm.results.compare import compare
 from farm.store import repo
-from farm.store.db import make_engine, upgrade
+from farm.store.db import upgrade
 from farm.store.models import Job, Run
 from tests.helpers import matrix_dict, write_matrix
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'farm.db'}"
-    return str(request.getfixturevalue("postgres_url"))
-
-
-@pytest.fixture
-def engine(url: str) -> Iterator[Engine]:
-    engine = make_engine(url)
-    yield engine
-    engine.dispose()
 
 
 def _specs(tmp_path: Path, campaign: str, **overrides: Any) -> list[JobSpec]:

@@ -71,7 +71,34 @@ HELP: dict[tuple[str, ...], Help] = {
         "it is outside the noise.",
         {"--build-a TEXT": "Only A's jobs on this build (two builds of one campaign).",
          "--build-b TEXT": "Only B's jobs on this build.",
-         "--format [table|csv|json]": "[default: table]"}),
+         "--format [table|csv|json]": "[default: table]",
+         "--fail-on-regression [SERIES[:PERCENT]]":
+             "Exit 3 when a series regressed (by the difference test, false discovery rate 5%) "
+             "beyond PERCENT (default 0); repeatable; SERIES alone, or no value: speedup:0 "
+             "(any speedup regression). Put it "
+             "after the arguments, or write --fail-on-regression=VALUE."}),
+    ("history",): Help(
+        "farm history [OPTIONS] TARGET",
+        "Every build the jobs of TARGET (a matrix file, or a comparable key or its first 8+ "
+        "hex digits) ran on, in commit order: each series with its interval, and the changes "
+        "between consecutive builds (docs/history.md).",
+        {"--format [table|json|markdown|html]": "[default: table]",
+         "-o, --output PATH": "File to write (--format html: a self-contained page, a trend "
+                              "plot per series).",
+         "--fail-on-regression [SERIES[:PERCENT]]":
+             "Exit 3 when a series regressed (by the difference test, false discovery rate 5%) "
+             "beyond PERCENT (default 0); repeatable; SERIES alone, or no value: all:0 "
+             "(any series of the newest build). Put it "
+             "after the arguments, or write --fail-on-regression=VALUE."}),
+    ("track",): Help(
+        "farm track [OPTIONS] MATRIX",
+        "Run MATRIX with its source builds at REF's current commit, once per commit: on a "
+        "fleet (FARM_DATABASE_URL and FARM_BROKER_URL set) its jobs are submitted, else run "
+        "here. A commit whose jobs the store already holds is left alone (exit 0).",
+        {"--ref TEXT": "Branch, tag or pull/N/head every source build of MATRIX is taken at "
+                       "(its current commit). [required]",
+         "--gpu-class TEXT": "With an embedded store and several gpu-classes in MATRIX: the "
+                             "one to run here."}),
     ("import",): Help(
         "farm import [OPTIONS] FILES...",
         "Read FILES (llama-bench -o json|jsonl|csv|sql, speed-bench --output JSON, "

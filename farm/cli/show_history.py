@@ -1,0 +1,120 @@
+"""What ``farm history`` prints or writes, and the regression gate of ``farm history`` and
+``farm compare`` (``--fail-on-regression``: exit ``REGRESSION_EXIT`` when a series
+regressed beyond its threshold by the test)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from farm.errors import ConfigError
+from farm.settings import Settings
+from farm.store.db import open_store
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from sqlalchemy import Engine
+
+# The exit code of a gate that found a regression (0 success, 1 failure, 2 bad input).
+REGRESSION_EXIT = 3
+_GATE = re.compile(r"^(?P<series>[a-z_0-9]+)(:(?P<threshold>\d+(\.\d+)?)%?)?$")
+# Names a gate may give besides the series themselves.
+_FAMILIES = ("all", "acceptance")
+
+
+def thresholds(gates: tuple[str, ...], known: set[str],
+               families: tuple[str, ...] = _FAMILIES) -> dict[str, float]:
+    """``--fail-on-regression`` values (SERIES[:PERCENT]) as series -> fraction; a bad one
+    is a ConfigError naming the series this command knows."""
+    parsed: dict[str, float] = {}
+    for gate in gates:
+        found = _GATE.match(gate)
+        names = sorted(known) + list(families)
+        if not found or found["series"] not in names:
+            raise ConfigError(f"--fail-on-regression {gate!r}: give SERIES or SERIES:PERCENT "
+                              f"(e.g. speedup:5 fails on a speedup 5% lower), SERIES one of "
+                              f"{', '.join(names)}")
+        parsed[found["series"]] = float(found["threshold"] or 0) / 100.0
+    return parsed
+
+
+def fail_on(regressed: pd.DataFrame, what: str) -> None:
+    """Exit ``REGRESSION_EXIT`` naming each regression in ``regressed`` (rows of changes:
+    key, series, build_a, build_b, change), if any."""
+    if regressed.empty:
+        return
+    for row in regressed.to_dict(orient="records"):
+        click.echo(f"regression: {what} {str(row['key'])[:12]} {row['series']} "
+                   f"{(float(row['change']) - 1) * 100:+.1f}% ({row['build_a']} -> "
+                   f"{row['build_b']}, q {float(row['q_value']):.3g})", err=True)
+    raise click.exceptions.Exit(REGRESSION_EXIT)
+
+
+def _keys(engine: Engine, target: str) -> tuple[list[str], str]:
+    """The comparable keys of ``target``: a matrix file's jobs, or the keys starting with
+    it (at least 8 hex digits); and a title."""
+    from sqlalchemy import select
+
+    from farm.store.models import Job
+
+    path = Path(target)
+    if path.is_file():
+        from farm.matrix.load import load_matrix
+
+        return sorted({spec.comparable_key for spec in load_matrix(path)[1]}), f"matrix {path}"
+    if not re.fullmatch(r"[0-9a-f]{8,64}", target):
+        raise ConfigError(f"{target!r} is neither a matrix file nor a comparable key (8 to 64 "
+                          "hex digits, as `farm compare --format json` gives in `key`)")
+    with engine.connect() as connection:
+        keys = sorted({key for key in connection.scalars(
+            select(Job.comparable_key).where(Job.comparable_key.startswith(target))) if key})
+    if not keys:
+        raise ConfigError(f"no job has a comparable key starting {target!r}")
+    return keys, f"key {target[:12]}"
+
+
+def show_history(settings: Settings, target: str, fmt: str, output: Path | None,
+                 gates: tuple[str, ...]) -> None:
+    """``farm history TARGET``: the table, markdown, JSON or HTML page; the gate after."""
+    from farm.report import history as render
+    from farm.results.history import history
+    from farm.stats.changes import beyond
+
+    with open_store(settings) as engine:
+        keys, title = _keys(engine, target)
+        found = history(engine, keys)
+    limits = thresholds(gates, set(found.points["series"]))
+    title = f"history of {title}"
+    if fmt == "html":
+        if output is None:
+            raise ConfigError("--format html writes a file: give -o history.html")
+        output.write_text(render.history_html(found, title), encoding="utf-8")
+        print(f"wrote {output}")
+    elif fmt == "json":
+        print(render.history_json(found))
+    elif fmt == "markdown":
+        print(render.history_markdown(found, title))
+    else:
+        from farm.report.text import print_wide, wide_console
+
+        console = wide_console()
+        for table in render.history_tables(found, title):
+            print_wide(console, table)
+    if limits:
+        latest = found.changes.groupby("key")["order_b"].transform("max")
+        fail_on(beyond(found.changes[found.changes["order_b"] == latest], limits),
+                "job")
+
+
+def gate_comparison(frame: pd.DataFrame, gates: tuple[str, ...]) -> None:
+    """``farm compare --fail-on-regression``: the speedup of each matching job."""
+    from farm.stats.changes import beyond
+
+    limits = thresholds(gates, {"speedup"}, ("all",))
+    fail_on(beyond(frame.assign(series="speedup"), limits), "job")
+    if limits:
+        print("no regression beyond the thresholds", file=sys.stderr)

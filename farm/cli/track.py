@@ -1,0 +1,84 @@
+"""``farm track``: a matrix at a ref's current commit, once per commit (a nightly history
+from one cron line: docs/history.md)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from farm.cli.base import cli
+from farm.matrix.spec import JobSpec
+from farm.settings import Settings, load_settings
+
+
+def _commits(specs: list[JobSpec]) -> list[str]:
+    return sorted({arm.build.source.commit for spec in specs
+                   for arm in (spec.baseline, spec.variant) if arm.build.source is not None})
+
+
+def _stored(settings: Settings, specs: list[JobSpec]) -> dict[str, str]:
+    """The states of the matrix's jobs the store already holds (none in a new store)."""
+    from farm.store.db import connected, table_names
+    from farm.store.repo import stored_states
+
+    with connected(settings.database_url) as engine:
+        if "job" not in table_names(engine):
+            return {}
+        return stored_states(engine, [spec.job_key for spec in specs])
+
+
+def _run_here(matrix: Path, ref: str, settings: Settings, gpu_class: str | None) -> None:
+    from farm.cli.progress import RunProgress
+    from farm.cli.show import show_report
+    from farm.runner import check_matrix, run_matrix
+
+    console = Console(stderr=True)
+    checked = check_matrix(matrix, settings, gpu_class=gpu_class, ref=ref,
+                           say=lambda line: console.print(line, markup=False, soft_wrap=True))
+    show_report(settings, run_matrix(checked, settings, RunProgress(console)), "table")
+
+
+@cli.command()
+@click.argument("matrix", type=click.Path(path_type=Path))
+@click.option("--ref", required=True,
+              help="Branch, tag or pull/N/head every source build of MATRIX is taken at "
+                   "(its current commit).")
+@click.option("--gpu-class", help="With an embedded store and several gpu-classes in MATRIX: "
+                                  "the one to run here.")
+def track(matrix: Path, ref: str, gpu_class: str | None) -> None:
+    """Run MATRIX with its source builds at REF's current commit, once per commit: on a
+    fleet (FARM_DATABASE_URL and FARM_BROKER_URL set) its jobs are submitted, else run
+    here. A commit whose jobs the store already holds is left alone (exit 0)."""
+    from farm.matrix.load import load_matrix
+
+    settings = load_settings()
+    loaded = load_matrix(matrix, frozenset(), ref)
+    campaign, specs = loaded[0].campaign, loaded[1]
+    at = ", ".join(commit[:12] for commit in _commits(specs))
+    stored = _stored(settings, specs)
+    if len(stored) == len(specs):
+        states = ", ".join(f"{n} {state}" for state, n in sorted(Counter(stored.values())
+                                                                  .items()))
+        click.echo(f"{ref} is at {at}: already tracked (campaign {campaign}: {states}); "
+                   "nothing to do")
+        return
+    click.echo(f"{ref} is at {at}: {len(specs) - len(stored)} new jobs in campaign {campaign}")
+    if settings.embedded or settings.broker_url is None:
+        _run_here(matrix, ref, settings, gpu_class)
+        return
+    from farm.fleet.app import make_app
+    from farm.fleet.submit import submit
+    from farm.store.db import connected
+
+    with connected(settings.database_url) as engine:
+        result = submit(matrix, loaded, settings, make_app(settings), engine,
+                        retry_failed=False)
+    click.echo(f"campaign {result.campaign}: posted {sum(result.posted.values())} jobs")
+    if result.unrunnable:
+        for spec, reason in result.unrunnable:
+            click.echo(f"cannot run {spec.job_key[:10]} {spec.variant.name}: {reason}",
+                       err=True)
+        raise click.exceptions.Exit(1)

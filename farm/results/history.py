@@ -1,0 +1,167 @@
+"""``farm history``: the finished jobs of one or more comparable keys (a matrix's, or one
+given), every build they ran on in commit order, each series with its interval, and the
+changes between consecutive builds (``farm.stats.changes``).
+
+A build is the commit the job's baseline ran (a source build's, from its spec; else the
+runs' ``build_commit``; else the build's name). Builds are ordered by llama.cpp's build
+number (what ``--version`` prints: the commit count, so commit order along one branch),
+then by when their first run started. Where a key ran more than once on one build, the
+latest job stands for it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+from pydantic import ValidationError
+from sqlalchemy import Engine, select
+
+from farm.errors import ConfigError
+from farm.matrix.flags import varying_text
+from farm.matrix.spec import JobSpec
+from farm.results.summary import JobSummary, SummaryError, read_summary
+from farm.stats.changes import POINT_COLUMNS, describe, find_changes
+from farm.stats.history import Estimate, job_series, series_label, series_order
+from farm.store.models import Campaign, Job, JobState, Run
+from farm.versions import parse_version
+
+# What the series read of each run (farm.stats.history.block_values), and the build's.
+_RUN_COLUMNS = ("job_id", "arm", "block", "decode_tok_s", "generated_tokens", "spec_drafts",
+                "spec_accepted", "spec_accepted_per_pos", "spec_draft_ms", "spec_accept_ms",
+                "build_commit", "server_version", "started_at")
+BUILD_COLUMNS = ["order", "build", "commit", "build_number", "build_name", "first_run"]
+
+
+@dataclass(frozen=True)
+class History:
+    """A history: its builds in order, its jobs (one per key and build), each series' point
+    per build with its interval, the changes found and a sentence per transition."""
+
+    builds: pd.DataFrame
+    jobs: pd.DataFrame
+    points: pd.DataFrame
+    changes: pd.DataFrame
+    described: pd.DataFrame
+
+
+def _jobs(engine: Engine, keys: Sequence[str]) -> list[dict[str, Any]]:
+    query = (select(Job.id, Job.comparable_key, Job.spec, Job.summary, Job.model_name,
+                    Job.variant_name, Job.build_name, Job.varying, Campaign.name.label(
+                        "campaign"))
+             .join(Campaign).where(Job.comparable_key.in_(list(keys)),
+                                   Job.state == JobState.DONE.value)
+             .order_by(Job.id))
+    with engine.connect() as connection:
+        return [dict(row) for row in connection.execute(query).mappings()]
+
+
+def _runs(engine: Engine, job_ids: list[int]) -> pd.DataFrame:
+    query = (select(*(getattr(Run, name) for name in _RUN_COLUMNS))
+             .where(Run.job_id.in_(job_ids)).order_by(Run.job_id, Run.block, Run.id))
+    with engine.connect() as connection:
+        rows = connection.execute(query).mappings().all()
+    return pd.DataFrame([dict(row) for row in rows], columns=list(_RUN_COLUMNS))
+
+
+def _spec_commit(spec: dict[str, Any]) -> str | None:
+    try:
+        source = JobSpec.model_validate(spec).build.source
+    except ValidationError:
+        return None
+    return source.commit if source is not None else None
+
+
+def _build(job: dict[str, Any], runs: pd.DataFrame) -> dict[str, Any]:
+    """The build a job's baseline ran: commit, build number, first run."""
+    baseline = runs[runs["arm"] == "baseline"]
+    commits = Counter(commit for commit in baseline["build_commit"] if commit)
+    commit = _spec_commit(job["spec"]) or (commits.most_common(1)[0][0] if commits else None)
+    numbers = [number for number, _ in map(parse_version, baseline["server_version"])
+               if number is not None]
+    first: datetime | None = baseline["started_at"].min() if not baseline.empty else None
+    return {"build": commit[:12] if commit else job["build_name"], "commit": commit,
+            "build_number": max(numbers) if numbers else None,
+            "build_name": job["build_name"], "first_run": first}
+
+
+def _label(job: dict[str, Any], kind: str) -> str:
+    parts = [job["model_name"], job["variant_name"], varying_text(job["varying"] or {})]
+    label = " · ".join(part for part in parts if part)
+    return f"{label} ({kind})" if kind != "variant" else label
+
+
+def _ordered_builds(builds: pd.DataFrame) -> pd.DataFrame:
+    """One row per build, in commit order (build number, then first run), ``order`` 0..n-1."""
+    first = builds.groupby("build", sort=False).agg(
+        commit=("commit", "first"), build_number=("build_number", "max"),
+        build_name=("build_name", "first"), first_run=("first_run", "min")).reset_index()
+    first["_number"] = first["build_number"].astype(float).fillna(math.inf)
+    first = first.sort_values(["_number", "first_run"], kind="stable").drop(columns="_number")
+    first.insert(0, "order", range(len(first)))
+    return first.reset_index(drop=True)[BUILD_COLUMNS]
+
+
+def _summary(job: dict[str, Any]) -> JobSummary | None:
+    try:
+        return read_summary(job["summary"])
+    except SummaryError as exc:
+        raise ConfigError(f"job {job['id']}: {exc}") from exc
+
+
+def _series(runs: pd.DataFrame, summary: JobSummary | None) -> dict[str, Estimate]:
+    """A job's series: the speedup as its summary keeps it, the others from its runs."""
+    def number(value: float | None) -> float:
+        return math.nan if value is None else float(value)
+
+    if summary is None:
+        return job_series(runs, math.nan, math.nan, math.nan)
+    return job_series(runs, number(summary.speedup), number(summary.log_se),
+                      number(summary.df))
+
+
+def history(engine: Engine, keys: Sequence[str]) -> History:
+    """The history of the jobs with these comparable keys (``job.comparable_key``): their
+    finished jobs' series per build and the changes between consecutive builds."""
+    found = _jobs(engine, keys)
+    if not found:
+        raise ConfigError("no finished job has these comparable keys: run the matrix first "
+                          "(`farm run`, `farm submit` or `farm track`), or give a key "
+                          "`farm compare` shows")
+    runs = _runs(engine, [job["id"] for job in found])
+    by_job = {job_id: frame for job_id, frame in runs.groupby("job_id")}
+    empty = runs.iloc[0:0]
+    jobs: dict[tuple[str, str], dict[str, Any]] = {}
+    for job in found:
+        job_runs = by_job.get(job["id"], empty)
+        # Later jobs replace earlier ones on the same key and build.
+        made = _build(job, job_runs)
+        jobs[job["comparable_key"], made["build"]] = {"job": job, "runs": job_runs, **made}
+    builds = _ordered_builds(pd.DataFrame([{name: entry[name] for name in BUILD_COLUMNS[1:]}
+                                           for entry in jobs.values()]))
+    order = dict(zip(builds["build"], builds["order"], strict=True))
+    points, listed = [], []
+    for (key, build), entry in jobs.items():
+        summary = _summary(entry["job"])
+        kind = (summary.kind if summary and summary.kind else None) or "variant"
+        listed.append({"key": key, "label": _label(entry["job"], kind), "kind": kind,
+                       "build": build, "order": order[build],
+                       "campaign": entry["job"]["campaign"], "job_id": entry["job"]["id"]})
+        points += [{"key": key, "series": series, "series_label": series_label(series),
+                    "order": order[build], "build": build, "value": estimate.value,
+                    "low": estimate.low, "high": estimate.high, "log_se": estimate.log_se,
+                    "df": estimate.df, "blocks": estimate.blocks}
+                   for series, estimate in _series(entry["runs"], summary).items()]
+    frame = pd.DataFrame(points, columns=[*POINT_COLUMNS, "series_label", "low", "high",
+                                         "blocks"])
+    frame = frame.assign(rank=frame["series"].map(series_order)).sort_values(
+        ["key", "rank", "order"]).drop(columns="rank").reset_index(drop=True)
+    changes = find_changes(frame)
+    changes.insert(2, "series_label", changes["series"].map(series_label))
+    return History(builds, pd.DataFrame(listed).sort_values(["label", "order"]),
+                   frame, changes, describe(changes))

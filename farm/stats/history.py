@@ -1,0 +1,160 @@
+"""A job's series on one build: each quantity a history follows, with its interval.
+
+A series is one quantity of a job followed across builds (docs/history.md): the speedup
+(the job's own crossover estimate), either arm's decode tok/s, the variant's acceptance
+per draft position and mean acceptance length, and its draft and verify ms per token. The
+unit of evidence is the block (one server session of one arm): repetitions inside a
+session are not independent, blocks are. Each series' estimate is the mean of its block
+values, on the log scale by the delta method (log of the mean, standard error sd / (mean
+sqrt(n)), n - 1 df), so that ``farm.stats.difference`` compares two builds' values as it
+compares two speedups.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from farm.stats.frame import NAN, ratio, valid_runs
+from farm.stats.intervals import log_interval
+
+# Series every job has, in the order reports list them; acceptance per position
+# ("acceptance_1", ...) comes between the tok/s and the costs, as many as the draft is long.
+SPEEDUP, BASELINE, VARIANT = "speedup", "baseline_tok_s", "variant_tok_s"
+LENGTH, DRAFT_COST = "mean_accepted_length", "draft_ms_per_token"
+VERIFY_COST = "verify_ms_per_token"
+ACCEPTANCE = "acceptance_"
+# Series where a rise is a regression (a cost); for every other a fall is.
+COSTS = frozenset({DRAFT_COST, VERIFY_COST})
+
+
+def series_order(series: str) -> tuple[int, int]:
+    """Where ``series`` sits in a report: speedup, tok/s, acceptance by position, length,
+    costs."""
+    fixed = (SPEEDUP, BASELINE, VARIANT, ACCEPTANCE, LENGTH, DRAFT_COST, VERIFY_COST)
+    if series.startswith(ACCEPTANCE):
+        return fixed.index(ACCEPTANCE), int(series.removeprefix(ACCEPTANCE))
+    return (fixed.index(series), 0) if series in fixed else (len(fixed), 0)
+
+
+def series_label(series: str) -> str:
+    """How a report names a series: "verify ms/token", "acceptance @2"."""
+    if series.startswith(ACCEPTANCE):
+        return f"acceptance @{series.removeprefix(ACCEPTANCE)}"
+    return {SPEEDUP: "speedup", BASELINE: "baseline tok/s", VARIANT: "variant tok/s",
+            LENGTH: "acceptance length", DRAFT_COST: "draft ms/token",
+            VERIFY_COST: "verify ms/token"}.get(series, series)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A series' value on one build with its 95% interval, the log standard error and df
+    its difference test reads (NaN where there is no spread to read), and its blocks."""
+
+    value: float
+    low: float
+    high: float
+    log_se: float
+    df: float
+    blocks: int
+
+
+def mean_estimate(values: Sequence[float]) -> Estimate:
+    """The mean of block values (finite ones) with its interval on the log scale: log of
+    the mean, standard error sd / (mean sqrt(n)) by the delta method, n - 1 df. A mean of
+    zero or less, one block, or no spread has no interval."""
+    finite = np.asarray([value for value in values if math.isfinite(value)], dtype=float)
+    if finite.size == 0:
+        return Estimate(NAN, NAN, NAN, NAN, NAN, 0)
+    mean = float(finite.mean())
+    if finite.size < 2 or mean <= 0:
+        return Estimate(mean, NAN, NAN, NAN, NAN, int(finite.size))
+    log_se = float(finite.std(ddof=1)) / (mean * math.sqrt(finite.size))
+    df = float(finite.size - 1)
+    # No spread (every draft accepted in every block): no interval, never a zero-wide one.
+    low, high = log_interval(math.log(mean), log_se, df) if log_se > 0 else (NAN, NAN)
+    return Estimate(mean, low, high, log_se, df, int(finite.size))
+
+
+def _per_block(runs: pd.DataFrame, arm: str) -> list[pd.DataFrame]:
+    chosen = valid_runs(runs[runs["arm"] == arm])
+    return [block for _, block in chosen.groupby("block", sort=True)]
+
+
+def _positions(block: pd.DataFrame) -> list[float]:
+    """Accepted at each draft position per draft, over the block's runs with the counters."""
+    totals: list[float] = []
+    drafts = 0.0
+    for counts, run_drafts in zip(block["spec_accepted_per_pos"], block["spec_drafts"],
+                                  strict=True):
+        if not isinstance(counts, list | tuple | np.ndarray) or len(counts) == 0:
+            continue
+        totals.extend([0.0] * (len(counts) - len(totals)))
+        for position, count in enumerate(counts):
+            totals[position] += float(count)
+        drafts += float(run_drafts or 0)
+    return [ratio(total, drafts) for total in totals]
+
+
+def _variant_block(block: pd.DataFrame) -> dict[str, float]:
+    """One variant block's acceptance and costs (its runs summed)."""
+    drafts = float(block["spec_drafts"].fillna(0).sum())
+    accepted = float(block["spec_accepted"].fillna(0).sum())
+    values = {LENGTH: ratio(accepted + drafts, drafts)}
+    values |= {f"{ACCEPTANCE}{position + 1}": rate
+               for position, rate in enumerate(_positions(block))}
+    timed = block[block["spec_draft_ms"].notna()]
+    tokens = (timed["generated_tokens"].astype(float) - 1.0).clip(lower=0.0)
+    if float(tokens.sum()) > 0:
+        decode_ms = tokens * 1000.0 / timed["decode_tok_s"].astype(float)
+        draft_ms = timed["spec_draft_ms"].astype(float)
+        verify_ms = decode_ms - draft_ms - timed["spec_accept_ms"].fillna(0).astype(float)
+        values[DRAFT_COST] = float(draft_ms.sum()) / float(tokens.sum())
+        values[VERIFY_COST] = float(verify_ms.sum()) / float(tokens.sum())
+    return values
+
+
+def block_values(runs: pd.DataFrame) -> dict[str, list[float]]:
+    """Each series' value per block of one job's runs (the speedup aside: see
+    ``job_series``). Columns read: arm, block, decode_tok_s, generated_tokens, spec_drafts,
+    spec_accepted, spec_accepted_per_pos, spec_draft_ms, spec_accept_ms."""
+    values: dict[str, list[float]] = {}
+    for arm, series in (("baseline", BASELINE), ("variant", VARIANT)):
+        values[series] = [float(block["decode_tok_s"].astype(float).mean())
+                          for block in _per_block(runs, arm)]
+    for block in _per_block(runs, "variant"):
+        if float(block["spec_drafts"].fillna(0).sum()) <= 0:
+            continue  # a block that drafted nothing measured no acceptance or cost
+        for series, value in _variant_block(block).items():
+            values.setdefault(series, []).append(value)
+    # llama.cpp counts every position a drafter may reach (an n-gram drafter's 48): the
+    # positions after the last one that ever accepted are not series.
+    positions = sorted((int(name.removeprefix(ACCEPTANCE)) for name in values
+                        if name.startswith(ACCEPTANCE)), reverse=True)
+    for position in positions:
+        if any(value > 0 for value in values[f"{ACCEPTANCE}{position}"]):
+            break
+        del values[f"{ACCEPTANCE}{position}"]
+    return values
+
+
+def job_series(runs: pd.DataFrame, speedup: float, log_se: float, df: float
+               ) -> dict[str, Estimate]:
+    """Every series of one job on one build: the speedup as the job estimated it (its
+    crossover estimate, ``log_se`` and ``df``), the others from its blocks."""
+    found = {SPEEDUP: _speedup(speedup, log_se, df)}
+    found |= {series: mean_estimate(values) for series, values in block_values(runs).items()}
+    return {series: estimate for series, estimate in found.items()
+            if math.isfinite(estimate.value)}
+
+
+def _speedup(speedup: float, log_se: float, df: float) -> Estimate:
+    if not (math.isfinite(speedup) and speedup > 0):
+        return Estimate(NAN, NAN, NAN, NAN, NAN, 0)
+    low, high = log_interval(math.log(speedup), log_se, df) if math.isfinite(df) else (NAN,
+                                                                                      NAN)
+    return Estimate(speedup, low, high, log_se, df, 0)

@@ -1,0 +1,169 @@
+"""`farm history` and the regression gates on stored jobs (SQLite and PostgreSQL): three
+nightly campaigns of one matrix on three builds, the third with a planted cost per draft
+(variant tok/s -17%, draft ms/token up, acceptance and the baseline unchanged)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from farm.matrix.load import load_matrix
+from farm.matrix.spec import JobSpec
+from farm.results.rows import run_facts
+from farm.results.runs import job_runs
+from farm.store import repo
+from farm.store.db import upgrade
+from farm.store.models import Run
+from tests.helpers import matrix_dict, run_cli, write_matrix
+from workers.job.sinks import job_values
+
+PAIRS = 4
+# Each night: its build's name, number and commit, the variant's tok/s, its draft timer.
+NIGHTS = {"night-1": ("b1", 101, "1" * 40, 30.0, 2.0),
+          "night-2": ("b2", 102, "2" * 40, 30.0, 2.0),
+          # 1000/24.9 - 1000/30 = 6.83 ms more per token, all of it in the draft timer.
+          "night-3": ("b3", 103, "3" * 40, 24.9, 8.83)}
+
+
+def _runs(job_id: int, night: str, rng: np.random.Generator, started: datetime) -> list[Run]:
+    build, number, commit, variant_tok_s, draft_ms = NIGHTS[night]
+    runs = []
+    for pair in range(PAIRS):
+        arms = ("baseline", "variant") if pair % 2 == 0 else ("variant", "baseline")
+        for position, arm in enumerate(arms):
+            tok_s = (20.0 if arm == "baseline" else variant_tok_s) * rng.lognormal(0, 0.01)
+            spec = arm == "variant"
+            runs.append(Run(
+                job_id=job_id, arm=arm, arm_name=arm, block=2 * pair + position, pair=pair,
+                position=position, prompt_id="copy", prompt_category="rewrite", repetition=0,
+                prompt_tokens=10, generated_tokens=41, decode_tok_s=tok_s, ttft_ms=5.0,
+                e2e_ms=100.0, spec_drafts=20 if spec else 0, spec_drafted=60 if spec else 0,
+                spec_accepted=40 if spec else 0,
+                spec_accepted_per_pos=[18, 14, 8] if spec else [],
+                spec_draft_ms=draft_ms * 40 * rng.lognormal(0, 0.02) if spec else None,
+                spec_accept_ms=1.0 if spec else None, text="t",
+                server_version=f"version: 0.2.0-dev (build {number}, commit {commit[:9]})",
+                build_name=build, build_commit=commit, model_file="m.gguf", model_size=1,
+                model_sha256="0" * 64, host="h", argv=[],
+                started_at=started + timedelta(minutes=2 * pair + position)))
+    return runs
+
+
+def _night(engine: Engine, tmp_path: Path, night: str, rng: np.random.Generator,
+           started: datetime) -> JobSpec:
+    """One campaign of the matrix on the night's build, finished with its summary."""
+    path = write_matrix(tmp_path, matrix_dict(Path("m.gguf"), campaign=night,
+                                              build=NIGHTS[night][0], pairs=PAIRS,
+                                              **{"max-pairs": PAIRS}), f"{night}.yaml")
+    [spec] = load_matrix(path)[1]
+    [job_id] = repo.register(engine, night, str(path), [spec])
+    with Session(engine) as session, session.begin():
+        session.add_all(_runs(job_id, night, rng, started))
+    values = job_values(job_runs(engine, job_id), run_facts(engine, job_id), kind=spec.kind,
+                        asked=True, pairs=PAIRS, stop_reason="fixed", design=spec.design,
+                        no_agreement=None)
+    repo.mark_finished(engine, job_id, "done", summary=values)
+    return spec
+
+
+@pytest.fixture
+def nights(engine: Engine, tmp_path: Path) -> tuple[str, Path]:
+    """The three nights stored (the second first: builds are ordered by number, not by
+    when they ran); the comparable key and a matrix file of the experiment."""
+    # The draws of this seed hold no chance call (the test is of the path, not of the
+    # error rate: tests/unit/test_history_changes.py measures that).
+    rng = np.random.default_rng(2026)
+    upgrade(engine)
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    specs = [_night(engine, tmp_path, night, rng, start + timedelta(days=day))
+             for day, night in enumerate(("night-2", "night-1", "night-3"))]
+    assert len({spec.comparable_key for spec in specs}) == 1
+    return specs[0].comparable_key, tmp_path / "night-1.yaml"
+
+
+def _farm(url: str, *args: str) -> Any:
+    return run_cli(*args, env={"FARM_DATABASE_URL": url})
+
+
+def test_history_orders_builds_by_number_and_marks_the_change_on_the_moved_series(
+        url: str, nights: tuple[str, Path]) -> None:
+    key, matrix = nights
+    result = _farm(url, "history", str(matrix), "--format", "json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    assert [build["build_name"] for build in found["builds"]] == ["b1", "b2", "b3"]
+    assert [build["build"] for build in found["builds"]] == ["1" * 12, "2" * 12, "3" * 12]
+    called = {(change["series"], change["build_b"]): change["verdict"]
+              for change in found["changes"] if change["verdict"] != "unchanged"}
+    assert called == {("variant_tok_s", "3" * 12): "regression",
+                      ("speedup", "3" * 12): "regression",
+                      ("draft_ms_per_token", "3" * 12): "regression"}
+    [late] = [row["text"] for row in found["described"] if row["build_b"] == "3" * 12]
+    assert late.startswith("engine: speedup -16% [") and "variant tok/s -16%" in late
+    assert late.endswith("baseline tok/s, acceptance, acceptance length, verify ms/token "
+                         "unchanged")
+    series = {point["series"] for point in found["points"]}
+    assert series == {"speedup", "baseline_tok_s", "variant_tok_s", "acceptance_1",
+                      "acceptance_2", "acceptance_3", "mean_accepted_length",
+                      "draft_ms_per_token", "verify_ms_per_token"}
+    by_key = _farm(url, "history", key[:10])
+    assert by_key.exit_code == 0, by_key.output
+    assert f"history of key {key[:10]}" in by_key.output and "\u25bc" in by_key.output
+
+
+def test_history_gate_exits_3_on_a_regression_beyond_its_threshold(
+        url: str, nights: tuple[str, Path]) -> None:
+    _, matrix = nights
+    gated = _farm(url, "history", str(matrix), "--fail-on-regression")
+    assert gated.exit_code == 3, gated.output
+    assert "regression: job" in gated.output and "variant_tok_s -16" in gated.output
+    for quiet in ("baseline_tok_s", "variant_tok_s:30", "acceptance:0"):
+        result = _farm(url, "history", str(matrix), f"--fail-on-regression={quiet}")
+        assert result.exit_code == 0, (quiet, result.output)
+    costly = _farm(url, "history", str(matrix), "--fail-on-regression=draft_ms_per_token:100")
+    assert costly.exit_code == 3, costly.output
+    bad = _farm(url, "history", str(matrix), "--fail-on-regression=tok_s:x")
+    assert bad.exit_code == 2 and "give SERIES or SERIES:PERCENT" in bad.output
+
+
+def test_compare_gate_exits_3_only_where_the_speedup_regressed(
+        url: str, nights: tuple[str, Path]) -> None:
+    assert _farm(url, "compare", "night-1", "night-2", "--fail-on-regression").exit_code == 0
+    late = _farm(url, "compare", "night-2", "night-3", "--fail-on-regression")
+    assert late.exit_code == 3 and "speedup -16" in late.output
+    assert _farm(url, "compare", "night-2", "night-3",
+                 "--fail-on-regression=speedup:25").exit_code == 0
+    bad = _farm(url, "compare", "night-2", "night-3", "--fail-on-regression=verify_ms_per_token")
+    assert bad.exit_code == 2
+    assert bad.output.rstrip().endswith("SERIES one of speedup, all"), bad.output
+
+
+def test_history_writes_markdown_and_a_page_with_a_trend_plot(
+        url: str, nights: tuple[str, Path], tmp_path: Path) -> None:
+    _, matrix = nights
+    markdown = _farm(url, "history", str(matrix), "--format", "markdown")
+    assert markdown.exit_code == 0, markdown.output
+    assert "| build | number | speedup |" in markdown.output
+    assert "- 222222222222 -> 333333333333: engine: speedup -16%" in markdown.output
+    page = tmp_path / "history.html"
+    result = _farm(url, "history", str(matrix), "--format", "html", "-o", str(page))
+    assert result.exit_code == 0, result.output
+    html = page.read_text(encoding="utf-8")
+    assert html.count("data:image/png;base64,") == 1 and "variant tok/s -16%" in html
+
+
+def test_history_of_nothing_stored_says_what_to_run(url: str, engine: Engine,
+                                                    tmp_path: Path) -> None:
+    upgrade(engine)
+    path = write_matrix(tmp_path, matrix_dict(Path("m.gguf")))
+    result = _farm(url, "history", str(path))
+    assert result.exit_code == 2 and "no finished job has these comparable keys" in result.output
+    result = _farm(url, "history", "not-a-key")
+    assert result.exit_code == 2 and "neither a matrix file nor a comparable key" in result.output

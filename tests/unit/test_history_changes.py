@@ -1,0 +1,127 @@
+"""Series of a history (``farm.stats.history``), the changes found between builds
+(``farm.stats.changes``), their words, the gate, and their simulated error rates."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from farm.stats.changes import beyond, describe, find_changes
+from farm.stats.history import block_values, job_series, mean_estimate
+from tests.unit import simulate_history
+
+
+def _points(values: dict[str, list[float]], se: float = 0.01, df: float = 7.0
+            ) -> pd.DataFrame:
+    return pd.DataFrame([{"key": "k", "series": series, "order": order, "build": f"b{order}",
+                          "value": value, "log_se": se, "df": df}
+                         for series, levels in values.items()
+                         for order, value in enumerate(levels)])
+
+
+def test_a_planted_verify_cost_is_called_on_its_series_and_the_others_read_unchanged() -> None:
+    changes = find_changes(_points({
+        "speedup": [1.30, 1.30, 1.30], "baseline_tok_s": [50.0, 50.2, 49.9],
+        "acceptance_1": [0.8, 0.8, 0.8], "acceptance_2": [0.6, 0.6, 0.6],
+        "verify_ms_per_token": [10.0, 10.1, 11.8]}))
+    called = changes[changes["verdict"] != "unchanged"]
+    assert called[["series", "build_b", "verdict"]].to_dict(orient="records") == [
+        {"series": "verify_ms_per_token", "build_b": "b2", "verdict": "regression"}]
+    assert called["change"].iloc[0] == pytest.approx(11.8 / 10.1)
+    [text] = describe(changes)[lambda d: d["build_b"] == "b2"]["text"]
+    assert text.startswith("engine: verify ms/token +17% [")
+    assert text.endswith("; speedup, baseline tok/s, acceptance unchanged")
+    [quiet] = describe(changes)[lambda d: d["build_b"] == "b1"]["text"]
+    assert quiet == ("no change: speedup, baseline tok/s, acceptance, verify ms/token "
+                     "unchanged")
+
+
+def test_a_fall_in_acceptance_is_the_drafter_s_and_names_the_position() -> None:
+    changes = find_changes(_points({"acceptance_1": [0.80, 0.80], "acceptance_2": [0.66, 0.52],
+                                    "variant_tok_s": [30.0, 30.0]}))
+    [text] = describe(changes)["text"]
+    assert text.startswith("drafter: acceptance @2 -21% [")
+    assert text.endswith("; variant tok/s, acceptance @1 unchanged")
+
+
+def test_values_without_spread_are_unchanged_when_equal_and_untested_when_not() -> None:
+    changes = find_changes(_points({"acceptance_1": [1.0, 1.0, 0.9]}, se=0.0))
+    assert changes["verdict"].tolist() == ["unchanged", "no test"]
+    assert math.isnan(changes["q_value"].iloc[1])
+
+
+def test_false_discovery_rate_is_held_across_series_and_builds() -> None:
+    # Twenty transitions at p about 0.01 each: one alone would be called, BH over all not.
+    points = _points({f"s{index}": [1.0, 1.0 + 0.036] for index in range(20)}, se=0.01,
+                     df=30)
+    assert (find_changes(points)["p_value"] < 0.02).all()
+    assert (find_changes(points)["verdict"] == "improvement").all()  # all real: BH calls all
+    mixed = _points({"s0": [1.0, 1.036], **{f"n{i}": [1.0, 1.0] for i in range(40)}},
+                    se=0.01, df=30)
+    assert (find_changes(mixed)["verdict"] == "unchanged").all()
+
+
+def test_the_gate_fails_regressions_beyond_their_threshold_only() -> None:
+    changes = find_changes(_points({"speedup": [1.30, 1.17], "verify_ms_per_token": [10.0, 11.8],
+                                    "draft_ms_per_token": [2.0, 1.5]}))
+    assert set(beyond(changes, {"all": 0.0})["series"]) == {"speedup", "verify_ms_per_token"}
+    assert beyond(changes, {"speedup": 0.15}).empty  # -10% is within 15%
+    assert list(beyond(changes, {"verify_ms_per_token": 0.15})["series"]) == [
+        "verify_ms_per_token"]
+    assert beyond(changes, {"draft_ms_per_token": 0.0}).empty  # a faster draft is no regression
+
+
+def test_a_mean_of_blocks_has_its_interval_on_the_log_scale() -> None:
+    estimate = mean_estimate([10.0, 11.0, 9.0, 10.0])
+    assert estimate.value == 10.0 and estimate.df == 3 and estimate.blocks == 4
+    assert estimate.log_se == pytest.approx(math.sqrt(2 / 3) / (10.0 * 2))
+    assert estimate.low < 10.0 < estimate.high
+    assert estimate.low * estimate.high == pytest.approx(100.0)
+    assert math.isnan(mean_estimate([5.0]).low)
+    still = mean_estimate([1.0, 1.0, 1.0])
+    assert still.log_se == 0.0 and math.isnan(still.low) and math.isnan(still.high)
+
+
+def _run(arm: str, block: int, tok_s: float, drafts: int = 0, per_pos: list[int] | None = None,
+         draft_ms: float | None = None) -> dict[str, object]:
+    return {"arm": arm, "block": block, "decode_tok_s": tok_s, "generated_tokens": 41,
+            "spec_drafts": drafts, "spec_accepted": sum(per_pos or []),
+            "spec_accepted_per_pos": per_pos or [], "spec_draft_ms": draft_ms,
+            "spec_accept_ms": 0.0 if draft_ms is not None else None}
+
+
+def test_block_values_read_each_arm_per_block_and_the_variant_s_acceptance_and_costs() -> None:
+    runs = pd.DataFrame([
+        _run("baseline", 0, 20.0), _run("baseline", 0, 22.0), _run("baseline", 1, 18.0),
+        _run("variant", 0, 40.0, 10, [8, 6, 0], 100.0),
+        _run("variant", 1, 40.0, 10, [10, 4, 0], 60.0),
+    ])
+    values = block_values(runs)
+    assert values["baseline_tok_s"] == [21.0, 18.0]
+    assert values["acceptance_1"] == [0.8, 1.0] and values["acceptance_2"] == [0.6, 0.4]
+    assert "acceptance_3" not in values  # a position that never accepted is no series
+    assert values["mean_accepted_length"] == [2.4, 2.4]
+    # 40 timed tokens at 40 tok/s: 1000 ms of decode, of which the draft timer's part.
+    assert values["draft_ms_per_token"] == [2.5, 1.5]
+    assert values["verify_ms_per_token"] == [22.5, 23.5]
+    series = job_series(runs, 1.9, 0.02, 6.0)
+    assert series["speedup"].value == 1.9 and series["speedup"].low < 1.9
+    assert series["acceptance_1"].value == pytest.approx(0.9)
+
+
+def test_simulated_null_histories_raise_few_false_alarms() -> None:
+    cell = simulate_history.history_cell(150, 26001)
+    # BH at 5% over 24 tests of one history: when nothing changed, at most 5% of
+    # histories have a call (the FDR is the family-wise rate under the full null).
+    assert cell.false_alarm_histories <= 0.08, cell
+    assert cell.false_alarm_tests <= 0.01, cell
+
+
+def test_simulated_planted_change_is_found_on_its_series() -> None:
+    # The e2e's planted cost: variant tok/s -17%, speedup -10%, at 8 blocks a build.
+    cell = simulate_history.history_cell(150, 26003, {"variant_tok_s": 0.83, "speedup": 0.90},
+                                         blocks=8)
+    assert cell.power >= 0.9, cell
+    assert cell.false_discoveries <= 0.1, cell
