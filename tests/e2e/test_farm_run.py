@@ -149,8 +149,11 @@ def test_ctrl_c_stops_the_server_keeps_finished_runs_and_the_next_run_resumes(
     except OSError:
         shutil.copyfile(smollm2, model)
     matrix = write_matrix(tmp_path, matrix_dict(model, repetitions=6))
+    # As in a terminal: a suite started in the background (`tests/run &` in a script)
+    # ignores SIGINT, and its children would inherit that.
     process = subprocess.Popen([FARM, "run", str(matrix)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     db = isolated_data_dir / "farm.db"
     deadline = time.monotonic() + 120
     while _stored_runs(db) < 2 and time.monotonic() < deadline:
