@@ -16,6 +16,7 @@ from typing import Protocol
 from sqlalchemy import Engine
 
 from farm.errors import ConfigError, FarmError, JobsFailed, ModelUnavailable
+from farm.matrix.crossbuild import cross_build_specs
 from farm.matrix.load import load_matrix
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec, ModelRef
@@ -245,6 +246,7 @@ def _models_here(path: Path, specs: list[JobSpec], settings: Settings,
 def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None,
                  allow_options: frozenset[str] = frozenset(), allow_build_path: bool = False,
                  make_builds: bool = True, ref: str | None = None,
+                 pair_with: str | None = None,
                  say: Callable[[str], None] = lambda _line: None) -> CheckedMatrix:
     """Validate, resolve and check a matrix's jobs of one GPU class on this machine:
     everything a run checks, no job written or server started. ``allow_options``:
@@ -253,8 +255,12 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
     matrix's source builds are made and its Hub and URL models downloaded here first
     (``say`` tells the progress; a dry run shows commits and what it would download
     instead). Hub revisions are pinned to commits either way. ``ref``: every source build
-    at this ref (``farm track``)."""
+    at this ref (``farm track``); ``pair_with``: instead of the matrix's jobs, each of
+    their arms on this older commit against the commit the matrix names
+    (``farm.matrix.crossbuild``)."""
     matrix, specs = load_matrix(path, allow_options, ref)
+    if pair_with is not None:
+        specs = cross_build_specs(specs, pair_with)
     chosen = _one_class(path, matrix, gpu_class)
     paths = NodePaths.of(settings)
     node = built_here(paths, path.parent, allow_options=allow_options,

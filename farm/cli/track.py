@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 
 from farm.cli.base import cli
+from farm.errors import ConfigError
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings, load_settings
 
@@ -30,15 +31,39 @@ def _stored(settings: Settings, specs: list[JobSpec]) -> dict[str, str]:
         return stored_states(engine, [spec.job_key for spec in specs])
 
 
-def _run_here(matrix: Path, ref: str, settings: Settings, gpu_class: str | None) -> None:
+def _previous(settings: Settings, specs: list[JobSpec]) -> str | None:
+    """The newest commit, other than the one ``specs`` run, that the store holds finished
+    jobs of these comparable keys for (the last tracked commit), or None."""
+    from farm.results.history import history
+    from farm.store.db import connected, table_names
+
+    at = set(_commits(specs))
+    with connected(settings.database_url) as engine:
+        if "job" not in table_names(engine):
+            return None
+        try:
+            builds = history(engine, sorted({spec.comparable_key for spec in specs})).builds
+        except ConfigError:
+            return None
+    earlier = [commit for commit in builds["commit"] if commit and commit not in at]
+    return earlier[-1] if earlier else None
+
+
+def _run_here(matrix: Path, ref: str, settings: Settings, gpu_class: str | None,
+              older: str | None) -> None:
+    """The matrix at ``ref`` run here, then (``older``) its arms paired across builds."""
     from farm.cli.progress import RunProgress
     from farm.cli.show import show_report
     from farm.runner import check_matrix, run_matrix
 
     console = Console(stderr=True)
-    checked = check_matrix(matrix, settings, gpu_class=gpu_class, ref=ref,
-                           say=lambda line: console.print(line, markup=False, soft_wrap=True))
-    show_report(settings, run_matrix(checked, settings, RunProgress(console)), "table")
+    for pair_with in (None, older) if older else (None,):
+        checked = check_matrix(matrix, settings, gpu_class=gpu_class, ref=ref,
+                               pair_with=pair_with,
+                               say=lambda line: console.print(line, markup=False,
+                                                              soft_wrap=True))
+        campaign = run_matrix(checked, settings, RunProgress(console))
+    show_report(settings, campaign, "table")
 
 
 @cli.command()
@@ -48,16 +73,27 @@ def _run_here(matrix: Path, ref: str, settings: Settings, gpu_class: str | None)
                    "(its current commit).")
 @click.option("--gpu-class", help="With an embedded store and several gpu-classes in MATRIX: "
                                   "the one to run here.")
-def track(matrix: Path, ref: str, gpu_class: str | None) -> None:
+@click.option("--paired", is_flag=True,
+              help="Also run each job's arms on the last tracked commit against REF's in "
+                   "one paired job per arm, so `farm history` reads their tok/s changes "
+                   "from a crossover interval, free of the machine's drift between jobs "
+                   "(docs/history.md). Costs about twice the pairs of a plain track.")
+def track(matrix: Path, ref: str, gpu_class: str | None, paired: bool) -> None:
     """Run MATRIX with its source builds at REF's current commit, once per commit: on a
     fleet (FARM_DATABASE_URL and FARM_BROKER_URL set) its jobs are submitted, else run
     here. A commit whose jobs the store already holds is left alone (exit 0)."""
+    from farm.matrix.crossbuild import cross_build_specs
     from farm.matrix.load import load_matrix
 
     settings = load_settings()
     loaded = load_matrix(matrix, frozenset(), ref)
     campaign, specs = loaded[0].campaign, loaded[1]
     at = ", ".join(commit[:12] for commit in _commits(specs))
+    older = _previous(settings, specs) if paired else None
+    if older is not None:
+        click.echo(f"paired with the last tracked commit {older[:12]}")
+        specs = specs + cross_build_specs(specs, older)
+        loaded = (loaded[0], specs)
     stored = _stored(settings, specs)
     if len(stored) == len(specs):
         states = ", ".join(f"{n} {state}" for state, n in sorted(Counter(stored.values())
@@ -67,7 +103,7 @@ def track(matrix: Path, ref: str, gpu_class: str | None) -> None:
         return
     click.echo(f"{ref} is at {at}: {len(specs) - len(stored)} new jobs in campaign {campaign}")
     if settings.embedded or settings.broker_url is None:
-        _run_here(matrix, ref, settings, gpu_class)
+        _run_here(matrix, ref, settings, gpu_class, older)
         return
     from farm.fleet.app import make_app
     from farm.fleet.submit import submit

@@ -42,7 +42,7 @@ from farm.stats.design import Design
 
 ArmRole = Literal["baseline", "variant"]
 # What a job measures (JobSpec.kind).
-JobKind = Literal["variant", "control", "synthetic"]
+JobKind = Literal["variant", "control", "synthetic", "builds"]
 
 
 class Frozen(BaseModel):
@@ -268,10 +268,21 @@ class JobSpec(Frozen):
         return any(name.startswith(SYNTHETIC_PREFIX) for name, _ in self.variant.flags)
 
     @property
+    def cross_build(self) -> bool:
+        """Whether the job compares two commits of one build with the same flags in both
+        arms (the newer build over the older: ``farm track --paired``, ``farm bisect``)."""
+        return (not self.control and self.baseline.argv == self.variant.argv
+                and self.baseline.build.name == self.variant.build.name
+                and self.baseline.build.key_part != self.variant.build.key_part)
+
+    @property
     def kind(self) -> JobKind:
-        """What the job measures: "control" (A/A: the machine's noise floor), "synthetic"
+        """What the job measures: "control" (A/A: the machine's noise floor), "builds" (one
+        arm's flags on two commits: the newer build's speed over the older's), "synthetic"
         (the engine's cost at a forced acceptance, not a drafter's speedup) or "variant"."""
-        return "control" if self.control else "synthetic" if self.synthetic else "variant"
+        if self.control:
+            return "control"
+        return "builds" if self.cross_build else "synthetic" if self.synthetic else "variant"
 
     @property
     def outputs_differ(self) -> str | None:
@@ -297,13 +308,16 @@ class JobSpec(Frozen):
         """The job's build: the baseline's (a variant may run another, e.g. a fork)."""
         return self.baseline.build
 
-    def _experiment(self) -> dict[str, Any]:
-        """What the two arms measure, wherever, whenever and on whichever build they run."""
+    def _experiment(self, both: ArmRole | None = None) -> dict[str, Any]:
+        """What the two arms measure, wherever, whenever and on whichever build they run;
+        ``both``: as if that arm's flags ran in both arms."""
+        baseline, variant = (self.baseline, self.variant) if both is None else (
+            self.arm(both), self.arm(both))
         return {
             "gpu_class": self.gpu_class,
             "model": self.model.name,
-            "baseline_argv": self.baseline.argv,
-            "variant_argv": self.variant.argv,
+            "baseline_argv": baseline.argv,
+            "variant_argv": variant.argv,
             "prompt_mode": self.prompt_mode,
             "prompts": [prompt.text for prompt in self.prompts],
             "n_predict": self.n_predict,
@@ -340,9 +354,17 @@ class JobSpec(Frozen):
         """sha256 over what makes two jobs' speedups comparable: ``job_key`` without the
         campaign, the build and the design, so that a rerun, another build of one campaign
         or a longer design lines up with the first. A variant on its own build (a fork)
-        keeps that build's name: it is what the variant is."""
+        keeps that build's name: it is what the variant is. A job across builds has its
+        arm's ``cross_key``, whichever two commits it compares."""
+        if self.cross_build:
+            return self.cross_key("baseline")
         fork = None if self.variant.build.name == self.build.name else self.variant.build.name
         return _sha256({**self._experiment(), "variant_build": fork})
+
+    def cross_key(self, role: ArmRole) -> str:
+        """The comparable key of the jobs that run this job's ``role`` arm on two commits
+        of its build (``JobSpec.cross_build``): how a history finds them."""
+        return _sha256({**self._experiment(role), "variant_build": None, "cross_build": True})
 
     @property
     def varying_text(self) -> str:

@@ -26,8 +26,16 @@ from farm.errors import ConfigError
 from farm.matrix.flags import varying_text
 from farm.matrix.spec import JobSpec
 from farm.results.summary import JobSummary, SummaryError, read_summary
-from farm.stats.changes import POINT_COLUMNS, describe, find_changes
-from farm.stats.history import Estimate, job_series, series_label, series_order
+from farm.stats.changes import PAIRED_COLUMNS, POINT_COLUMNS, describe, find_changes
+from farm.stats.difference import ratio_p_value
+from farm.stats.history import (
+    BASELINE,
+    VARIANT,
+    Estimate,
+    job_series,
+    series_label,
+    series_order,
+)
 from farm.store.models import Campaign, Job, JobState, Run
 from farm.versions import parse_version
 
@@ -69,11 +77,17 @@ def _runs(engine: Engine, job_ids: list[int]) -> pd.DataFrame:
     return pd.DataFrame([dict(row) for row in rows], columns=list(_RUN_COLUMNS))
 
 
-def _spec_commit(spec: dict[str, Any]) -> str | None:
+def _spec(spec: dict[str, Any]) -> JobSpec | None:
+    """A stored spec as today's model reads it (None for one it no longer reads)."""
     try:
-        source = JobSpec.model_validate(spec).build.source
+        return JobSpec.model_validate(spec)
     except ValidationError:
         return None
+
+
+def _spec_commit(spec: dict[str, Any]) -> str | None:
+    read = _spec(spec)
+    source = read.build.source if read is not None else None
     return source.commit if source is not None else None
 
 
@@ -116,13 +130,45 @@ def _summary(job: dict[str, Any]) -> JobSummary | None:
 
 def _series(runs: pd.DataFrame, summary: JobSummary | None) -> dict[str, Estimate]:
     """A job's series: the speedup as its summary keeps it, the others from its runs."""
-    def number(value: float | None) -> float:
-        return math.nan if value is None else float(value)
-
     if summary is None:
         return job_series(runs, math.nan, math.nan, math.nan)
-    return job_series(runs, number(summary.speedup), number(summary.log_se),
-                      number(summary.df))
+    return job_series(runs, _number(summary.speedup), _number(summary.log_se),
+                      _number(summary.df))
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _paired(engine: Engine, keys: Sequence[str], specs: Sequence[dict[str, Any]]
+            ) -> pd.DataFrame:
+    """Changes measured in one job across two builds (``JobSpec.cross_build``, ``farm track
+    --paired``): such a job's speedup, the newer commit over the older, is the change of
+    the tok/s series of every history job with that arm."""
+    wanted: dict[str, list[tuple[str, str]]] = {}
+    for key, stored in zip(keys, specs, strict=True):
+        spec = _spec(stored)
+        if spec is None:
+            continue
+        wanted.setdefault(spec.cross_key("baseline"), []).append((key, BASELINE))
+        wanted.setdefault(spec.cross_key("variant"), []).append((key, VARIANT))
+    found: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for job in _jobs(engine, list(wanted)):
+        spec, summary = _spec(job["spec"]), _summary(job)
+        if spec is None or summary is None or summary.speedup is None or not spec.cross_build:
+            continue
+        older, newer = (arm.build.source.commit[:12] for arm in (spec.baseline, spec.variant)
+                        if arm.build.source is not None)
+        speedup, log_se, df = float(summary.speedup), _number(summary.log_se), _number(
+            summary.df)
+        for key, series in wanted[job["comparable_key"]]:
+            # Later jobs across the same two builds replace earlier ones.
+            found[key, series, older, newer] = {
+                "key": key, "series": series, "build_a": older, "build_b": newer,
+                "change": speedup, "change_low": _number(summary.ci_low),
+                "change_high": _number(summary.ci_high),
+                "p_value": ratio_p_value(math.log(speedup), log_se, df)}
+    return pd.DataFrame(list(found.values()), columns=list(PAIRED_COLUMNS))
 
 
 def history(engine: Engine, keys: Sequence[str]) -> History:
@@ -161,7 +207,10 @@ def history(engine: Engine, keys: Sequence[str]) -> History:
                                          "blocks"])
     frame = frame.assign(rank=frame["series"].map(series_order)).sort_values(
         ["key", "rank", "order"]).drop(columns="rank").reset_index(drop=True)
-    changes = find_changes(frame)
+    regular = [entry["job"] for entry in jobs.values()]
+    changes = find_changes(frame, paired=_paired(engine, [job["comparable_key"] for job in
+                                                          regular],
+                                                 [job["spec"] for job in regular]))
     changes.insert(2, "series_label", changes["series"].map(series_label))
     return History(builds, pd.DataFrame(listed).sort_values(["label", "order"]),
                    frame, changes, describe(changes))

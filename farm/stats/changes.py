@@ -3,9 +3,11 @@ false discovery rate across every series and build of the history, told in words
 gated on (``farm history --fail-on-regression``).
 
 The test is ``farm.stats.difference.difference`` of the two builds' log values (each with
-its standard error and df), and Benjamini-Hochberg holds the expected share of false calls
-among the calls at ``FDR`` over all the series x transitions tested together. Its measured
-false alarms and power: docs/history.md.
+its standard error and df) or, where a job ran that series' arm on both builds in one
+paired job (``farm track --paired``), that job's own speedup against 1 (its crossover
+interval: no drift between two jobs in it). Benjamini-Hochberg holds the expected share of
+false calls among the calls at ``FDR`` over all the series x transitions tested together.
+Its measured false alarms and power: docs/history.md.
 """
 
 from __future__ import annotations
@@ -24,7 +26,12 @@ from farm.stats.intervals import NAN
 # What a point of a history holds (one series of one job on one build).
 POINT_COLUMNS = ("key", "series", "order", "build", "value", "log_se", "df")
 CHANGE_COLUMNS = ("key", "series", "build_a", "build_b", "order_b", "value_a", "value_b",
-                  "change", "change_low", "change_high", "p_value", "q_value", "verdict")
+                  "change", "change_low", "change_high", "p_value", "paired", "q_value",
+                  "verdict")
+# A paired estimate of a change (one job across two builds): its key, series, builds,
+# change with interval and p value.
+PAIRED_COLUMNS = ("key", "series", "build_a", "build_b", "change", "change_low",
+                  "change_high", "p_value")
 
 
 def _test(before: Mapping[Any, Any], after: Mapping[Any, Any]) -> tuple[float, ...]:
@@ -50,21 +57,29 @@ def _verdict(series: str, change: float, called: bool, p_value: float) -> str:
     return "regression" if worse else "improvement"
 
 
-def find_changes(points: pd.DataFrame, rate: float = FDR) -> pd.DataFrame:
+def find_changes(points: pd.DataFrame, rate: float = FDR,
+                 paired: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every series of every job (``key``) between each pair of consecutive builds
     (``order``) where it has values: the change (after over before) with its 95% interval,
     p value, Benjamini-Hochberg q value over all the tests, and the verdict ("regression",
-    "improvement", "unchanged", "no test") at false discovery rate ``rate``."""
+    "improvement", "unchanged", "no test") at false discovery rate ``rate``. ``paired``
+    (``PAIRED_COLUMNS``): changes measured in one job across the two builds, used instead
+    of the two builds' values where present (``paired`` True)."""
+    measured = {} if paired is None else {
+        (row["key"], row["series"], row["build_a"], row["build_b"]): row
+        for row in paired.to_dict(orient="records")}
     rows = []
     for (key, series), group in points.groupby(["key", "series"], sort=False):
         ordered = group.sort_values("order").to_dict(orient="records")
         for before, after in itertools.pairwise(ordered):
-            change, low, high, p_value = _test(before, after)
+            one = measured.get((key, series, before["build"], after["build"]))
+            change, low, high, p_value = _test(before, after) if one is None else (
+                one["change"], one["change_low"], one["change_high"], one["p_value"])
             rows.append({"key": key, "series": series, "build_a": before["build"],
                          "build_b": after["build"], "order_b": after["order"],
                          "value_a": before["value"], "value_b": after["value"],
                          "change": change, "change_low": low, "change_high": high,
-                         "p_value": p_value})
+                         "p_value": p_value, "paired": one is not None})
     changes = pd.DataFrame(rows, columns=list(CHANGE_COLUMNS[:-2]))
     changes["q_value"] = adjusted_p_values(changes["p_value"].astype(float).tolist())
     changes["verdict"] = [
@@ -81,7 +96,8 @@ def _signed(change: float) -> str:
 
 def _moved(row: Mapping[Any, Any]) -> str:
     return (f"{series_label(str(row['series']))} {_signed(float(row['change']))} "
-            f"[{_signed(float(row['change_low']))}, {_signed(float(row['change_high']))}]")
+            f"[{_signed(float(row['change_low']))}, {_signed(float(row['change_high']))}]"
+            + (" (paired)" if row.get("paired") else ""))
 
 
 def _unchanged(series: list[str], acceptance: list[str]) -> list[str]:

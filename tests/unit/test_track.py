@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from farm.matrix.crossbuild import cross_build_specs
 from farm.matrix.load import load_matrix
 from farm.settings import load_settings
 from farm.store import repo
@@ -79,3 +80,23 @@ def test_track_refuses_a_matrix_without_a_source_build_and_a_bad_ref(tmp_path: P
         result = run_cli("track", str(matrix), "--ref", ref)
         assert result.exit_code == 2 and said in result.output, result.output
     assert yaml.safe_load(matrix.read_text())["build"]["ref"] == "first"  # the file untouched
+
+
+def test_paired_jobs_run_each_arm_on_the_older_and_the_newer_commit(tmp_path: Path) -> None:
+    source, first, second = _repository(tmp_path)
+    [job] = load_matrix(_source_matrix(tmp_path, source), ref="master")[1]
+    crossed = cross_build_specs([job], first)
+    assert [cross.kind for cross in crossed] == ["builds", "builds"]
+    for cross, role in zip(crossed, ("baseline", "variant"), strict=True):
+        arm = job.arm(role)
+        assert cross.baseline.argv == cross.variant.argv == arm.argv
+        assert cross.baseline.build.source is not None and cross.variant.build.source is not None
+        assert (cross.baseline.build.source.commit, cross.variant.build.source.commit) == (
+            first, second)
+        # How a history finds the job that crossed this arm, whatever the two commits.
+        assert cross.comparable_key == job.cross_key(role) != job.comparable_key
+    assert crossed[0].job_key != crossed[1].job_key
+    # An arm already at the older commit has nothing to cross; a job pairs once per arm.
+    assert cross_build_specs([job], second) == []
+    assert len(cross_build_specs([job, job], first)) == 2
+    assert job.kind == "variant" and not job.cross_build
