@@ -101,7 +101,8 @@ def interval(estimate: Any, low: Any, high: Any) -> str:
 
 
 # How a job that is not a setting to pick is named beside its variant.
-KIND_LABELS = {"control": "control (A/A)", "synthetic": "synthetic (engine cost)"}
+KIND_LABELS = {"control": "control (A/A)", "synthetic": "synthetic (engine cost)",
+               "builds": "newer build over older"}
 
 
 def labelled(value: object, kind: object) -> str:

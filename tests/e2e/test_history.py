@@ -21,8 +21,12 @@ from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy import select
 
+from farm.matrix.spec import JobSpec
 from farm.settings import load_settings
+from farm.store.db import connected
+from farm.store.models import Campaign, Job
 from tests.helpers import run_cli
 from workers.paths import NodePaths
 from workers.setup.builds import load_manifest
@@ -102,9 +106,14 @@ def test_history_of_three_tracked_commits_marks_the_planted_draft_cost_only(
     for commit in commits:
         _git(repo, "update-ref", "refs/heads/master", commit)
         started = time.monotonic()
-        tracked = run_cli("track", str(matrix), "--ref", "master", env=env)
+        # The last commit is also paired with the one before: each arm on B and on C in
+        # one job (two more jobs), so its tok/s changes carry no drift between jobs.
+        paired = ["--paired"] if commit == commits[2] else []
+        tracked = run_cli("track", str(matrix), "--ref", "master", *paired, env=env)
         assert tracked.exit_code == 0, tracked.output
-        assert f"master is at {commit[:12]}: 1 new jobs in campaign nightly" in tracked.output
+        new = 3 if paired else 1
+        assert f"master is at {commit[:12]}: {new} new jobs in campaign nightly" in \
+            tracked.output
         print(f"\ntrack {commit[:12]}: {time.monotonic() - started:.0f} s")
     again = run_cli("track", str(matrix), "--ref", "master", env=env)
     assert again.exit_code == 0, again.output
@@ -137,6 +146,21 @@ def test_history_of_three_tracked_commits_marks_the_planted_draft_cost_only(
                     if row["series"] == series and row["build_b"] == c]
         assert change < 1.0 and called.get(series, "regression") == "regression", series
     assert not (steady - {"speedup"}) & set(called), called
+    # C's tok/s changes come from the paired jobs (each arm on B and on C in one job): the
+    # variant's planted cost reads as a fall (0.88 [0.78, 0.99] in one run beside other
+    # work: called or not, never a rise); the baseline's value is the paired job's own.
+    across = {row["series"]: row for row in history["changes"]
+              if row["build_b"] == c and row["paired"]}
+    assert set(across) == {"baseline_tok_s", "variant_tok_s"}, across
+    variant = across["variant_tok_s"]
+    assert variant["change"] < 1.0 and variant["verdict"] != "improvement", variant
+    assert variant["change_low"] <= variant["change"] <= variant["change_high"]
+    print(json.dumps(across))
+    with connected(load_settings().database_url) as engine, engine.connect() as connection:
+        specs = [JobSpec.model_validate(spec) for spec in connection.execute(
+            select(Job.spec).join(Campaign).where(Campaign.name == "nightly")).scalars()]
+    crossed = [spec for spec in specs if spec.kind == "builds"]
+    assert sorted(spec.variant.name for spec in crossed) == [f"baseline@{c}", f"mtp@{c}"]
     [sentence] = [row["text"] for row in history["described"] if row["build_b"] == c]
     assert "acceptance" in sentence.split(";")[1] and "draft ms/token" in sentence
     print(f"\n{b} -> {c}: {sentence}")

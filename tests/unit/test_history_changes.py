@@ -38,6 +38,28 @@ def test_a_planted_verify_cost_is_called_on_its_series_and_the_others_read_uncha
                      "unchanged")
 
 
+def test_a_paired_job_across_two_builds_replaces_the_difference_of_their_two_jobs() -> None:
+    # Between jobs the baseline fell 9% (the machine's drift); the job that ran the
+    # baseline's flags on both builds in alternating blocks says 1.00 [0.98, 1.02].
+    points = _points({"baseline_tok_s": [138.0, 125.0], "variant_tok_s": [170.0, 140.0]})
+    paired = pd.DataFrame([{"key": "k", "series": "baseline_tok_s", "build_a": "b0",
+                            "build_b": "b1", "change": 1.003, "change_low": 0.98,
+                            "change_high": 1.02, "p_value": 0.7}])
+    unpaired = find_changes(points).set_index("series")
+    assert unpaired.loc["baseline_tok_s", "verdict"] == "regression"
+    changes = find_changes(points, paired=paired).set_index("series")
+    assert changes.loc["baseline_tok_s", "paired"]
+    assert changes.loc["baseline_tok_s", "verdict"] == "unchanged"
+    assert changes.loc["baseline_tok_s", "change"] == 1.003
+    assert not changes.loc["variant_tok_s", "paired"]
+    assert changes.loc["variant_tok_s", "verdict"] == "regression"
+    [text] = describe(changes.reset_index())["text"]
+    assert "variant tok/s -18%" in text and "(paired)" not in text
+    moved = find_changes(points, paired=paired.assign(change=0.9, change_low=0.85,
+                                                      change_high=0.95, p_value=0.001))
+    assert "baseline tok/s -10% [-15%, -5%] (paired)" in describe(moved)["text"].iloc[0]
+
+
 def test_a_fall_in_acceptance_is_the_drafter_s_and_names_the_position() -> None:
     changes = find_changes(_points({"acceptance_1": [0.80, 0.80], "acceptance_2": [0.66, 0.52],
                                     "variant_tok_s": [30.0, 30.0]}))

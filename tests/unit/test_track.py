@@ -10,6 +10,7 @@ import yaml
 
 from farm.matrix.crossbuild import cross_build_specs
 from farm.matrix.load import load_matrix
+from farm.matrix.spec import ArmRole
 from farm.settings import load_settings
 from farm.store import repo
 from farm.store.db import make_engine, upgrade
@@ -87,7 +88,8 @@ def test_paired_jobs_run_each_arm_on_the_older_and_the_newer_commit(tmp_path: Pa
     [job] = load_matrix(_source_matrix(tmp_path, source), ref="master")[1]
     crossed = cross_build_specs([job], first)
     assert [cross.kind for cross in crossed] == ["builds", "builds"]
-    for cross, role in zip(crossed, ("baseline", "variant"), strict=True):
+    roles: tuple[ArmRole, ...] = ("baseline", "variant")
+    for cross, role in zip(crossed, roles, strict=True):
         arm = job.arm(role)
         assert cross.baseline.argv == cross.variant.argv == arm.argv
         assert cross.baseline.build.source is not None and cross.variant.build.source is not None
