@@ -12,6 +12,7 @@ from rich.console import Console
 from farm.cli.base import cli
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings, load_settings
+from farm.words import plural
 
 
 def _commits(specs: list[JobSpec]) -> list[str]:
@@ -65,7 +66,8 @@ def track(matrix: Path, ref: str, gpu_class: str | None) -> None:
         click.echo(f"{ref} is at {at}: already tracked (campaign {campaign}: {states}); "
                    "nothing to do")
         return
-    click.echo(f"{ref} is at {at}: {len(specs) - len(stored)} new jobs in campaign {campaign}")
+    click.echo(f"{ref} is at {at}: {plural(len(specs) - len(stored), 'new job')} in campaign "
+               f"{campaign}")
     if settings.embedded or settings.broker_url is None:
         _run_here(matrix, ref, settings, gpu_class)
         return
