@@ -13,11 +13,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "": ("farm ab SmolLM2-135M-Instruct.Q4_1.gguf -- --spec-type ngram-simple",
          "farm init && farm run matrix.yaml", "farm report", "farm paths"),
     "ab": ("farm ab SmolLM2-135M-Instruct.Q4_1.gguf -- --spec-type ngram-simple",
-           "farm ab qwen35-mtp-oracle-cpu.gguf -c 1024 --pairs 2 -- --spec-type draft-mtp "
-           "--spec-draft-n-max 3",
+           "farm ab qwen35-mtp-oracle-cpu.gguf --prompt-mode completion --pairs 2 -- "
+           "--spec-type draft-mtp --spec-draft-n-max 3",
            "farm ab ~/models/my.gguf -ngl 99 -o my-ab.yaml -- --spec-type draft-mtp"),
     "init": ("farm init", "farm init --engine-curve curve.yaml"),
-    "schema": ("farm schema > ~/.cache/specfarm/matrix.schema.json",),
+    "schema": ("farm schema > matrix.schema.json",),
     "paths": ("farm paths", "FARM_DATA_DIR=/srv/farm farm paths"),
     "run": ("farm run examples/smollm2-ngram.yaml", "farm run --dry-run matrix.yaml"),
     "prepare": ("farm prepare matrix.yaml",),

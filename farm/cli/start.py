@@ -30,6 +30,9 @@ def _baseline(ngl: int | None, ctx: int | None, threads: int | None, flash_attn:
 def _answer(row: dict[str, Any]) -> str:
     """The A/B's answer in one line: the speedup, its interval and what it says."""
     speedup, low, high = (row.get(key) for key in ("speedup", "ci_low", "ci_high"))
+    if row.get("speculation") == "none":
+        return ("answer: the variant drafted nothing on these prompts, so it cannot decode "
+                "faster here; try prompts it can draft on (--prompt-suite), or other flags")
     if speedup is None:
         return "answer: none; the job has no speedup (see its flags above)"
     if low is None or high is None:
@@ -64,6 +67,9 @@ def _answer(row: dict[str, Any]) -> str:
 @click.option("--prompt-suite", "suite", multiple=True, default=["tutorial"],
               show_default=True, metavar="CATEGORY",
               help="Built-in prompts of this category (repeatable; `all` for every one).")
+@click.option("--prompt-mode", type=click.Choice(["chat", "completion"]), default="chat",
+              show_default=True,
+              help="chat: the model's chat template; completion: the prompts as raw text.")
 @click.option("--build", default="cpu", show_default=True,
               help="The llama-server build (`farm builds` lists them).")
 @click.option("-o", "--output", type=click.Path(path_type=Path),
@@ -71,8 +77,8 @@ def _answer(row: dict[str, Any]) -> str:
                    "results; `farm paths` shows it).")
 def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
        threads: int | None, flash_attn: str | None, args: str | None, pairs: int | None,
-       n_predict: int, repetitions: int | None, suite: tuple[str, ...], build: str,
-       output: Path | None) -> None:
+       n_predict: int, repetitions: int | None, suite: tuple[str, ...], prompt_mode: str,
+       build: str, output: Path | None) -> None:
     """Is MODEL faster with VARIANT_FLAGS? Baseline vs baseline + VARIANT_FLAGS (given after
     `--`), run here with the farm's design; prints the answer and writes the matrix it ran
     (re-run it with `farm run`, send it to a fleet with `farm submit`). MODEL is a GGUF
@@ -86,7 +92,7 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
 
     settings = load_settings()
     design: dict[str, Any] = {
-        "prompt-mode": "chat", "prompt-suite": "all" if "all" in suite else list(suite),
+        "prompt-mode": prompt_mode, "prompt-suite": "all" if "all" in suite else list(suite),
         "n-predict": n_predict}
     if repetitions is not None:
         design["repetitions"] = repetitions
@@ -135,7 +141,7 @@ def init(output: Path, engine_curve: bool, force: bool) -> None:
 @cli.command()
 def schema() -> None:
     """Print the matrix's JSON Schema, for an editor to complete and check matrix files
-    (README, "Writing a matrix")."""
+    (docs/matrix.md, "Editors")."""
     from farm.matrix.schema import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2))

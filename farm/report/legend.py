@@ -79,10 +79,11 @@ def _names(flag: str, name: str) -> bool:
 
 
 def _split(text: str) -> list[str]:
-    """A flags cell's flags: split on commas outside brackets (``best of 2: [0.8, 1.5]``)."""
+    """A flags cell's flags: split on commas outside brackets (``best of 2: [0.8, 1.5]``,
+    ``more in the variant's (1 baseline, 2 variant)``)."""
     parts, depth, current = [], 0, ""
     for char in text:
-        depth += {"[": 1, "]": -1}.get(char, 0)
+        depth += {"[": 1, "(": 1, "]": -1, ")": -1}.get(char, 0)
         if char == "," and depth == 0:
             parts.append(current)
             current = ""

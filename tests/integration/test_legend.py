@@ -13,8 +13,9 @@ from tests.integration.test_golden_reports import load_fixture
 def test_each_flag_shown_gets_its_line_in_the_report_order() -> None:
     shown = ["drift, best of 2: [0.82, 1.52] together",
              "3 runs stopped at another length, server_start",
-             "busy node: other processes used 0.9 of a core during 3 of 12 blocks; blocks "
-             "waited 40 s for quiet", ""]
+             "busy node: other processes used 0.9 of a core during 3 of 12 blocks; more in "
+             "the variant's (1 baseline, 2 variant): the speedup is biased; blocks waited 40 s "
+             "for quiet", ""]
     meaning = dict(MEANINGS)
     assert flag_legend(shown) == [
         f"{name}: {meaning[name]}" for name in (

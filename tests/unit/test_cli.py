@@ -246,6 +246,8 @@ HELP: dict[tuple[str, ...], Help] = {
          "--repetitions N": "Runs per prompt per block (default 3). [1<=x<=1000]",
          "--prompt-suite CATEGORY": "Built-in prompts of this category (repeatable; `all` for "
                                     "every one). [default: tutorial]",
+         "--prompt-mode [chat|completion]": "chat: the model's chat template; completion: "
+                                            "the prompts as raw text. [default: chat]",
          "--build TEXT": "The llama-server build (`farm builds` lists them). [default: cpu]",
          "-o, --output PATH": "Where to write the matrix it runs (default: in the data dir, "
                               "beside the results; `farm paths` shows it)."}),
@@ -259,7 +261,7 @@ HELP: dict[tuple[str, ...], Help] = {
     ("schema",): Help(
         "farm schema [OPTIONS]",
         "Print the matrix's JSON Schema, for an editor to complete and check matrix files "
-        "(README, \"Writing a matrix\")."),
+        "(docs/matrix.md, \"Editors\")."),
     ("paths",): Help(
         "farm paths [OPTIONS]",
         "Where the farm keeps things on this machine: the database, the logs, the caches, the "
