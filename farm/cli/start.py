@@ -39,13 +39,27 @@ def _answer(row: dict[str, Any]) -> str:
         return (f"answer: the variant decoded {speedup:.2f}x as fast as the baseline; too few "
                 "block pairs for an interval (give --pairs 2 or more)")
     verdict = ("faster" if low > 1 else "slower" if high < 1 else
-               "within noise: no difference shown at this many pairs")
+               "within noise: no difference shown; more pairs narrow the interval (the "
+               "default design, without --pairs, runs 4 to 12)")
     return (f"answer: the variant decodes {speedup:.2f}x as fast as the baseline "
             f"[{low:.2f}, {high:.2f}] (95% interval, {row.get('pairs')} block pairs): "
             f"{verdict}")
 
 
-@cli.command()
+class _AbCommand(click.Command):
+    """``farm ab``, whose unknown options are most often the variant's flags put before
+    ``--``: the error says where they go."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Parse as click does; an unknown option gets the hint."""
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            raise click.UsageError(f"{exc.format_message()} The variant's flags go after "
+                                   f"`--`: farm ab MODEL -- {exc.option_name} ...", ctx) from exc
+
+
+@cli.command(cls=_AbCommand)
 @click.argument("model")
 @click.argument("variant", nargs=-1, type=click.UNPROCESSED, metavar="-- VARIANT_FLAGS...")
 @click.option("-ngl", "--n-gpu-layers", "ngl", type=int,
