@@ -104,7 +104,7 @@ def test_history_of_three_tracked_commits_marks_the_planted_draft_cost_only(
         started = time.monotonic()
         tracked = run_cli("track", str(matrix), "--ref", "master", env=env)
         assert tracked.exit_code == 0, tracked.output
-        assert f"master is at {commit[:12]}: 1 new jobs in campaign nightly" in tracked.output
+        assert f"master is at {commit[:12]}: 1 new job in campaign nightly" in tracked.output
         print(f"\ntrack {commit[:12]}: {time.monotonic() - started:.0f} s")
     again = run_cli("track", str(matrix), "--ref", "master", env=env)
     assert again.exit_code == 0, again.output
