@@ -52,10 +52,11 @@ models:
   - name: qwen35-mtp-oracle-cpu
     file: qwen35-mtp-oracle-cpu.gguf
 prompt-mode: completion
-prompts:
+prompts:                          # two at least: a prediction's interval has prompts as clusters
   - {id: greeting, text: "Hello! How are you today?"}
-n-predict: 96
-repetitions: 2
+  - {id: game, text: "Build a simple game in Python."}
+n-predict: 64
+repetitions: 1
 pairs: 3                          # a fixed number of block pairs per job
 max-pairs: 3
 flags:
@@ -68,7 +69,7 @@ variants:                         # the real drafter, whose acceptance `farm rec
       spec-draft-n-max: 3
 engine-curve:                     # synthetic acceptance: one job per draft x acceptance length
   spec-type: draft-mtp
-  draft-n-max: [1, 2, 3]          # draft lengths, a curve each
+  draft-n-max: [2, 3]             # draft lengths, a curve each (three points at least)
   synth-len: [1, 2, 3, 4]         # mean accepted length, the target token included
 """
 

@@ -32,8 +32,8 @@ MEANINGS: tuple[tuple[str, str], ...] = (
                   "(docs/busy-node.md)"),
     ("blocks waited", "blocks held for a quiet node (`busy-node: wait`) this long"),
     ("warm-up short", "each block's first run decoded slower than its later runs (the "
-                      "interval is that slowdown): the first runs count slow; give "
-                      "`repetitions: 2` or more"),
+                      "interval is that slowdown): both arms pay it, but it weighs on their "
+                      "means; more `repetitions` per block dilute it"),
     ("GPU throttled", "the GPU lowered its clocks (heat or power) during these runs; cool "
                       "it or fix its clocks, then run again"),
     ("weights not all on GPU", "some of the model's layers ran on the CPU; raise -ngl, or "
