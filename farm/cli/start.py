@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,7 @@ def _baseline(ngl: int | None, ctx: int | None, threads: int | None, flash_attn:
 
     given = {"n-gpu-layers": ngl, "ctx-size": ctx, "threads": threads, "flash-attn": flash_attn}
     flags = {name: value for name, value in given.items() if value is not None}
-    more = flag_map(tuple(args.split()), "--args") if args else {}
-    return flags | more
+    return flags | flag_map(args or "", "--args")
 
 
 def _answer(row: dict[str, Any]) -> str:
@@ -114,7 +114,7 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
         design |= {"pairs": pairs, "max-pairs": pairs}
     matrix = ab_matrix(model_entry(model, settings.models_dir),
                        _baseline(ngl, ctx, threads, flash_attn, args),
-                       flag_map(variant, "the variant's flags (after --)"),
+                       flag_map(shlex.join(variant), "the variant's flags (after --)"),
                        design=design, build=build)
     path = output or settings.data_dir / "ab" / f"{matrix['campaign']}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)

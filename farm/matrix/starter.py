@@ -6,12 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
 from farm.errors import ConfigError
-from farm.matrix.flags import parse_args
+from farm.matrix.flags import FlagValue, parse_args
+from farm.matrix.schema import FlagScalar
 
 STARTER = """\
 # A matrix: one model, a baseline and the variants to compare with it, the prompts, and how
@@ -96,11 +96,21 @@ def model_entry(model: str, models_dir: Path) -> dict[str, str]:
     return {"name": name, "path": str(place)}
 
 
-def flag_map(argv: tuple[str, ...], where: str) -> dict[str, Any]:
-    """Flags as typed on a command line (``--spec-type draft-mtp -ngl 99``), as a matrix's
-    ``flags:`` (names without dashes; a switch is ``true``)."""
-    return {raw.lstrip("-"): value
-            for raw, value in parse_args(shlex.join(argv), where)} if argv else {}
+def flag_map(text: str, where: str) -> dict[str, Any]:
+    """Flags as typed on a command line (``--spec-type draft-mtp -ngl 99``, split like a
+    shell), as a matrix's ``flags:``: names without dashes, numbers as numbers, a switch
+    ``true``."""
+    return {raw.lstrip("-"): _number(value)
+            for raw, value in parse_args(text, where)} if text.strip() else {}
+
+
+def _number(value: FlagValue) -> FlagScalar:
+    """``"3"`` as 3 and ``"0.5"`` as 0.5, as a matrix writes them; anything else as given."""
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value):
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"-?\d*\.\d+", value):
+        return float(value)
+    return value
 
 
 def ab_matrix(model: dict[str, str], baseline: dict[str, Any], variant: dict[str, Any], *,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from farm.matrix.starter import flag_map
 from tests.helpers import run_cli
 
 
@@ -52,3 +53,12 @@ def test_a_bad_flag_is_refused_by_the_matrix_checks_naming_the_matrix_written(
     text = written.read_text()
     assert text.startswith(f"# Written by `farm ab`; `farm run {written}` runs it again.\n")
     assert f"path: {model}" in text and "ctx-size: 2048" in text and "max-pairs: 2" in text
+
+
+def test_flags_as_typed_become_a_matrix_flags_mapping() -> None:
+    typed = ("--spec-type draft-mtp --spec-draft-n-max 3 -fa on --spec-p-min 0.75 "
+             "--chat-template-kwargs '{\"a\": 1}' --no-warmup")
+    assert flag_map(typed, "x") == {
+        "spec-type": "draft-mtp", "spec-draft-n-max": 3, "fa": "on", "spec-p-min": 0.75,
+        "chat-template-kwargs": '{"a": 1}', "no-warmup": True}
+    assert flag_map("  ", "x") == {}
