@@ -24,6 +24,7 @@ from farm.settings import Settings
 from farm.store import repo
 from farm.store.db import connected, upgrade
 from farm.store.models import JobState
+from farm.words import plural
 from workers.job.checks import Preflight, check_arms, preflight
 from workers.job.executor import RunResult, execute_job
 from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_builds
@@ -310,7 +311,7 @@ def run_matrix(checked: CheckedMatrix, settings: Settings, progress: Progress,
         failed = _execute(engine, specs, job_ids, checked.node, settings, progress,
                           all_gpus() if gpus is None else gpus)
     if failed:
-        raise JobsFailed(f"{failed} of {len(specs)} jobs failed; see `farm report "
+        raise JobsFailed(f"{failed} of {plural(len(specs), 'job')} failed; see `farm report "
                          f"{matrix.campaign}` and the server logs in {settings.logs_dir}",
                          matrix.campaign)
     return matrix.campaign

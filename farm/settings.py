@@ -6,7 +6,9 @@ by the command line and passed down; nothing below it reads the environment.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,40 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from farm.errors import ConfigError
 
 
-def _app_dir() -> Path:
+def _data_home() -> Path:
+    """The farm's data dir by the XDG base directory spec: ``$XDG_DATA_HOME/specfarm``, or
+    ``~/.local/share/specfarm`` (a relative XDG_DATA_HOME is ignored, as the spec says)."""
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "share") / "specfarm"
+
+
+def old_data_dir() -> Path:
+    """Where versions before 0.2 kept the data: click's config dir (``~/.config/specfarm``
+    on Linux)."""
     return Path(click.get_app_dir("specfarm"))
+
+
+def adopt_old_data_dir() -> str | None:
+    """Move the data of the old location (a ``farm.db`` there) to the data dir, once, and
+    say so; ``None`` when there is nothing to move or ``FARM_DATA_DIR`` or
+    ``FARM_DATABASE_URL`` chose another place. With a database in both, nothing moves and
+    the line says which one is read."""
+    if os.environ.get("FARM_DATA_DIR") or os.environ.get("FARM_DATABASE_URL"):
+        return None
+    old, new = old_data_dir(), _data_home()
+    if not (old / "farm.db").is_file() or old.resolve() == new.resolve():
+        return None
+    if (new / "farm.db").exists():
+        return (f"note: {old / 'farm.db'} is an older database the farm no longer reads; it "
+                f"reads {new / 'farm.db'}. Move or delete the old one")
+    new.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(old.iterdir()):
+        if not (new / entry.name).exists():
+            shutil.move(entry, new / entry.name)
+    if not any(old.iterdir()):
+        old.rmdir()
+    return (f"moved the farm's data from {old} to {new}, its data dir now "
+            "(FARM_DATA_DIR chooses another)")
 
 
 class Settings(BaseSettings):
@@ -27,33 +61,39 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FARM_", env_ignore_empty=True,
                                       extra="ignore", frozen=True, populate_by_name=True)
 
-    data_dir: Path = Field(default_factory=_app_dir,
-                           description="Embedded database, server logs (FARM_DATA_DIR).")
-    database_url: str = Field(description="Default: SQLite in the data dir.")
-    broker_url: str | None = Field(None, description="Redis for the fleet.")
+    data_dir: Path = Field(default_factory=_data_home, description=(
+        "Embedded database, server logs; default $XDG_DATA_HOME/specfarm or "
+        "~/.local/share/specfarm."))
+    database_url: str = Field(description="Result store; default SQLite in the data dir, "
+                                          "postgresql://... for a fleet.")
+    broker_url: str | None = Field(None, description="Redis for the fleet (redis://...).")
     cache_dir: Path = Field(Path.home() / ".cache" / "specfarm",
                             description="Builds, downloads, model hashes.")
-    models_dir: Path = Field(description="Default: CACHE_DIR/models.")
+    models_dir: Path = Field(description="GGUF files; default CACHE_DIR/models.")
     # Job lease on the database clock; heartbeats renew it every third of its length.
-    lease_seconds: int = Field(300, ge=5)
+    lease_seconds: int = Field(300, ge=5, description="A running job's lease, seconds.")
     # A queued or lost job whose message has not been claimed this long after it was
     # posted is checked against what the broker holds, and posted again if its message is
     # gone (default: twice the lease).
-    repost_after: int = Field(ge=5)
+    repost_after: int = Field(ge=5, description="Re-post an unclaimed job after this long, "
+                                                "seconds; default twice the lease.")
     # Redis redelivers an unacknowledged message after this long: it must exceed the
     # longest job (the time limit below), or a running job is handed to a second worker.
-    visibility_timeout: int = Field(12 * 3600, ge=60)
-    max_attempts: int = Field(3, ge=1)
+    visibility_timeout: int = Field(12 * 3600, ge=60, description=(
+        "Redis redelivers an unacknowledged job after this long, seconds."))
+    max_attempts: int = Field(3, ge=1, description="Attempts before a job fails.")
     # Soft time limit of one job on a worker (the hard limit is 5 minutes later).
-    job_time_limit: int = Field(6 * 3600, ge=60)
+    job_time_limit: int = Field(6 * 3600, ge=60, description="One job's time limit on a "
+                                                             "worker, seconds.")
     # Most seconds a worker spends making a job's builds before the job's own time limit
     # starts (the build is not the job's time).
-    build_time_limit: int = Field(2 * 3600, ge=60)
-    flower_auth: str | None = None
+    build_time_limit: int = Field(2 * 3600, ge=60, description="Most seconds a worker spends "
+                                  "making a job's builds.")
+    flower_auth: str | None = Field(None, description="user:password for `farm flower`.")
     # The Hugging Face Hub, under huggingface_hub's own variable names: a node's token
     # stays in its environment (never in a job, never passed to llama-server).
     hf_endpoint: str = Field("https://huggingface.co", validation_alias=AliasChoices(
-        "FARM_HF_ENDPOINT", "HF_ENDPOINT"), description="The Hub (HF_ENDPOINT).")
+        "FARM_HF_ENDPOINT", "HF_ENDPOINT"), description="The Hub's URL.")
     hf_token: SecretStr | None = Field(None, validation_alias=AliasChoices(
         "FARM_HF_TOKEN", "HF_TOKEN"), description="Token for gated or private repositories.")
     hf_offline: bool = Field(False, validation_alias=AliasChoices(
@@ -70,7 +110,7 @@ class Settings(BaseSettings):
         for key in ("data_dir", "cache_dir", "models_dir"):
             if isinstance(data.get(key), str):
                 data[key] = Path(data[key]).expanduser()
-        data_dir = data.get("data_dir") or _app_dir()
+        data_dir = data.get("data_dir") or _data_home()
         data.setdefault("database_url", f"sqlite:///{Path(data_dir) / 'farm.db'}")
         cache = data.get("cache_dir") or cls.model_fields["cache_dir"].default
         data.setdefault("models_dir", Path(cache) / "models")

@@ -22,7 +22,8 @@ from workers.paths import NodePaths
                    "matrices may name it (`build: NAME`).")
 @click.option("--ref", help="Branch, tag, commit or pull/N/head of a git source.")
 @click.option("--backend", type=click.Choice(["cpu", "cuda", "metal", "vulkan"]),
-              default="cpu", show_default=True)
+              default="cpu", show_default=True,
+              help="The ggml backend to build for (cuda needs nvcc).")
 @click.option("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES, e.g. 86;89;90 (default native).")
 @click.option("--cmake-arg", "cmake_args", multiple=True, help="Extra -D... for cmake.")
 @click.option("--target", "targets", multiple=True, default=["llama-server"],

@@ -13,6 +13,7 @@ from farm.errors import ModelUnavailable
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings, load_settings
+from farm.words import plural
 
 
 def _pinned(loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
@@ -81,7 +82,8 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: boo
                            retry_failed=retry_failed, retry_cancelled=retry_cancelled)
     posted = ", ".join(f"{n} to {queue}" for queue, n in sorted(result.posted.items()))
     already = ", ".join(f"{n} {state}" for state, n in sorted(result.already.items()))
-    click.echo(f"campaign {result.campaign}: {result.jobs} jobs; posted {posted or 'none'}"
+    click.echo(f"campaign {result.campaign}: {plural(result.jobs, 'job')}; posted "
+               f"{posted or 'none'}"
                + (f"; not posted: {already}" if already else ""))
     for spec, reason in result.unrunnable:
         click.echo(f"cannot run {spec.job_key[:10]} {spec.model.name} {spec.variant.name}: "
@@ -131,7 +133,7 @@ def cancel(campaign: str) -> None:
     require_fleet(settings)
     with connected(settings.database_url) as engine:
         count = do_cancel(engine, campaign)
-    click.echo(f"campaign {campaign}: {count} jobs cancelled")
+    click.echo(f"campaign {campaign}: {plural(count, 'job')} cancelled")
 
 
 def parse_devices(value: str | None) -> list[int] | None:
@@ -177,8 +179,9 @@ def worker(gpu_class: str | None, devices: str | None, config_path: Path | None,
 
 
 @cli.command()
-@click.option("--port", default=5555, show_default=True)
-@click.option("--address", default="127.0.0.1", show_default=True)
+@click.option("--port", default=5555, show_default=True, help="The port Flower listens on.")
+@click.option("--address", default="127.0.0.1", show_default=True,
+              help="The address Flower listens on (127.0.0.1: this machine only).")
 def flower(port: int, address: str) -> None:
     """Start Flower on the farm's broker, with basic auth from FARM_FLOWER_AUTH."""
     from farm.errors import ConfigError

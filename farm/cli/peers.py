@@ -40,7 +40,7 @@ def import_(files: tuple[Path, ...], fmt: str | None, build_commit: str | None,
 @click.argument("campaign", required=False)
 @click.option("--all", "all_campaigns", is_flag=True, help="The jobs of every campaign.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-              show_default=True)
+              show_default=True, help="How to print the rows.")
 def peers(campaign: str | None, all_campaigns: bool, fmt: str) -> None:
     """Imported figures beside the farm's jobs of CAMPAIGN (default: the latest) that ran
     the same model file, build and threads/offload; then those no job matches."""

@@ -26,7 +26,8 @@ def _gate_option(default: str, known: str) -> Callable[[FC], FC]:
 @cli.command()
 @click.argument("campaign", required=False)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]),
-              default="table", show_default=True)
+              default="table", show_default=True,
+              help="How to print the rows (html: a page with plots, to a file).")
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="File to write (--format html: a self-contained page with plots).")
 @click.option("--all", "all_campaigns", is_flag=True, help="Every campaign in the store.")
@@ -50,7 +51,7 @@ def report(campaign: str | None, fmt: str, output: Path | None, all_campaigns: b
 @click.option("--build-a", help="Only A's jobs on this build (two builds of one campaign).")
 @click.option("--build-b", help="Only B's jobs on this build.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-              show_default=True)
+              show_default=True, help="How to print the rows.")
 @_gate_option("speedup", "speedup:0 (any speedup regression)")
 def compare(a: str, b: str, build_a: str | None, build_b: str | None, fmt: str,
             gates: tuple[str, ...]) -> None:
@@ -65,7 +66,8 @@ def compare(a: str, b: str, build_a: str | None, build_b: str | None, fmt: str,
 @cli.command()
 @click.argument("target")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "html"]),
-              default="table", show_default=True)
+              default="table", show_default=True,
+              help="How to print the series (html: a page with plots, to a file).")
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="File to write (--format html: a self-contained page, a trend plot per "
                    "series).")
@@ -84,7 +86,7 @@ def history(target: str, fmt: str, output: Path | None, gates: tuple[str, ...]) 
 @click.option("--all", "all_campaigns", is_flag=True,
               help="The synthetic-acceptance jobs of every campaign.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-              show_default=True)
+              show_default=True, help="How to print the curves.")
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="Also write the plot: speedup vs acceptance length, a line per draft "
                    "length, break-even marked (PNG).")
@@ -100,7 +102,7 @@ def curve(campaign: str | None, all_campaigns: bool, fmt: str, output: Path | No
 @cli.command()
 @click.argument("campaign", required=False)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True)
+              show_default=True, help="How to print the recommendations.")
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="Write the matrix that checks the recommendation: recommended and "
                    "runner-up settings vs baseline on the same prompts (YAML).")
@@ -123,8 +125,9 @@ def recommend(campaign: str | None, fmt: str, output: Path | None, verify: str |
 @cli.command()
 @click.argument("campaign", required=False)
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv",
-              show_default=True)
-@click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
+              show_default=True, help="The file's format (parquet keeps the columns' types).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="The file to write.")
 def export(campaign: str | None, fmt: str, output: Path) -> None:
     """Write the tidy runs of CAMPAIGN (default: the latest), one row per run."""
     from farm.cli.show import export_runs

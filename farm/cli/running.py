@@ -5,16 +5,22 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 
 from farm.cli.base import cli
 from farm.errors import JobsFailed
-from farm.settings import load_settings
+from farm.settings import Settings, load_settings
+from farm.words import plural
+
+if TYPE_CHECKING:
+    from farm.runner import CheckedMatrix
 
 
-def _sigterm_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
+def sigterm_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
+    """SIGTERM stops a run as Ctrl-C does: servers stopped, finished runs kept."""
     raise KeyboardInterrupt
 
 
@@ -35,15 +41,13 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
         allow_build_path: bool) -> None:
     """Run MATRIX on this machine against real llama-server processes."""
     from farm.cli.dry_run import print_dry_run
-    from farm.cli.progress import RunProgress
-    from farm.cli.show import show_report
     from farm.matrix.options import check_allowances
     from farm.report.text import wide_console
-    from farm.runner import check_matrix, run_matrix
+    from farm.runner import check_matrix
 
     settings = load_settings()
     console = Console(stderr=True)
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     allowed = check_allowances(allow_options, "--allow-option")
     checked = check_matrix(matrix, settings, gpu_class=gpu_class, allow_options=allowed,
                            allow_build_path=allow_build_path, make_builds=not dry_run,
@@ -55,12 +59,23 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
         for line in checked.notes:
             console.print(line, markup=False, soft_wrap=True)
         return
+    run_checked(checked, settings, console)
+
+
+def run_checked(checked: CheckedMatrix, settings: Settings, console: Console) -> str:
+    """Run a checked matrix here with a progress bar on ``console``, then print its report
+    (failed jobs too); returns the campaign. SIGTERM should be ``sigterm_as_interrupt``."""
+    from farm.cli.progress import RunProgress
+    from farm.cli.show import show_report
+    from farm.runner import run_matrix
+
     try:
         campaign = run_matrix(checked, settings, RunProgress(console))
     except JobsFailed as exc:
         show_report(settings, exc.campaign, "table")
         raise
     show_report(settings, campaign, "table")
+    return campaign
 
 
 @cli.command()
@@ -77,7 +92,7 @@ def prepare(matrix: Path, gpu_class: str | None) -> None:
     checked = check_matrix(matrix, load_settings(), gpu_class=gpu_class,
                            say=lambda line: console.print(line, markup=False, soft_wrap=True))
     models = sorted({spec.model.name for spec in checked.specs})
-    click.echo(f"{matrix}: ready on this node: {len(checked.specs)} jobs, models "
+    click.echo(f"{matrix}: ready on this node: {plural(len(checked.specs), 'job')}, models "
                f"{', '.join(models)}, their builds made and every job checked")
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from farm.errors import ConfigError
+from farm.report.legend import job_legend
 from farm.report.text import (
     ReportFormat,
     category_table,
@@ -76,6 +77,9 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         return
     if group_by is None:
         render(report, title, cast(ReportFormat, fmt), console, wide=wide)
+        if fmt == "table":
+            for line in job_legend(report):
+                console.print(line, markup=False, highlight=False)
         return
     groups = group_report(report, group_by)
     if fmt == "table":
@@ -140,6 +144,11 @@ def show_comparison(settings: Settings, a: str, b: str, fmt: str, *,
     from farm.results.compare import compare
 
     thresholds(gates, {"speedup"}, ("all",))  # a bad gate fails before the store is read
+    if a == b and build_a == build_b:
+        print(f"warning: both sides are campaign {a}" + (f" on build {build_a}" if build_a
+                                                          else "")
+              + ": every job is compared with itself, so no change can show; give two "
+              "campaigns, or two builds of one (--build-a, --build-b)", file=sys.stderr)
 
     with open_store(settings) as engine:
         frame = compare(engine, a, b, build_a=build_a, build_b=build_b)

@@ -13,6 +13,7 @@ from farm.cli.base import cli
 from farm.errors import ConfigError
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings, load_settings
+from farm.words import plural
 
 
 def _commits(specs: list[JobSpec]) -> list[str]:
@@ -101,7 +102,8 @@ def track(matrix: Path, ref: str, gpu_class: str | None, paired: bool) -> None:
         click.echo(f"{ref} is at {at}: already tracked (campaign {campaign}: {states}); "
                    "nothing to do")
         return
-    click.echo(f"{ref} is at {at}: {len(specs) - len(stored)} new jobs in campaign {campaign}")
+    click.echo(f"{ref} is at {at}: {plural(len(specs) - len(stored), 'new job')} in campaign "
+               f"{campaign}")
     if settings.embedded or settings.broker_url is None:
         _run_here(matrix, ref, settings, gpu_class, older)
         return
@@ -112,7 +114,7 @@ def track(matrix: Path, ref: str, gpu_class: str | None, paired: bool) -> None:
     with connected(settings.database_url) as engine:
         result = submit(matrix, loaded, settings, make_app(settings), engine,
                         retry_failed=False)
-    click.echo(f"campaign {result.campaign}: posted {sum(result.posted.values())} jobs")
+    click.echo(f"campaign {result.campaign}: posted {plural(sum(result.posted.values()), 'job')}")
     if result.unrunnable:
         for spec, reason in result.unrunnable:
             click.echo(f"cannot run {spec.job_key[:10]} {spec.variant.name}: {reason}",

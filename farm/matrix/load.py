@@ -6,6 +6,7 @@ before anything runs or is written.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import re
 from collections.abc import Hashable, Iterator, Sequence
@@ -97,6 +98,18 @@ def _model_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
     return model
 
 
+def unknown_key(loc: Sequence[int | str]) -> str:
+    """What to say of an unknown key: the near keys it may be a typo of, or where the keys
+    are listed (``farm schema``, docs/matrix.md)."""
+    owner = _model_at(loc)
+    allowed = [f.alias or n for n, f in owner.model_fields.items()] if owner else []
+    near = difflib.get_close_matches(str(loc[-1]) if loc else "", allowed, n=3, cutoff=0.6)
+    if near:
+        return f"unknown key; did you mean {' or '.join(f'`{key}`' for key in near)}?"
+    return ("unknown key; the keys allowed here are in `farm schema` and docs/matrix.md"
+            if len(allowed) > 8 else f"unknown key; allowed here: {', '.join(sorted(allowed))}")
+
+
 def _inner_model(annotation: Any) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
@@ -128,9 +141,7 @@ def _explain(path: Path, error: ValidationError) -> ConfigError:
             continue
         where = f"{path}: {_key_path(loc)}"
         if item["type"] == "extra_forbidden":
-            owner = _model_at(loc)
-            allowed = sorted(f.alias or n for n, f in owner.model_fields.items()) if owner else []
-            lines.append(f"{where}: unknown key; allowed here: {', '.join(allowed)}")
+            lines.append(f"{where}: {unknown_key(loc)}")
         elif item["type"] == "missing":
             lines.append(f"{where}: required key is missing")
         else:

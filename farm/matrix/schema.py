@@ -363,3 +363,11 @@ class Matrix(Strict):
 
 def _distinct(value: int | list[int]) -> list[int]:
     return list(dict.fromkeys(value if isinstance(value, list) else [value]))
+
+
+def json_schema() -> dict[str, Any]:
+    """The matrix's JSON Schema (draft 2020-12), made from ``Matrix``: every key with its
+    type and description, unknown keys refused. Checks across keys (and the flags' names
+    and values) stay the loader's."""
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            **Matrix.model_json_schema(by_alias=True), "title": "specfarm matrix"}

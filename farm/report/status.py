@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from farm.words import plural
+
 
 class CampaignStatus(Protocol):
     """What the status of a campaign holds (``farm.fleet.status.CampaignStatus``)."""
@@ -53,7 +55,7 @@ def render_status(status: CampaignStatus, console: Console) -> None:
     total = sum(status.counts.values())
     summary = ", ".join(f"{n} {state}" for state, n in status.counts.items() if n)
     eta = (f"; about {status.eta_seconds / 60:.0f} min left" if status.eta_seconds else "")
-    console.print(f"campaign {status.campaign}: {total} jobs: {summary or 'none'}{eta}",
+    console.print(f"campaign {status.campaign}: {plural(total, 'job')}: {summary or 'none'}{eta}",
                   markup=False)
     if status.unposted:
         console.print(f"{status.unposted} waiting for reconciliation (message lost or "

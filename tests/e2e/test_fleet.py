@@ -264,7 +264,7 @@ def test_cancel_stops_a_running_job_and_its_server(fleet: Fleet,
                                                  repetitions=20))).returncode == 0
     wait_for(lambda: len(fleet.run_keys()) >= 1, 120, "the first run")
     result = fleet.farm("cancel", "stopme")
-    assert result.returncode == 0 and "1 jobs cancelled" in result.stdout
+    assert result.returncode == 0 and "1 job cancelled" in result.stdout
     wait_for(lambda: not servers_of(fleet.models), 30, "the cancelled job's server to stop")
     stored = len(fleet.run_keys())
     assert stored < 2 * 20 and fleet.jobs()[0].state == "cancelled"

@@ -164,7 +164,7 @@ def test_prepare_downloads_ahead_and_an_offline_node_then_runs_from_what_it_has(
     prepared = subprocess.run([FARM, "prepare", str(matrix)], capture_output=True, text=True,
                               env=env, timeout=300, check=False)
     assert prepared.returncode == 0, prepared.stderr
-    assert "ready on this node: 1 jobs, models smol" in prepared.stdout
+    assert "ready on this node: 1 job, models smol" in prepared.stdout
     offline = {**env, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
     dry = subprocess.run([FARM, "run", "--dry-run", str(matrix)], capture_output=True,
                          text=True, env=offline, timeout=300, check=False)

@@ -58,7 +58,8 @@ HELP: dict[tuple[str, ...], Help] = {
     ("report",): Help(
         "farm report [OPTIONS] [CAMPAIGN]",
         "Show one row per job of CAMPAIGN (default: the latest).",
-        {"--format [table|csv|json|html]": "[default: table]",
+        {"--format [table|csv|json|html]": "How to print the rows (html: a page with plots, to "
+                                           "a file). [default: table]",
          "-o, --output PATH": "File to write (--format html: a self-contained page with plots).",
          "--all": "Every campaign in the store.",
          "--group-by [gpu_class|worker|model|variant]":
@@ -71,7 +72,7 @@ HELP: dict[tuple[str, ...], Help] = {
         "it is outside the noise.",
         {"--build-a TEXT": "Only A's jobs on this build (two builds of one campaign).",
          "--build-b TEXT": "Only B's jobs on this build.",
-         "--format [table|csv|json]": "[default: table]",
+         "--format [table|csv|json]": "How to print the rows. [default: table]",
          "--fail-on-regression [SERIES[:PERCENT]]":
              "Exit 3 when a series regressed (by the difference test, false discovery rate 5%) "
              "beyond PERCENT (default 0); repeatable; SERIES alone, or no value: speedup:0 "
@@ -82,7 +83,8 @@ HELP: dict[tuple[str, ...], Help] = {
         "Every build the jobs of TARGET (a matrix file, or a comparable key or its first 8+ "
         "hex digits) ran on, in commit order: each series with its interval, and the changes "
         "between consecutive builds (docs/history.md).",
-        {"--format [table|json|markdown|html]": "[default: table]",
+        {"--format [table|json|markdown|html]": "How to print the series (html: a page with "
+                                                "plots, to a file). [default: table]",
          "-o, --output PATH": "File to write (--format html: a self-contained page, a trend "
                               "plot per series).",
          "--fail-on-regression [SERIES[:PERCENT]]":
@@ -117,14 +119,14 @@ HELP: dict[tuple[str, ...], Help] = {
         "Imported figures beside the farm's jobs of CAMPAIGN (default: the latest) that ran "
         "the same model file, build and threads/offload; then those no job matches.",
         {"--all": "The jobs of every campaign.",
-         "--format [table|csv|json]": "[default: table]"}),
+         "--format [table|csv|json]": "How to print the rows. [default: table]"}),
     ("curve",): Help(
         "farm curve [OPTIONS] [CAMPAIGN]",
         "The engine cost curve of CAMPAIGN (default: the latest): from its synthetic-acceptance "
         "jobs, the speedup per acceptance length, the step cost and the break-even length per "
         "draft length, with 95% intervals.",
         {"--all": "The synthetic-acceptance jobs of every campaign.",
-         "--format [table|csv|json]": "[default: table]",
+         "--format [table|csv|json]": "How to print the curves. [default: table]",
          "-o, --output PATH": "Also write the plot: speedup vs acceptance length, a line per "
                               "draft length, break-even marked (PNG)."}),
     ("recommend",): Help(
@@ -132,7 +134,7 @@ HELP: dict[tuple[str, ...], Help] = {
         "The settings to use per GPU class, model and prompt category, predicted from the "
         "drafters' measured acceptance in CAMPAIGN (default: the latest) and the engine cost "
         "curves in the store, with the runner-up and why.",
-        {"--format [table|json]": "[default: table]",
+        {"--format [table|json]": "How to print the recommendations. [default: table]",
          "-o, --output PATH": "Write the matrix that checks the recommendation: recommended "
                               "and runner-up settings vs baseline on the same prompts (YAML).",
          "--check VERIFY_CAMPAIGN": "Put the predictions beside what VERIFY_CAMPAIGN (a run of "
@@ -142,8 +144,9 @@ HELP: dict[tuple[str, ...], Help] = {
     ("export",): Help(
         "farm export [OPTIONS] [CAMPAIGN]",
         "Write the tidy runs of CAMPAIGN (default: the latest), one row per run.",
-        {"--format [csv|parquet]": "[default: csv]",
-         "-o, --output PATH": "[required]"}),
+        {"--format [csv|parquet]": "The file's format (parquet keeps the columns' types). "
+                                   "[default: csv]",
+         "-o, --output PATH": "The file to write. [required]"}),
     ("db",): Help(
         "farm db [OPTIONS] COMMAND [ARGS]...",
         "Manage the result database (FARM_DATABASE_URL, default SQLite in the data dir)."),
@@ -200,8 +203,9 @@ HELP: dict[tuple[str, ...], Help] = {
     ("flower",): Help(
         "farm flower [OPTIONS]",
         "Start Flower on the farm's broker, with basic auth from FARM_FLOWER_AUTH.",
-        {"--port INTEGER": "[default: 5555]",
-         "--address TEXT": "[default: 127.0.0.1]"}),
+        {"--port INTEGER": "The port Flower listens on. [default: 5555]",
+         "--address TEXT": "The address Flower listens on (127.0.0.1: this machine only). "
+                           "[default: 127.0.0.1]"}),
     ("build",): Help(
         "farm build [OPTIONS] [NAME]",
         "Build llama-server as NAME (cached: the same build asked twice builds once), or "
@@ -211,7 +215,8 @@ HELP: dict[tuple[str, ...], Help] = {
          "--binary PATH": "Instead of --source: register a llama-server built elsewhere as "
                           "NAME, so matrices may name it (`build: NAME`).",
          "--ref TEXT": "Branch, tag, commit or pull/N/head of a git source.",
-         "--backend [cpu|cuda|metal|vulkan]": "[default: cpu]",
+         "--backend [cpu|cuda|metal|vulkan]": "The ggml backend to build for (cuda needs "
+                                              "nvcc). [default: cpu]",
          "--cuda-arch TEXT": "CMAKE_CUDA_ARCHITECTURES, e.g. 86;89;90 (default native).",
          "--cmake-arg TEXT": "Extra -D... for cmake.",
          "--target TEXT": "cmake targets to build. [default: llama-server]",
@@ -223,6 +228,44 @@ HELP: dict[tuple[str, ...], Help] = {
         "farm builds [OPTIONS]",
         "The builds on this node: named ones, then those made from source for jobs (with "
         "their size and last use)."),
+    ("ab",): Help(
+        "farm ab [OPTIONS] MODEL -- VARIANT_FLAGS...",
+        "Is MODEL faster with VARIANT_FLAGS? Baseline vs baseline + VARIANT_FLAGS (given after "
+        "`--`), run here with the farm's design; prints the answer and writes the matrix it ran "
+        "(re-run it with `farm run`, send it to a fleet with `farm submit`). MODEL is a GGUF "
+        "file, or its name in the models dir.",
+        {"-ngl, --n-gpu-layers INTEGER": "Baseline: layers on the GPU (-ngl); the variant adds "
+                                         "its flags to the baseline's.",
+         "-c, --ctx-size INTEGER": "Baseline: context size (-c).",
+         "-t, --threads INTEGER": "Baseline: CPU threads (-t).",
+         "-fa, --flash-attn [on|off|auto]": "Baseline: flash attention (-fa).",
+         "--args FLAGS": "More baseline flags as one string, e.g. '-ctk q8_0 -ctv q8_0'.",
+         "--pairs N": "A fixed number of block pairs (default: 4, then up to 12 until the "
+                      "speedup is known to ±3%). [1<=x<=100]",
+         "--n-predict INTEGER RANGE": "Tokens generated per run. [default: 128; 2<=x<=32768]",
+         "--repetitions N": "Runs per prompt per block (default 3). [1<=x<=1000]",
+         "--prompt-suite CATEGORY": "Built-in prompts of this category (repeatable; `all` for "
+                                    "every one). [default: tutorial]",
+         "--prompt-mode [chat|completion]": "chat: the model's chat template; completion: "
+                                            "the prompts as raw text. [default: chat]",
+         "--build TEXT": "The llama-server build (`farm builds` lists them). [default: cpu]",
+         "-o, --output PATH": "Where to write the matrix it runs (default: in the data dir, "
+                              "beside the results; `farm paths` shows it)."}),
+    ("init",): Help(
+        "farm init [OPTIONS] [OUTPUT]",
+        "Write a commented starter matrix to OUTPUT (default matrix.yaml), ready for `farm "
+        "run` after `farm provision` (or the Quickstart).",
+        {"--engine-curve": "A matrix with an `engine-curve:` block and a drafter: `farm curve` "
+                           "and `farm recommend` read its campaign.",
+         "--force": "Overwrite OUTPUT if it exists."}),
+    ("schema",): Help(
+        "farm schema [OPTIONS]",
+        "Print the matrix's JSON Schema, for an editor to complete and check matrix files "
+        "(docs/matrix.md, \"Editors\")."),
+    ("paths",): Help(
+        "farm paths [OPTIONS]",
+        "Where the farm keeps things on this machine: the database, the logs, the caches, the "
+        "builds and the models (each set by a FARM_* variable: `farm -h`)."),
     ("provision",): Help(
         "farm provision [OPTIONS]",
         "Build the CPU llama-server and fetch the tiny models (idempotent, cached)."),
@@ -269,12 +312,13 @@ def assert_one_line_error(result: Result, exit_code: int, message: str) -> None:
 
 
 def assert_usage_error(result: Result, path: str, usage: str, error: str) -> None:
-    """Click's own answer to bad arguments: the usage line, where to look, the error."""
+    """Click's own answer to bad arguments: the usage line, where to look, the error with
+    the farm's one prefix."""
     assert result.exit_code == 2, result.output
     assert result.stdout == ""
     assert result.stderr == (f"Usage: farm {path}{' ' if path else ''}{usage}\n"
-                             f"Try 'farm {path}{' ' if path else ''}--help' for help.\n\n"
-                             f"Error: {error}\n")
+                             f"Try 'farm {path}{' ' if path else ''}-h' for help.\n\n"
+                             f"error: {error}\n")
 
 
 # ----------------------------------------------------------------------------- help pages
@@ -309,7 +353,7 @@ def test_group_help_lists_each_subcommand() -> None:
         group = _command(path)
         assert isinstance(group, click.Group)
         page = run_cli(*path, "--help", width=HELP_WIDTH).stdout
-        listed = page.split("Commands:\n", 1)[1].splitlines()
+        listed = page.split("Commands:\n", 1)[1].split("\n\n", 1)[0].splitlines()
         assert {line.split()[0] for line in listed if line.strip()} == set(group.commands)
 
 

@@ -96,10 +96,19 @@ def test_args_string_is_split_without_a_shell(files: dict[str, Any]) -> None:
                                      "--spec-ngram-simple-size-n", "4", "--no-warmup"]
 
 
-def test_unknown_key_names_the_key_and_what_is_allowed(files: dict[str, Any]) -> None:
+def test_unknown_key_names_the_key_and_the_near_one(files: dict[str, Any]) -> None:
     message = error_of(files, variants=[{"name": "v", "flag": {"spec-type": "ngram-simple"}}])
-    assert "variants[0].flag: unknown key" in message
-    assert "allowed here: args, build, control, flags, name" in message
+    assert "variants[0].flag: unknown key; did you mean `flags`?" in message
+
+
+def test_unknown_top_level_key_suggests_the_near_one_not_all_22(
+        files: dict[str, Any]) -> None:
+    message = error_of(files, None, **{"n-predcit": 64})
+    assert message.endswith("n-predcit: unknown key; did you mean `n-predict`?")
+    assert "repetitions" not in message
+    far = error_of(files, None, **{"zzz": 1})
+    assert far.endswith("zzz: unknown key; the keys allowed here are in `farm schema` and "
+                        "docs/matrix.md")
 
 
 def test_wrong_type_and_missing_field_are_named(files: dict[str, Any]) -> None:

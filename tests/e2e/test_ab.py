@@ -1,0 +1,55 @@
+"""`farm ab`: the tutorial's question in one command, on the real llama-server: it answers,
+and the matrix it writes runs again adding nothing and passes `farm submit --dry-run`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.test_farm_run import farm, report_rows
+
+pytestmark = pytest.mark.server
+
+ANSWER = re.compile(r"answer: the variant decodes (?P<speedup>\d+\.\d\d)x as fast as the "
+                    r"baseline \[(?P<low>\d+\.\d\d), (?P<high>\d+\.\d\d)\] \(95% interval, "
+                    r"2 block pairs\): (faster|slower|within noise: no difference shown; "
+                    r"more pairs narrow the interval \(the default design, without --pairs, "
+                    r"runs 4 to 12\))")
+
+
+def test_farm_ab_answers_and_writes_a_matrix_that_reruns_adding_no_run(
+        smollm2: Path, isolated_data_dir: Path) -> None:
+    args = ("ab", str(smollm2), "--pairs", "2", "--n-predict", "32", "--repetitions", "1",
+            "--prompt-suite", "extraction", "-c", "2048", "-t", "2",
+            "--", "--spec-type", "ngram-simple")
+    result = farm(*args)
+    assert result.returncode == 0, result.stderr
+    *_, answer, written = result.stdout.splitlines()
+    found = ANSWER.fullmatch(answer)
+    assert found, answer
+    assert float(found["low"]) <= float(found["speedup"]) <= float(found["high"])
+    path = Path(written.removeprefix("matrix: ").split(" (")[0])
+    assert path.parent == isolated_data_dir / "ab"
+    matrix = yaml.safe_load(path.read_text())
+    assert matrix["models"] == [{"name": smollm2.name.removesuffix(".gguf"),
+                                 "file": smollm2.name}]
+    assert matrix["flags"] == {"ctx-size": 2048, "threads": 2}
+    assert matrix["variants"] == [{"name": "ngram-simple",
+                                   "flags": {"spec-type": "ngram-simple"}}]
+    [row] = report_rows(matrix["campaign"])
+    assert row["pairs"] == 2 and row["runs"] == 2 * 2 * 6  # two arms, six prompts
+
+    again = farm("run", str(path))
+    assert again.returncode == 0, again.stderr
+    assert report_rows(matrix["campaign"])[0]["runs"] == row["runs"]
+    same = farm(*args)
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.splitlines()[-2:] == [answer, written]
+    assert report_rows("--all")[0]["runs"] == row["runs"] and len(report_rows("--all")) == 1
+
+    submitted = farm("submit", "--dry-run", str(path))
+    assert submitted.returncode == 0, submitted.stderr
+    assert "ngram-simple" in submitted.stdout
