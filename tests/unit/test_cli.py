@@ -100,7 +100,11 @@ HELP: dict[tuple[str, ...], Help] = {
         {"--ref TEXT": "Branch, tag or pull/N/head every source build of MATRIX is taken at "
                        "(its current commit). [required]",
          "--gpu-class TEXT": "With an embedded store and several gpu-classes in MATRIX: the "
-                             "one to run here."}),
+                             "one to run here.",
+         "--paired": "Also run each job's arms on the last tracked commit against REF's in "
+                     "one paired job per arm, so `farm history` reads their tok/s changes "
+                     "from a crossover interval, free of the machine's drift between jobs "
+                     "(docs/history.md). Costs about twice the pairs of a plain track."}),
     ("import",): Help(
         "farm import [OPTIONS] FILES...",
         "Read FILES (llama-bench -o json|jsonl|csv|sql, speed-bench --output JSON, "
