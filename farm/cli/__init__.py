@@ -1,5 +1,5 @@
 """The ``farm`` command, one module per noun: running, results, database, fleet, builds, peers,
-track.
+track, bisect.
 
 Exit codes: 0 success, 2 bad input, 1 runtime failure, 3 a regression found by
 ``--fail-on-regression`` (``farm compare``, ``farm history``), 130 interrupted.
@@ -7,10 +7,10 @@ Exit codes: 0 success, 2 bad input, 1 runtime failure, 3 a regression found by
 
 from __future__ import annotations
 
-from farm.cli import builds, database, fleet, peers, results, running, track
+from farm.cli import bisect, builds, database, fleet, peers, results, running, track
 from farm.cli.base import cli
 
-__all__ = ["builds", "cli", "database", "fleet", "main", "peers", "results", "running",
+__all__ = ["bisect", "builds", "cli", "database", "fleet", "main", "peers", "results", "running",
            "track"]
 
 

@@ -171,6 +171,32 @@ def _paired(engine: Engine, keys: Sequence[str], specs: Sequence[dict[str, Any]]
     return pd.DataFrame(list(found.values()), columns=list(PAIRED_COLUMNS))
 
 
+@dataclass(frozen=True)
+class JobSeries:
+    """One finished job's series (``job_series``) and what it cost: pairs, seconds."""
+
+    series: dict[str, Estimate]
+    pairs: int
+    seconds: float
+
+
+def finished_job(engine: Engine, job_key: str) -> JobSeries | None:
+    """The series of the finished job with this ``job_key`` (None if it has not finished)."""
+    query = (select(Job.id, Job.spec, Job.summary, Job.pairs, Job.started_at,
+                    Job.finished_at)
+             .where(Job.job_key == job_key, Job.state == JobState.DONE.value)
+             .order_by(Job.id.desc()).limit(1))
+    with engine.connect() as connection:
+        found = connection.execute(query).mappings().first()
+    if found is None:
+        return None
+    job = dict(found)
+    seconds = ((job["finished_at"] - job["started_at"]).total_seconds()
+               if job["finished_at"] and job["started_at"] else math.nan)
+    return JobSeries(_series(_runs(engine, [job["id"]]), _summary(job)), job["pairs"] or 0,
+                     seconds)
+
+
 def history(engine: Engine, keys: Sequence[str]) -> History:
     """The history of the jobs with these comparable keys (``job.comparable_key``): their
     finished jobs' series per build and the changes between consecutive builds."""
