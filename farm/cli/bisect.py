@@ -75,11 +75,12 @@ def _target(path: Path, good: str, bad: str, job: str | None) -> tuple[Target, J
 
 
 def _run_step(gpu_class: str | None, console: Console
-              ) -> Callable[[Path, Settings, str, str | None, Pick], tuple[str, float]]:
+              ) -> Callable[[Path, Settings, str, str | None, Pick], tuple[str, float | None]]:
     """Runs a step's job here (``farm run``'s path); returns its key and the seconds spent
-    checking and making its builds. A job the store already finished is not built again."""
+    checking and making its builds: None for a job the store has finished already (not
+    built or run again)."""
     def run(path: Path, settings: Settings, commit: str, older: str | None,
-            pick: Pick) -> tuple[str, float]:
+            pick: Pick) -> tuple[str, float | None]:
         from farm.cli.progress import RunProgress
         from farm.matrix.crossbuild import cross_build_specs
         from farm.matrix.load import load_matrix
@@ -91,7 +92,7 @@ def _run_step(gpu_class: str | None, console: Console
         [spec] = pick(matrix, cross_build_specs(specs, older) if older else specs)[1]
         with connected(settings.database_url) as engine:
             if "job" in table_names(engine) and finished_job(engine, spec.job_key):
-                return spec.job_key, 0.0
+                return spec.job_key, None
         started = time.monotonic()
         checked = check_matrix(path, settings, gpu_class=gpu_class, ref=commit,
                                pair_with=older, pick=pick,
@@ -103,12 +104,14 @@ def _run_step(gpu_class: str | None, console: Console
     return run
 
 
-def _interval(measure: Measure | None) -> tuple[float | None, float | None, float | None]:
+def _interval(measure: Measure | None) -> tuple[float | None, ...]:
+    """A measure on the ratio scale with its 95% interval (None where there is none)."""
     if measure is None or not math.isfinite(measure.log):
         return None, None, None
     low, high = (log_interval(measure.log, measure.se, measure.df)
                  if measure.se > 0 else (math.exp(measure.log),) * 2)
-    return math.exp(measure.log), low, high
+    return tuple(value if math.isfinite(value) else None
+                 for value in (math.exp(measure.log), low, high))
 
 
 def _result(name: str, outcome: Outcome, evidence: SeriesEvidence,
@@ -155,13 +158,13 @@ def _cost(runner: StepRunner) -> dict[str, Any]:
 
 def _plan(target: Target, spec: JobSpec, names: list[str], plan: Plan,
           runner: StepRunner) -> dict[str, Any]:
-    paired = sum(name in PAIRED for name in names)
     own = any(name not in PAIRED for name in names)
     # Per series measured across builds a job a step; each commit's own job serves all
     # the others; the ends need good's and bad's own jobs.
     per_step = len({PAIRED[name] for name in names if name in PAIRED}) + own
     least = per_step * (plan.decisions + 1) + own
     campaigns = [f"{target.campaign}.bisect.{commit[:12]}" for commit, _ in target.commits]
+    stored, seconds = runner.stored(campaigns)
     return {"matrix": str(target.matrix), "good": target.commit(0),
             "bad": target.commit(len(target.commits)), "commits": len(target.commits),
             "job": spec.comparable_key, "job_label": _label(spec),
@@ -169,9 +172,10 @@ def _plan(target: Target, spec: JobSpec, names: list[str], plan: Plan,
             "alpha": plan.alpha, "share": plan.share, "decisions": plan.decisions,
             "rounds": plan.rounds, "builds": 2 + plan.decisions,
             "jobs": [least, least * plan.rounds], "pairs": [spec.pairs, spec.max_pairs],
-            "paired_series": paired,
-            "stored": "some steps are stored already: reused, not run again"
-            if runner.stored(campaigns) else None}
+            "minutes": [least * seconds / 60, least * plan.rounds * seconds / 60]
+            if seconds and math.isfinite(seconds) else None,
+            "stored": "some steps are stored already: reused, not run again" if stored
+            else None}
 
 
 def _label(spec: JobSpec) -> str:

@@ -70,8 +70,10 @@ class StepRunner:
     say: Callable[[str], None]
     run: Callable[[Path, Settings, str, str | None, Callable[[Matrix, list[JobSpec]],
                                                                 tuple[Matrix, list[JobSpec]]]],
-                  tuple[str, float]]
+                  tuple[str, float | None]]
     jobs: dict[tuple[int, str | None, int], JobSeries | None] = field(default_factory=dict)
+    # Seconds spent checking and making each commit's build in this call (none for a
+    # commit whose jobs were all stored already).
     build_seconds: dict[int, float] = field(default_factory=dict)
     skipped: dict[int, str] = field(default_factory=dict)
 
@@ -105,12 +107,14 @@ class StepRunner:
             self.skipped[index] = str(exc).splitlines()[0]
             self.say(f"skipped {commit[:12]} ({target.subject(index)}): {self.skipped[index]}")
             return None
-        self.build_seconds[index] = self.build_seconds.get(index, 0.0) + seconds
+        if seconds is not None:
+            self.build_seconds[index] = self.build_seconds.get(index, 0.0) + seconds
         with connected(self.settings.database_url) as engine:
             found = finished_job(engine, job_key)
         if found is None:
             raise RuntimeFarmError(f"job {job_key[:12]} of {campaign} did not finish")
-        self.say(f"{campaign}: measured in {time.monotonic() - started:.0f} s")
+        self.say(f"{campaign}: stored already, reused" if seconds is None else
+                 f"{campaign}: built and measured in {time.monotonic() - started:.0f} s")
         return found
 
     def _wanted(self, role: ArmRole | None) -> str:
@@ -123,18 +127,21 @@ class StepRunner:
         [spec] = [spec for spec in specs if spec.comparable_key == self.target.key]
         return spec.cross_key(role)
 
-    def stored(self, campaign_names: list[str]) -> bool:
-        """Whether the store holds any of these campaigns (for the dry run's plan)."""
+    def stored(self, campaign_names: list[str]) -> tuple[bool, float | None]:
+        """For the dry run's plan: whether the store holds any of these campaigns, and how
+        long the latest finished job of the target ran."""
         from sqlalchemy import select
 
+        from farm.results.history import last_job_seconds
         from farm.store.models import Campaign
 
         with connected(self.settings.database_url) as engine:
             if "campaign" not in table_names(engine):
-                return False
+                return False, None
             with engine.connect() as connection:
-                return connection.scalar(select(Campaign.id).where(
+                found = connection.scalar(select(Campaign.id).where(
                     Campaign.name.in_(campaign_names)).limit(1)) is not None
+            return found, last_job_seconds(engine, self.target.key)
 
 
 def _measure(estimate: Estimate | None) -> Measure:

@@ -112,6 +112,6 @@ def plan_text(plan: dict[str, Any]) -> str:
               f"expected cost: {plan['builds']} builds, {plan['jobs'][0]} to {plan['jobs'][1]} "
               f"jobs of {plan['pairs'][0]} to {plan['pairs'][1]} pairs each"
               + (f", about {plan['minutes'][0]:.0f} to {plan['minutes'][1]:.0f} minutes "
-                 "measuring (this job's last run here)" if plan.get("minutes") else "")
+                 "measuring (as long as this job's latest run)" if plan.get("minutes") else "")
               + (f"; {plan['stored']}" if plan.get("stored") else "")]
     return "\n".join(lines)

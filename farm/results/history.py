@@ -191,10 +191,24 @@ def finished_job(engine: Engine, job_key: str) -> JobSeries | None:
     if found is None:
         return None
     job = dict(found)
-    seconds = ((job["finished_at"] - job["started_at"]).total_seconds()
-               if job["finished_at"] and job["started_at"] else math.nan)
     return JobSeries(_series(_runs(engine, [job["id"]]), _summary(job)), job["pairs"] or 0,
-                     seconds)
+                     _seconds(job["started_at"], job["finished_at"]))
+
+
+def _seconds(started: datetime | None, finished: datetime | None) -> float:
+    """A job's seconds from start to finish (NaN without both)."""
+    return float((finished - started).total_seconds()) if started and finished else math.nan
+
+
+def last_job_seconds(engine: Engine, comparable_key: str) -> float | None:
+    """How long the latest finished job of ``comparable_key`` ran (None: none has)."""
+    query = (select(Job.started_at, Job.finished_at)
+             .where(Job.comparable_key == comparable_key, Job.state == JobState.DONE.value,
+                    Job.started_at.is_not(None), Job.finished_at.is_not(None))
+             .order_by(Job.id.desc()).limit(1))
+    with engine.connect() as connection:
+        found = connection.execute(query).first()
+    return None if found is None else _seconds(found.started_at, found.finished_at)
 
 
 def history(engine: Engine, keys: Sequence[str]) -> History:

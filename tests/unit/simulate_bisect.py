@@ -142,12 +142,14 @@ CELLS = {
 
 def main(bisects: int) -> None:
     """Print each cell's rates as a markdown table."""
-    print("| cell | wrong commit | right commit | no difference | jobs a bisect | bound |")
-    print("|---|---|---|---|---|---|")
+    print("| cell | wrong commit | right commit | no difference | stopped short | jobs a "
+          "bisect | bound |")
+    print("|---|---|---|---|---|---|---|")
     for seed, (name, cell) in enumerate(CELLS.items()):
         rates = cell_rates(cell, bisects, seed)
+        short = 1.0 - rates.wrong - rates.right - rates.no_difference
         print(f"| {name} | {rates.wrong:.4f} | {rates.right:.3f} | {rates.no_difference:.3f}"
-              f" | {rates.rounds:.1f} | {rates.bound:.2f} |")
+              f" | {short:.3f} | {rates.rounds:.1f} | {rates.bound:.2f} |")
 
 
 if __name__ == "__main__":
