@@ -20,7 +20,7 @@ from farm.errors import ConfigError
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings, load_settings
-from farm.stats.bisect import ALPHA, ROUNDS, Measure, Outcome, Plan, bisect
+from farm.stats.bisect import ALPHA, MIN_CHANGE, ROUNDS, Measure, Outcome, Plan, bisect
 from farm.stats.history import series_label
 from farm.stats.intervals import log_interval
 
@@ -202,6 +202,11 @@ def _label(spec: JobSpec) -> str:
                    "only while the step is too close to call.")
 @click.option("--alpha", type=click.FloatRange(0.001, 0.5), default=ALPHA, show_default=True,
               help="Bound on the chance that any decision of one series' search is wrong.")
+@click.option("--min-change", type=click.FloatRange(0.1, 1000), default=MIN_CHANGE * 100,
+              show_default=True, metavar="PERCENT",
+              help="The smallest change worth finding: good and bad stop after one round "
+                   "with no difference only when their interval rules out a change this "
+                   "large; else they look again.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]),
               default="text", show_default=True, help="How to print the answer.")
 @click.option("--gpu-class", help="With several gpu-classes in MATRIX: the one to run here.")
@@ -209,7 +214,8 @@ def _label(spec: JobSpec) -> str:
               help="Print the commits, each step's error rate and the expected cost; build "
                    "and run nothing.")
 def bisect_command(matrix: Path, good: str, bad: str, job: str | None,
-                   series_names: tuple[str, ...], rounds: int, alpha: float, fmt: str,
+                   series_names: tuple[str, ...], rounds: int, alpha: float,
+                   min_change: float, fmt: str,
                    gpu_class: str | None, dry_run: bool) -> None:
     """Find the first commit between --good and --bad where a series of MATRIX's job
     changed, running each step here as its own stored campaign (an interrupted bisect
@@ -223,7 +229,7 @@ def bisect_command(matrix: Path, good: str, bad: str, job: str | None,
     runner = StepRunner(target, settings, lambda line: console.print(line, markup=False,
                                                                       soft_wrap=True),
                         _run_step(gpu_class, console))
-    plan = Plan(len(target.commits), alpha, rounds)
+    plan = Plan(len(target.commits), alpha, rounds, min_change / 100)
     if dry_run:
         found = _plan(target, spec, names, plan, runner)
         click.echo(json.dumps(found, indent=2) if fmt == "json" else plan_text(found))

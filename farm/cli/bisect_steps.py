@@ -105,6 +105,7 @@ class StepRunner:
                 raise RuntimeFarmError(f"{'good' if index == 0 else 'bad'} commit "
                                        f"{commit[:12]} cannot be measured: {exc}") from exc
             self.skipped[index] = str(exc).splitlines()[0]
+            self.build_seconds[index] = time.monotonic() - started
             self.say(f"skipped {commit[:12]} ({target.subject(index)}): {self.skipped[index]}")
             return None
         if seconds is not None:

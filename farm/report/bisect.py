@@ -63,9 +63,11 @@ def _table_text(rows: list[list[str]]) -> str:
 
 
 def _cost(cost: dict[str, Any]) -> str:
+    skipped = "".join(f"\nskipped {commit[:12]}: {why}" for commit, why in
+                      cost["skipped"].items())
     return (f"cost: {cost['builds']} builds ({cost['build_seconds']:.0f} s this call), "
             f"{cost['jobs']} jobs, {cost['pairs']} pairs, {cost['minutes']:.1f} minutes "
-            "measuring")
+            f"measuring{skipped}")
 
 
 def bisect_text(answer: dict[str, Any]) -> str:

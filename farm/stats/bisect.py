@@ -15,7 +15,9 @@ crossover estimate of one build over another, or a series' block mean on one bui
 - **Sequential**: a step looks again with one more round of measurement (pooled with the
   earlier ones) only while it is undecided, at most ``rounds`` looks; each look tests at
   the step's level / rounds (Bonferroni), so the step's error rate is at most its level
-  whatever the looks saw. The ends go on only while close (p under ``CLOSE``).
+  whatever the looks saw. The ends stop early with "no difference" only when far from a
+  difference (p at least ``CLOSE``) with an interval that excludes a change of
+  ``min_change``; else they look again.
 - **The total**: ``alpha`` is split over ceil(log2 n) decisions + the ends + one share
   kept for the extra decisions skipped commits cause (halved for each such one), so the
   chance that any decision of the search is wrong is at most ``alpha``.
@@ -29,12 +31,14 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from farm.stats.distributions import student_t_cdf
+from farm.stats.intervals import t_margin
 
 ALPHA = 0.05  # the whole search's error rate bound
 ROUNDS = 3  # looks a step takes at most
-# The ends go on to another round only while their p value is below this: far from
-# significant, more pairs would not change the answer ("no difference") at that size.
+# The ends stop before their last look with "no difference" only when far from
+# significant (p at least this) and their interval excludes any change of ``min_change``.
 CLOSE = 0.2
+MIN_CHANGE = 0.10
 NAN = float("nan")
 
 Verdict = Literal["differ", "no difference", "no test", "like good", "like bad", "neither",
@@ -65,8 +69,15 @@ def combine(*terms: tuple[float, Measure]) -> Measure:
 
 
 def pooled(rounds: Sequence[Measure]) -> Measure:
-    """The mean of equally designed rounds' measures."""
-    return combine(*((1.0 / len(rounds), measure) for measure in rounds))
+    """Rounds' measures weighted by their inverse variance (a round whose blocks met a
+    stall of the machine counts for little); the plain mean where a round has no spread."""
+    weights = [1.0 / (m.se * m.se) if m.se > 0 and math.isfinite(m.se) else math.nan
+               for m in rounds]
+    if not all(math.isfinite(weight) for weight in weights):
+        return combine(*((1.0 / len(rounds), measure) for measure in rounds))
+    total = sum(weights)
+    return combine(*((weight / total, measure) for weight, measure in zip(weights, rounds,
+                                                                            strict=True)))
 
 
 def p_two(measure: Measure) -> float:
@@ -102,11 +113,13 @@ def job_contrasts(good: Measure, bad: Measure, candidate: Measure) -> Contrasts:
 @dataclass(frozen=True)
 class Plan:
     """How a search over ``commits`` candidates (the commits after good, bad the last)
-    spends its error rate ``alpha``, and the looks a step takes at most."""
+    spends its error rate ``alpha``, the looks a step takes at most, and the smallest
+    change (a fraction) the ends must rule out to stop before their last look."""
 
     commits: int
     alpha: float = ALPHA
     rounds: int = ROUNDS
+    min_change: float = MIN_CHANGE  # smaller changes need not be found
 
     @property
     def decisions(self) -> int:
@@ -169,15 +182,19 @@ class Evidence(Protocol):
         it cannot be measured (it does not build: skipped)."""
 
 
-def ends_verdict(ends: Measure, level: float, last: bool) -> tuple[Verdict | None, float]:
-    """The ends at one look (``level``: this look's): "differ", "no difference", "no
-    test", or None to look again; and the p value."""
+def ends_verdict(ends: Measure, level: float, last: bool, min_change: float = MIN_CHANGE
+                 ) -> tuple[Verdict | None, float]:
+    """The ends at one look (``level``: this look's): "differ", "no difference" (at the
+    last look, or far from a difference with a 95% interval inside +-``min_change``),
+    "no test", or None to look again; and the p value."""
     p = p_two(ends)
     if not math.isfinite(p):
         return "no test", p
     if p < level:
         return "differ", p
-    return ("no difference" if last or p >= CLOSE else None), p
+    narrow = abs(ends.log) + (t_margin(ends.se, ends.df) if ends.se > 0 else 0.0) <= math.log1p(
+        min_change)
+    return ("no difference" if last or (p >= CLOSE and narrow) else None), p
 
 
 def candidate_verdict(found: Contrasts, level: float, last: bool
@@ -208,7 +225,7 @@ def _ends(plan: Plan, evidence: Evidence) -> Step:
     level = plan.share / plan.rounds
     for rounds in range(1, plan.rounds + 1):
         measure = evidence.ends(rounds)
-        verdict, p = ends_verdict(measure, level, rounds == plan.rounds)
+        verdict, p = ends_verdict(measure, level, rounds == plan.rounds, plan.min_change)
         if verdict is not None:
             return Step(0, verdict, plan.share, p, rounds, measure)
     raise AssertionError("the last look always decides")

@@ -93,6 +93,20 @@ def test_good_and_bad_that_do_not_differ_stop_at_once() -> None:
     assert evidence.asked == [(0, 1)]  # far from a difference: no second round
 
 
+def test_good_and_bad_too_noisy_to_rule_out_a_change_look_again_before_no_difference(
+        ) -> None:
+    evidence = Exact([0.0] * 9, se=0.2)  # no difference, but +-40% not ruled out
+    assert bisect(Plan(8), evidence).answer == "no difference"
+    assert evidence.asked == [(0, 1), (0, 2), (0, 3)]
+    assert bisect(Plan(8, min_change=2.0), Exact([0.0] * 9, se=0.2)).steps[0].rounds == 1
+
+
+def test_a_noisy_round_counts_for_little_in_the_pool() -> None:
+    stalled, steady = Measure(1.8, 1.1, 3.0), Measure(0.75, 0.08, 3.0)
+    found = pooled([stalled, steady])
+    assert 0.75 < found.log < 0.76 and found.se < 0.08
+
+
 def test_a_series_without_spread_differs_exactly_when_its_values_do() -> None:
     assert bisect(Plan(4), Exact([0.0] * 5, se=0.0)).answer == "no difference"
     outcome = bisect(Plan(4), Exact(_levels(4, 3), se=0.0))

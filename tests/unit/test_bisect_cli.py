@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from farm.report.bisect import bisect_markdown, bisect_text
 from tests.helpers import git, matrix_dict, run_cli, write_matrix
 
 
@@ -106,3 +107,29 @@ def test_the_dry_run_lists_the_commits_their_error_rates_and_the_cost(
     # Per step one job across builds (variant tok/s) and the commit's own (draft): 2 a
     # step, 4 steps, and good's own job: 9 jobs in one round, 27 in three.
     assert (plan["builds"], plan["jobs"], plan["share"]) == (5, [9, 27], 0.01)
+
+
+def test_the_text_answer_names_the_first_bad_commit_each_step_and_the_cost() -> None:
+    step = {"commit": "c" * 40, "subject": "c3: slower", "verdict": "like bad",
+            "level": 0.01, "p_value": 0.0004, "rounds": 2, "value": 2.3, "low": 1.8,
+            "high": 3.0, "change": 2.2, "change_low": 1.7, "change_high": 2.9, "pairs": 8,
+            "build_seconds": 7.4, "skipped": None}
+    skipped = {**step, "commit": "b" * 40, "verdict": "skipped", "level": 0.0,
+               "p_value": None, "rounds": 0, "value": None, "change": None, "pairs": 0}
+    answer = {"good": "a" * 40, "bad": "d" * 40, "commits": 5, "job": "e" * 64,
+              "job_label": "oracle · mtp", "alpha": 0.05,
+              "series": [{"label": "draft ms/token", "answer": "found", "design": "jobs",
+                          "spent": 0.03, "first_bad": {"commit": "c" * 40,
+                                                       "subject": "c3: slower"},
+                          "range": ["c" * 40], "steps": [skipped, step]}],
+              "cost": {"builds": 4, "build_seconds": 62.0, "jobs": 5, "pairs": 20,
+                       "minutes": 2.0, "skipped": {"b" * 40: "the build failed"}}}
+    text = bisect_text(answer)
+    rows = [" ".join(line.split()) for line in text.splitlines()]
+    assert "draft ms/token: first bad commit cccccccccccc 'c3: slower'" in rows
+    assert ("cccccccccccc c3: slower 2.3 [1.8, 3] +120% [+70%, +190%] like bad 0.0100 0.0004 "
+            "2 8 7") in rows
+    assert "bbbbbbbbbbbb c3: slower - - skipped - - 0 0 7" in rows
+    assert text.endswith("cost: 4 builds (62 s this call), 5 jobs, 20 pairs, 2.0 minutes "
+                         "measuring\nskipped bbbbbbbbbbbb: the build failed")
+    assert "| cccccccccccc | c3: slower | 2.3 [1.8, 3] |" in bisect_markdown(answer)

@@ -121,6 +121,10 @@ HELP: dict[tuple[str, ...], Help] = {
                                    "call. [default: 3; 1<=x<=10]",
          "--alpha FLOAT RANGE": "Bound on the chance that any decision of one series' search "
                                 "is wrong. [default: 0.05; 0.001<=x<=0.5]",
+         "--min-change PERCENT": "The smallest change worth finding: good and bad stop after "
+                                 "one round with no difference only when their interval "
+                                 "rules out a change this large; else they look again. "
+                                 "[default: 10.0; 0.1<=x<=1000]",
          "--format [text|json|markdown]": "How to print the answer. [default: text]",
          "--gpu-class TEXT": "With several gpu-classes in MATRIX: the one to run here.",
          "--dry-run": "Print the commits, each step's error rate and the expected cost; build "
