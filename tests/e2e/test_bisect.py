@@ -1,9 +1,10 @@
 """A bisect for real: six commits of a local llama.cpp repository (the provisioned sdist's
-tree), the fourth planting a fixed cost per speculative round (3 ms of sleep in every
-`common_speculative_draft` call), the others harmless (a server log line, a README line).
+tree), the fifth planting a fixed cost per speculative round (3 ms of sleep in every
+`common_speculative_draft` call), one that does not compile (skipped), the others harmless
+(a server log line, its typo fixed, a README line).
 `farm bisect` names the planted commit for the draft cost, and says "no difference" for
 the baseline's tok/s (measured in one job across builds) and the acceptance length, which
-it does not move; a second call reuses every step (nothing built or run).
+it does not move; a second call reuses every measured step (nothing run again).
 
 Each commit is built in the one tree of the source (static binaries copied out, so no step
 runs another commit's code: docs/builds.md), sharing the node's ccache.
@@ -29,23 +30,22 @@ pytestmark = pytest.mark.server
 @pytest.fixture(scope="module")
 def six_commits(provisioned: Provisioned, tmp_path_factory: pytest.TempPathFactory
                 ) -> tuple[Path, list[str]]:
-    """c0 the sdist; c1 a log line; c2 a README line; c3 3 ms per draft call; c4 a README
-    line; c5 a log line."""
+    """c0 the sdist; c1 a log line; c2 a line that does not compile; c3 it fixed; c4 3 ms
+    per draft call; c5 a README line."""
     repo = tmp_path_factory.mktemp("git") / "llama.cpp"
+    server = repo / "tools/server/server.cpp"
     commits = [planted.sdist_repository(repo, "c0: b11434 from the sdist")]
-    planted.edit(repo / "tools/server/server.cpp", *planted.SERVER_LINE)
+    planted.edit(server, *planted.SERVER_LINE)
     commits.append(planted.commit(repo, "c1: the server says which commit it is"))
+    planted.edit(server, planted.SERVER_LINE[1], planted.SERVER_LINE[1] + " not C++")
+    commits.append(planted.commit(repo, "c2: a typo that does not compile"))
+    planted.edit(server, planted.SERVER_LINE[1] + " not C++", planted.SERVER_LINE[1])
+    commits.append(planted.commit(repo, "c3: the typo fixed"))
+    planted.plant_draft_cost(repo)
+    commits.append(planted.commit(repo, "c4: 3 ms more per speculative round"))
     with (repo / "README.md").open("a") as readme:
         readme.write("\nA line nothing builds.\n")
-    commits.append(planted.commit(repo, "c2: a README line"))
-    planted.plant_draft_cost(repo)
-    commits.append(planted.commit(repo, "c3: 3 ms more per speculative round"))
-    with (repo / "README.md").open("a") as readme:
-        readme.write("\nAnother line nothing builds.\n")
-    commits.append(planted.commit(repo, "c4: another README line"))
-    back = planted.SERVER_LINE[1], planted.SERVER_LINE[0]
-    planted.edit(repo / "tools/server/server.cpp", *back)
-    commits.append(planted.commit(repo, "c5: the server's line as it was"))
+    commits.append(planted.commit(repo, "c5: a README line"))
     return repo, commits
 
 
@@ -74,18 +74,22 @@ def test_bisect_names_the_planted_commit_for_the_draft_cost_only(
     answer = _bisect(matrix, commits[0], env, "json")
     print(f"\nbisect: {time.monotonic() - started:.0f} s\n{bisect_markdown(answer)}")
     draft, length, baseline = answer["series"]
-    assert (draft["answer"], draft["first_bad"]["commit"]) == ("found", commits[3])
-    assert draft["first_bad"]["subject"] == "c3: 3 ms more per speculative round"
-    assert [step["verdict"] for step in draft["steps"]] == ["differ", "like good", "like bad"]
-    assert [step["commit"] for step in draft["steps"][1:]] == [commits[2], commits[3]]
+    assert (draft["answer"], draft["first_bad"]["commit"]) == ("found", commits[4])
+    assert draft["first_bad"]["subject"] == "c4: 3 ms more per speculative round"
+    # c2, the middle, does not build: skipped, and its neighbour c3 tried instead.
+    assert [(step["commit"], step["verdict"]) for step in draft["steps"][1:]] == [
+        (commits[2], "skipped"), (commits[3], "like good"), (commits[4], "like bad")]
+    assert draft["steps"][0]["verdict"] == "differ"
     assert draft["spent"] <= answer["alpha"]
     assert length["answer"] == "no difference" and len(length["steps"]) == 1
     assert baseline["answer"] == "no difference"
-    assert answer["cost"]["builds"] == 4 and answer["cost"]["skipped"] == {}
+    assert answer["cost"]["builds"] == 5 and list(answer["cost"]["skipped"]) == [commits[2]]
 
     started = time.monotonic()
     again = _bisect(matrix, commits[0], env, "markdown")
     print(again)
     print(f"again: {time.monotonic() - started:.0f} s")
-    assert f"first bad commit {commits[3][:12]}" in again
-    assert "cost: 0 builds (0 s this call)" in again
+    assert f"first bad commit {commits[4][:12]}" in again
+    # Every measured step read from the store; only the commit that does not build is
+    # tried again.
+    assert "cost: 1 builds" in again and f"skipped {commits[2][:12]}: " in again
