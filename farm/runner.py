@@ -248,6 +248,8 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
                  allow_options: frozenset[str] = frozenset(), allow_build_path: bool = False,
                  make_builds: bool = True, ref: str | None = None,
                  pair_with: str | None = None,
+                 pick: Callable[[Matrix, list[JobSpec]], tuple[Matrix, list[JobSpec]]]
+                 | None = None,
                  say: Callable[[str], None] = lambda _line: None) -> CheckedMatrix:
     """Validate, resolve and check a matrix's jobs of one GPU class on this machine:
     everything a run checks, no job written or server started. ``allow_options``:
@@ -258,10 +260,13 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
     instead). Hub revisions are pinned to commits either way. ``ref``: every source build
     at this ref (``farm track``); ``pair_with``: instead of the matrix's jobs, each of
     their arms on this older commit against the commit the matrix names
-    (``farm.matrix.crossbuild``)."""
+    (``farm.matrix.crossbuild``); ``pick``: the matrix and jobs to run instead of those
+    read (``farm bisect``: one job, its step's campaign)."""
     matrix, specs = load_matrix(path, allow_options, ref)
     if pair_with is not None:
         specs = cross_build_specs(specs, pair_with)
+    if pick is not None:
+        matrix, specs = pick(matrix, specs)
     chosen = _one_class(path, matrix, gpu_class)
     paths = NodePaths.of(settings)
     node = built_here(paths, path.parent, allow_options=allow_options,

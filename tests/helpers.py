@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +62,9 @@ def run_cli(*args: str, env: dict[str, str] | None = None, width: int | None = N
         return CliRunner().invoke(cli, list(args), env=env, prog_name="farm", **extra)
     finally:
         signal.signal(signal.SIGTERM, handler)
+
+
+def git(repo: Path, *args: str) -> str:
+    """``git -C repo ARGS`` as a test's committer; its output, stripped."""
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                           *args], check=True, capture_output=True, text=True).stdout.strip()

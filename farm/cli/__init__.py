@@ -1,5 +1,5 @@
 """The ``farm`` command, one module per noun: the first hour, running, results, database,
-fleet, builds, peers, track; every command's examples in ``helptext``.
+fleet, builds, peers, track, bisect; every command's examples in ``helptext``.
 
 Exit codes: 0 success, 2 bad input, 1 runtime failure, 3 a regression found by
 ``--fail-on-regression`` (``farm compare``, ``farm history``), 130 interrupted.
@@ -7,12 +7,12 @@ Exit codes: 0 success, 2 bad input, 1 runtime failure, 3 a regression found by
 
 from __future__ import annotations
 
-from farm.cli import builds, database, fleet, peers, results, running, start, track
+from farm.cli import bisect, builds, database, fleet, peers, results, running, start, track
 from farm.cli.base import cli
 from farm.cli.helptext import teach
 
-__all__ = ["builds", "cli", "database", "fleet", "main", "peers", "results", "running",
-           "start", "track"]
+__all__ = ["bisect", "builds", "cli", "database", "fleet", "main", "peers", "results",
+           "running", "start", "track"]
 
 teach(cli)
 

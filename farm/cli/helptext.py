@@ -48,7 +48,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "flower": ("FARM_FLOWER_AUTH=admin:secret farm flower --port 5555",),
     "import": ("farm import llama-bench.json --note 'same box, b6100'",),
     "peers": ("farm peers", "farm peers --all --format csv"),
-    "track": ("farm track nightly.yaml --ref master",),
+    "track": ("farm track nightly.yaml --ref master",
+              "farm track nightly.yaml --ref master --paired"),
+    "bisect": ("farm bisect nightly.yaml --good b9200 --bad master --dry-run",
+               "farm bisect nightly.yaml --good b9200 --bad master --series variant "
+               "--series draft"),
 }
 
 

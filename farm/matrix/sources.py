@@ -108,3 +108,34 @@ def source_allowed(git: str, allowed: list[str] | tuple[str, ...]) -> bool:
     """Whether ``git`` is one of ``allowed`` (a trailing ``/`` or ``.git`` aside, local
     paths compared resolved)."""
     return _normal(git) in {_normal(item) for item in allowed}
+
+
+def first_parent_commits(git: str, good: str, bad: str, where: str) -> list[tuple[str, str]]:
+    """The commits after ``good`` up to ``bad`` (both resolved commits of the local
+    repository ``git``) along bad's first parents, oldest first, each with its subject
+    line (``git rev-list --first-parent good..bad``); a ConfigError unless good is an
+    ancestor of bad."""
+    if not Path(git).is_dir():
+        raise ConfigError(f"{where}.git: {git}: `farm bisect` lists the commits between good "
+                          "and bad with git: give the path of a local clone of it")
+    if good == bad:
+        raise ConfigError(f"--good and --bad are the same commit {good[:12]}; give a good "
+                          "commit before the bad one")
+    ancestor = _git(["-C", git, "merge-base", "--is-ancestor", "--end-of-options", good, bad],
+                    where)
+    if ancestor.returncode != 0:
+        raise ConfigError(f"--good {good[:12]} is not an ancestor of --bad {bad[:12]} in {git}: "
+                          "a bisect searches the commits from good to bad; give a good commit "
+                          "that bad descends from (swap them if good is the newer)")
+    listed = _git(["-C", git, "log", "--first-parent", "--reverse", "--format=%H%x09%s",
+                   "--end-of-options", f"{good}..{bad}"], where)
+    if listed.returncode != 0:
+        raise ConfigError(f"{where}.git: git log failed in {git}: {listed.stderr.strip()}")
+    return [(commit, subject) for commit, _, subject in
+            (line.partition("\t") for line in listed.stdout.splitlines())]
+
+
+def commit_subject(git: str, commit: str, where: str) -> str:
+    """The subject line of ``commit`` in the local repository ``git``."""
+    found = _git(["-C", git, "log", "-1", "--format=%s", "--end-of-options", commit], where)
+    return found.stdout.strip() if found.returncode == 0 else ""

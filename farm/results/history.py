@@ -171,6 +171,46 @@ def _paired(engine: Engine, keys: Sequence[str], specs: Sequence[dict[str, Any]]
     return pd.DataFrame(list(found.values()), columns=list(PAIRED_COLUMNS))
 
 
+@dataclass(frozen=True)
+class JobSeries:
+    """One finished job's series (``job_series``) and what it cost: pairs, seconds."""
+
+    series: dict[str, Estimate]
+    pairs: int
+    seconds: float
+
+
+def finished_job(engine: Engine, job_key: str) -> JobSeries | None:
+    """The series of the finished job with this ``job_key`` (None if it has not finished)."""
+    query = (select(Job.id, Job.spec, Job.summary, Job.pairs, Job.started_at,
+                    Job.finished_at)
+             .where(Job.job_key == job_key, Job.state == JobState.DONE.value)
+             .order_by(Job.id.desc()).limit(1))
+    with engine.connect() as connection:
+        found = connection.execute(query).mappings().first()
+    if found is None:
+        return None
+    job = dict(found)
+    return JobSeries(_series(_runs(engine, [job["id"]]), _summary(job)), job["pairs"] or 0,
+                     _seconds(job["started_at"], job["finished_at"]))
+
+
+def _seconds(started: datetime | None, finished: datetime | None) -> float:
+    """A job's seconds from start to finish (NaN without both)."""
+    return float((finished - started).total_seconds()) if started and finished else math.nan
+
+
+def last_job_seconds(engine: Engine, comparable_key: str) -> float | None:
+    """How long the latest finished job of ``comparable_key`` ran (None: none has)."""
+    query = (select(Job.started_at, Job.finished_at)
+             .where(Job.comparable_key == comparable_key, Job.state == JobState.DONE.value,
+                    Job.started_at.is_not(None), Job.finished_at.is_not(None))
+             .order_by(Job.id.desc()).limit(1))
+    with engine.connect() as connection:
+        found = connection.execute(query).first()
+    return None if found is None else _seconds(found.started_at, found.finished_at)
+
+
 def history(engine: Engine, keys: Sequence[str]) -> History:
     """The history of the jobs with these comparable keys (``job.comparable_key``): their
     finished jobs' series per build and the changes between consecutive builds."""

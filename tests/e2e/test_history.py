@@ -13,43 +13,22 @@ it, the next two only what their commit changes.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from sqlalchemy import select
 
 from farm.matrix.spec import JobSpec
 from farm.settings import load_settings
 from farm.store.db import connected
 from farm.store.models import Campaign, Job
-from tests.helpers import run_cli
-from workers.paths import NodePaths
-from workers.setup.builds import load_manifest
+from tests.e2e import planted
+from tests.helpers import git, run_cli
 from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
-SPECULATIVE = "common/speculative.cpp"
-TIMED_DRAFT = "            impl->draft(dparams);\n"
-SLOW_DRAFT = ("            std::this_thread::sleep_for(std::chrono::milliseconds(3));\n"
-              + TIMED_DRAFT)
-SERVER_LINE = ('SRV_INF("%s", "initializing ...\\n");',
-               'SRV_INF("%s", "initializing (commit B) ...\\n");')
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
-                           *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert text.count(old) == 1, f"{path}: {old!r} is not there once"
-    path.write_text(text.replace(old, new))
 
 
 @pytest.fixture(scope="module")
@@ -57,39 +36,20 @@ def three_commits(provisioned: Provisioned, tmp_path_factory: pytest.TempPathFac
                   ) -> tuple[Path, list[str]]:
     """A: the sdist as is; B: a server log line changed (nothing measured moves); C: B
     plus 3 ms per draft call."""
-    manifest = load_manifest("cpu", NodePaths.of(load_settings()))
-    assert manifest is not None
     repo = tmp_path_factory.mktemp("git") / "llama.cpp"
-    shutil.copytree(Path(manifest.configure[2]), repo,
-                    ignore=shutil.ignore_patterns("build-specfarm-*"))
-    _git(repo, "init", "-q", "-b", "master")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "A: b11434 from the sdist")
-    commits = [_git(repo, "rev-parse", "HEAD")]
-    _edit(repo / "tools/server/server.cpp", *SERVER_LINE)
-    _git(repo, "commit", "-qam", "B: the server says which commit it is")
-    commits.append(_git(repo, "rev-parse", "HEAD"))
-    _edit(repo / SPECULATIVE, TIMED_DRAFT, SLOW_DRAFT)
-    _edit(repo / SPECULATIVE, "#include <algorithm>\n",
-          "#include <algorithm>\n#include <chrono>\n#include <thread>\n")
-    _git(repo, "commit", "-qam", "C: 3 ms more per speculative round")
-    commits.append(_git(repo, "rev-parse", "HEAD"))
+    commits = [planted.sdist_repository(repo, "A: b11434 from the sdist")]
+    planted.edit(repo / "tools/server/server.cpp", *planted.SERVER_LINE)
+    commits.append(planted.commit(repo, "B: the server says which commit it is"))
+    planted.plant_draft_cost(repo)
+    commits.append(planted.commit(repo, "C: 3 ms more per speculative round"))
     return repo, commits
 
 
 def _matrix(path: Path, repo: Path, model: Path) -> Path:
-    path.write_text(yaml.safe_dump({
-        "campaign": "nightly", "prompt-mode": "completion",
-        "build": {"name": "master", "git": str(repo), "ref": "master"},
-        "models": [{"name": "oracle-cpu", "path": str(model)}],
-        "prompts": ["hello speculative world", "the farm reads the history"],
-        # 6 pairs of 4 runs a block: the tiny model's tok/s and draft timer vary 20-50%
-        # between blocks on this shared CPU, and a series' df is its blocks less one.
-        "n-predict": 128, "repetitions": 2, "pairs": 6, "max-pairs": 6,
-        "flags": {"ctx-size": 256, "threads": 2},
-        "variants": [{"name": "mtp", "flags": {"spec-type": "draft-mtp",
-                                               "spec-draft-n-max": 3}}]}))
-    return path
+    # 6 pairs of 4 runs a block: the tiny model's tok/s and draft timer vary 20-50%
+    # between blocks on this shared CPU, and a series' df is its blocks less one.
+    return planted.nightly_matrix(path, repo, model, prompt="the farm reads the history",
+                                  n_predict=128, pairs=6)
 
 
 def _called(history: dict[str, Any], build: str) -> dict[str, str]:
@@ -104,7 +64,7 @@ def test_history_of_three_tracked_commits_marks_the_planted_draft_cost_only(
                      repo, provisioned.models["qwen35-mtp-oracle-cpu"])
     env = {"FARM_CACHE_DIR": str(tmp_path / "cache")}
     for commit in commits:
-        _git(repo, "update-ref", "refs/heads/master", commit)
+        git(repo, "update-ref", "refs/heads/master", commit)
         started = time.monotonic()
         # The last commit is also paired with the one before: each arm on B and on C in
         # one job (two more jobs), so its tok/s changes carry no drift between jobs.

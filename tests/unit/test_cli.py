@@ -105,6 +105,32 @@ HELP: dict[tuple[str, ...], Help] = {
                      "one paired job per arm, so `farm history` reads their tok/s changes "
                      "from a crossover interval, free of the machine's drift between jobs "
                      "(docs/history.md). Costs about twice the pairs of a plain track."}),
+    ("bisect",): Help(
+        "farm bisect [OPTIONS] MATRIX",
+        "Find the first commit between --good and --bad where a series of MATRIX's job "
+        "changed, running each step here as its own stored campaign (an interrupted bisect "
+        "resumes; a second one reuses the steps).",
+        {"--good REF": "A commit, branch or tag of the matrix's source build where the series "
+                       "is as it should be (an ancestor of --bad). [required]",
+         "--bad REF": "A later commit, branch or tag where it changed. [required]",
+         "--job KEY": "The job to follow when MATRIX has several: a comparable key prefix (8+ "
+                      "hex digits) or its variant's name (the error lists them).",
+         "--series SERIES": "What changed (repeatable; default speedup): speedup, baseline, "
+                            "variant (decode tok/s, each measured in one job across builds), "
+                            "acceptance-N, acceptance-length, draft, verify (ms per token).",
+         "--rounds INTEGER RANGE": "Looks a step takes at most: one more job of the same "
+                                   "design per look, only while the step is too close to "
+                                   "call. [default: 3; 1<=x<=10]",
+         "--alpha FLOAT RANGE": "Bound on the chance that any decision of one series' search "
+                                "is wrong. [default: 0.05; 0.001<=x<=0.5]",
+         "--min-change PERCENT": "The smallest change worth finding: good and bad stop after "
+                                 "one round with no difference only when their interval "
+                                 "rules out a change this large; else they look again. "
+                                 "[default: 10.0; 0.1<=x<=1000]",
+         "--format [text|json|markdown]": "How to print the answer. [default: text]",
+         "--gpu-class TEXT": "With several gpu-classes in MATRIX: the one to run here.",
+         "--dry-run": "Print the commits, each step's error rate and the expected cost; build "
+                      "and run nothing."}),
     ("import",): Help(
         "farm import [OPTIONS] FILES...",
         "Read FILES (llama-bench -o json|jsonl|csv|sql, speed-bench --output JSON, "

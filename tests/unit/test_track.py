@@ -3,7 +3,6 @@ input refused, and a commit already stored left alone (no server is started here
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import yaml
@@ -14,28 +13,22 @@ from farm.matrix.spec import ArmRole
 from farm.settings import load_settings
 from farm.store import repo
 from farm.store.db import make_engine, upgrade
-from tests.helpers import matrix_dict, run_cli, write_matrix
-
-
-def _git(repo_dir: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo_dir), "-c", "user.name=t", "-c",
-                           "user.email=t@t", *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
+from tests.helpers import git, matrix_dict, run_cli, write_matrix
 
 
 def _repository(tmp_path: Path) -> tuple[Path, str, str]:
     """A repository with two commits: master at the second, tag `first` at the first."""
     source = tmp_path / "llama.cpp"
     source.mkdir()
-    _git(source, "init", "-q", "-b", "master")
+    git(source, "init", "-q", "-b", "master")
     (source / "a.txt").write_text("a")
-    _git(source, "add", "-A")
-    _git(source, "commit", "-qm", "first")
-    _git(source, "tag", "first")
-    first = _git(source, "rev-parse", "HEAD")
+    git(source, "add", "-A")
+    git(source, "commit", "-qm", "first")
+    git(source, "tag", "first")
+    first = git(source, "rev-parse", "HEAD")
     (source / "a.txt").write_text("b")
-    _git(source, "commit", "-qam", "second")
-    return source, first, _git(source, "rev-parse", "HEAD")
+    git(source, "commit", "-qam", "second")
+    return source, first, git(source, "rev-parse", "HEAD")
 
 
 def _source_matrix(tmp_path: Path, source: Path) -> Path:
