@@ -6,9 +6,9 @@ import shlex
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from farm.matrix.spec import ArmRole, JobSpec
+from farm.report.sheet import plain_sheet, table_text, terminal_width
 from farm.runner import WorkerCheck
 from workers.job.runtime.server import HOST
 from workers.paths import downloaded_files, hub_file
@@ -47,13 +47,10 @@ def build_line(spec: JobSpec, role: ArmRole) -> str | None:
 
 def print_dry_run(specs: list[JobSpec], console: Console) -> None:
     """The expanded jobs as a table, then the exact argv of each arm (copy-pasteable)."""
-    table = Table(title=f"{len(specs)} jobs", title_justify="left")
-    for header in ("job key", "class", "model", "variant", "varying flags"):
-        table.add_column(header, overflow="fold")
-    for spec in specs:
-        table.add_row(spec.job_key[:12], spec.gpu_class, spec.model.name, spec.variant.name,
-                      spec.varying_text)
-    console.print(table)
+    console.file.write(table_text([plain_sheet(
+        f"{len(specs)} jobs", ("job key", "class", "model", "variant", "varying flags"),
+        [(spec.job_key[:12], spec.gpu_class, spec.model.name, spec.variant.name,
+          spec.varying_text) for spec in specs])], terminal_width()))
     for spec in specs:
         console.print(f"\njob {spec.job_key[:12]} ({spec.model.name}, {spec.variant.name})",
                       markup=False)

@@ -38,7 +38,6 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
     from farm.cli.progress import RunProgress
     from farm.cli.show import show_report
     from farm.matrix.options import check_allowances
-    from farm.report.text import wide_console
     from farm.runner import check_matrix, run_matrix
 
     settings = load_settings()
@@ -49,7 +48,7 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
                            allow_build_path=allow_build_path, make_builds=not dry_run,
                            say=lambda line: console.print(line, markup=False, soft_wrap=True))
     if dry_run:
-        console = wide_console()
+        console = Console()
         print_dry_run([check.spec for _, check in checked.checked]
                       + [spec for spec, _ in checked.unbuilt], console)
         for line in checked.notes:

@@ -259,8 +259,9 @@ def _recommendation(found: Recommendation | None) -> str:
 _RECOMMENDATION_NOTE = (
     "Predicted from each drafter's measured acceptance per position (this campaign) and the "
     "engine cost curve of the same build, model, GPU class and spec type (synthetic-"
-    "acceptance jobs in the store), with a 95% interval over both. `farm recommend -o "
-    "verify.yaml` writes the matrix that checks it; `farm recommend --check` compares.")
+    "acceptance jobs in the store), with a 95% interval over both. `farm recommend "
+    "--write-matrix verify.yaml` writes the matrix that checks it; `farm recommend --check` "
+    "compares.")
 
 
 def _traffic(jobs: pd.DataFrame) -> str:

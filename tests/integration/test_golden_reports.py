@@ -10,6 +10,7 @@ fixture and runs the commands through this module's ``load_fixture`` and ``outpu
 
 from __future__ import annotations
 
+import ast
 import csv
 import io
 import json
@@ -233,6 +234,18 @@ def _interval_difference(name: str, want: str, got: str, row: dict[str, str]) ->
         f"column {name}: {got} on the wrong side of the speedup {row['speedup']}")
 
 
+def _rewritten(golden: str, actual: str) -> bool:
+    """Whether a CSV cell holds the golden's value as written since issue 29: a nested value
+    (the golden's Python repr in reports) as JSON, a missing one empty (the golden's
+    "null" in exports)."""
+    if golden == "null":
+        return actual == ""
+    try:
+        return bool(actual) and ast.literal_eval(golden) == json.loads(actual)
+    except (ValueError, SyntaxError):
+        return False
+
+
 def csv_difference(golden: str, actual: str, added: tuple[str, ...] = ADDED_COLUMNS,
                    recomputed: tuple[str, ...] = ()) -> str | None:
     """Where ``actual`` differs from ``golden`` cell by cell on the golden's columns, the
@@ -257,7 +270,7 @@ def csv_difference(golden: str, actual: str, added: tuple[str, ...] = ADDED_COLU
                 why = _interval_difference(name, a, b, row)
                 if why is not None:
                     return f"record {number}, {why}"
-            elif a != b:
+            elif a != b and not _rewritten(a, b):
                 return f"record {number}, column {name}: golden {a!r}, actual {b!r}"
     return None
 
