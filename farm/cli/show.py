@@ -255,18 +255,12 @@ def export_runs(settings: Settings, campaign: str | None, fmt: str, output: Path
     with open_store(settings) as engine:
         runs = runs_frame(engine, None if all_campaigns
                           else campaign or latest_campaign(engine))
-    if "node_top" in runs:
-        # Stored as [name, pid, cores] triples; a record each, so Parquet types the column.
-        runs["node_top"] = runs["node_top"].map(
-            lambda top: None if not isinstance(top, list) else [
-                {"process": name, "pid": pid, "cores": cores} for name, pid, cores in top])
+    from farm.results.export import runs_parquet, typed_runs
+
+    runs = typed_runs(runs)
     if fmt == "parquet":
         if output is None:
             raise ConfigError("--format parquet writes a file: give -o runs.parquet")
-        import io
-
-        data = io.BytesIO()
-        runs.to_parquet(data, index=False)
-        write_file(output, data.getvalue(), f"{len(runs)} runs")
+        write_file(output, runs_parquet(runs), f"{len(runs)} runs")
     else:
         emit(to_csv(runs) if fmt == "csv" else to_json(runs), output, f"{len(runs)} runs")

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 def to_json(report: pd.DataFrame) -> str:
     """A JSON list, one object per line; NaN and missing values are null."""
-    lines = report.to_json(orient="records", lines=True, double_precision=15)
+    lines = report.to_json(orient="records", lines=True, double_precision=15,
+                           date_format="iso")
     # The encoder escapes newlines inside strings: each one left ends a record.
     return _json_list(lines.rstrip("\n").split("\n"))
 

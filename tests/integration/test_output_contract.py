@@ -91,3 +91,36 @@ def test_a_narrow_terminal_gets_the_fitted_table_and_the_note(store: dict[str, s
     assert max(map(len, printed.splitlines())) <= 80
     assert printed.splitlines()[2].split()[1:3] == ["campaign", "\u2503"]
     assert "hidden at 80 columns: job, model," in printed
+
+
+def test_cpu_and_gpu_shaped_exports_concatenate(store: dict[str, str], tmp_path: Path) -> None:
+    """A CPU node's runs leave the GPU columns (and every other optional one) empty: its
+    Parquet export has the same column types as a GPU node's, and times carry UTC."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import sqlalchemy as sa
+
+    from farm.store.models import Run
+
+    cpu_url = f"sqlite:///{tmp_path / 'cpu.sqlite'}"
+    load_fixture(cpu_url)
+    optional = {column.name: None for column in Run.__table__.columns
+                if column.nullable and not column.primary_key}
+    engine = sa.create_engine(cpu_url)
+    with engine.begin() as connection:
+        connection.execute(sa.update(Run).values(**optional))
+    engine.dispose()
+    gpu, cpu = tmp_path / "gpu.parquet", tmp_path / "cpu.parquet"
+    for env, output in ((store, gpu), ({"FARM_DATABASE_URL": cpu_url}, cpu)):
+        result = run_cli("export", "today", "--format", "parquet", "-o", str(output), env=env)
+        assert result.exit_code == 0, result.output
+    assert pq.read_schema(cpu) == pq.read_schema(gpu)
+    assert not [field.name for field in pq.read_schema(cpu) if pa.types.is_null(field.type)]
+    assert pq.read_table(cpu).column("gpu_name").null_count == pq.read_table(cpu).num_rows
+    both = pa.concat_tables([pq.read_table(gpu), pq.read_table(cpu)])
+    frame = pd.concat([pd.read_parquet(gpu), pd.read_parquet(cpu)])
+    assert len(frame) == both.num_rows == 2 * pq.read_table(gpu).num_rows
+    assert str(frame["started_at"].dt.tz) == "UTC"
+    printed = run_cli("export", "today", "--format", "csv", env=store).stdout
+    [first] = list(csv.DictReader(io.StringIO(printed)))[:1]
+    assert first["started_at"].endswith("+00:00")
