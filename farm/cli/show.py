@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from farm.errors import ConfigError
+from farm.report.headline import headlines
 from farm.report.output import emit, sheets_text, write_file
 from farm.report.text import (
     category_sheet,
@@ -71,7 +72,20 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         sheet = group_sheet(frame, group_by)
     else:
         frame, sheet = report, job_sheet(report, title)
+        if fmt in ("table", "md"):
+            emit(_with_headlines(headlines(report), fmt,
+                                 formatted(frame, [sheet], fmt, wide=wide, output=output)),
+                 output)
+            return
     emit(formatted(frame, [sheet], fmt, wide=wide, output=output), output)
+
+
+def _with_headlines(lines: list[str], fmt: str, tables: str) -> str:
+    """The report's answer (``farm.report.headline``) above its tables."""
+    if not lines:
+        return tables
+    bullet = "- " if fmt == "md" else ""
+    return "\n".join(bullet + line for line in lines) + "\n\n" + tables
 
 
 def formatted(frame: pd.DataFrame, sheets: list[Sheet], fmt: str, *, wide: bool = False,

@@ -16,12 +16,15 @@ from typing import Any
 import pandas as pd
 
 from farm.report import cells, plots
+from farm.report.headline import headlines, provenance
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
        max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.45; }
 h1 { margin-bottom: 0.1em; }
 .generated { color: #666; margin-top: 0; }
+.headline { font-size: 1.15em; font-weight: 600; padding-left: 1.2em; }
+.provenance { color: #555; font-size: 0.9em; }
 h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 1.8em; }
 table { border-collapse: collapse; width: 100%; font-size: 0.9em; margin: 0.8em 0; }
 th, td { border: 1px solid #ddd; padding: 0.3em 0.55em; text-align: left; vertical-align: top; }
@@ -325,11 +328,19 @@ def _notes(notes: list[str] | None) -> str:
     return f'<section class="notes"><ul>{items}</ul></section>'
 
 
+def _headline(jobs: pd.DataFrame, runs: pd.DataFrame) -> str:
+    answers = "".join(f"<li>{escape(line)}</li>" for line in headlines(jobs))
+    where = " · ".join(map(escape, provenance(runs)))
+    return ((f'<ul class="headline" id="headline">{answers}</ul>' if answers else "")
+            + (f'<p class="provenance">{where}</p>' if where else ""))
+
+
 def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: pd.DataFrame,
                 notes: list[str] | None = None, generated_at: datetime | None = None,
                 curve: EngineCurve | None = None,
                 recommendation: Recommendation | None = None) -> str:
-    """Render the whole report as one self-contained HTML document; a ``curve`` adds its
+    """Render the whole report as one self-contained HTML document, opening with its
+    answer (``farm.report.headline``) and where it was measured; a ``curve`` adds its
     section, a ``recommendation`` (``farm recommend``'s) its own."""
     when = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
     return f"""<!DOCTYPE html>
@@ -344,6 +355,7 @@ def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: 
 <header>
 <h1>{escape(title)}</h1>
 <p class="generated">Generated {escape(when)}</p>
+{_headline(jobs, runs)}
 </header>
 {_notes(notes)}
 <section>
