@@ -34,7 +34,7 @@ def _sigterm_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
 def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple[str, ...],
         allow_build_path: bool) -> None:
     """Run MATRIX on this machine against real llama-server processes."""
-    from farm.cli.dry_run import print_dry_run
+    from farm.cli.dry_run import measured_speeds, print_dry_run
     from farm.cli.progress import RunProgress
     from farm.cli.show import show_report
     from farm.matrix.options import check_allowances
@@ -49,8 +49,9 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
                            say=lambda line: console.print(line, markup=False, soft_wrap=True))
     if dry_run:
         console = Console()
-        print_dry_run([check.spec for _, check in checked.checked]
-                      + [spec for spec, _ in checked.unbuilt], console)
+        print_dry_run([(check.spec, check) for _, check in checked.checked]
+                      + [(spec, None) for spec, _ in checked.unbuilt], console,
+                      measured_speeds(settings))
         for line in checked.notes:
             console.print(line, markup=False, soft_wrap=True)
         return

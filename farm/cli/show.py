@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from farm.errors import ConfigError
 from farm.report.headline import headlines
 from farm.report.output import emit, sheets_text, write_file
+from farm.report.sheet import terminal_width
 from farm.report.text import (
     category_sheet,
     check_sheet,
@@ -73,19 +74,25 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
     else:
         frame, sheet = report, job_sheet(report, title)
         if fmt in ("table", "md"):
-            emit(_with_headlines(headlines(report), fmt,
+            width = None if fmt == "md" or wide or output is not None else terminal_width()
+            emit(_with_headlines(headlines(report), fmt, width,
                                  formatted(frame, [sheet], fmt, wide=wide, output=output)),
                  output)
             return
     emit(formatted(frame, [sheet], fmt, wide=wide, output=output), output)
 
 
-def _with_headlines(lines: list[str], fmt: str, tables: str) -> str:
-    """The report's answer (``farm.report.headline``) above its tables."""
+def _with_headlines(lines: list[str], fmt: str, width: int | None, tables: str) -> str:
+    """The report's answer (``farm.report.headline``) above its tables, each line wrapped
+    to the terminal's ``width``."""
+    import textwrap
+
     if not lines:
         return tables
     bullet = "- " if fmt == "md" else ""
-    return "\n".join(bullet + line for line in lines) + "\n\n" + tables
+    return "\n".join(textwrap.fill(bullet + line, width, subsequent_indent="  ",
+                                    break_long_words=False) if width else bullet + line
+                     for line in lines) + "\n\n" + tables
 
 
 def formatted(frame: pd.DataFrame, sheets: list[Sheet], fmt: str, *, wide: bool = False,
