@@ -29,7 +29,17 @@ h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 1.8em; }
 table { border-collapse: collapse; width: 100%; font-size: 0.9em; margin: 0.8em 0; }
 th, td { border: 1px solid #ddd; padding: 0.3em 0.55em; text-align: left; vertical-align: top; }
 th { background: #f3f4f6; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td { overflow-wrap: anywhere; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap;
+         overflow-wrap: normal; }
+.flags { font-size: 0.95em; }
+.scroll { overflow-x: auto; }
+/* A narrow window hides the jobs table's least needed columns (rank 2, then 1) instead of
+   scrolling; other tables scroll inside their own box, never the page. */
+@media (max-width: 1799px) { .r2 { display: none; } }
+@media (max-width: 1099px) { .r1 { display: none; } }
+@media (min-width: 1800px) { .narrow-note { display: none; } }
+.narrow-note { color: #666; font-size: 0.85em; }
 tbody tr:nth-child(even) { background: #fafafa; }
 code { font-size: 0.95em; }
 .badge { display: inline-block; border-radius: 0.7em; padding: 0 0.55em; font-size: 0.8em;
@@ -104,13 +114,29 @@ def _busy_cell(row: Mapping[Any, Any]) -> str:
     return escape("; ".join(cells.block_notes(row)))
 
 
+# The per-job columns a narrow window hides: rank 2 below 1800 px, rank 1 below 1100 px too.
+_JOB_RANKS = {"job": 2, "varying flags": 1, "pairs": 1, "stop reason": 2,
+              "mean accepted length": 2, "drift": 1, "node": 2, "baseline tok/s": 1,
+              "variant tok/s": 1, "draft / verify ms per token": 2,
+              "memory MiB (+variant, draft context)": 2}
+
+
+def _flags_cell(row: Mapping[Any, Any]) -> str:
+    """One varying flag per line, never broken inside a flag."""
+    return "<br>".join(f'<span class="flags">{escape(flag)}</span>'
+                       for flag in cells.text(row.get("varying_flags")).split())
+
+
 def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
-    """(header, cell renderer, numeric) for the per-job table."""
+    """(header, cell renderer, numeric) for the per-job table; a campaign column first when
+    its rows come from several."""
+    several = "campaign" in jobs.columns and jobs["campaign"].nunique() > 1
     columns: list[tuple[str, _Cell, bool]] = [
+        *([("campaign", _plain("campaign"), False)] if several else []),
         ("job", lambda row: escape(cells.text(row.get("job_key"))[:10]), False),
         ("model", _plain("model"), False),
         ("variant", lambda row: escape(cells.variant(row)), False),
-        ("varying flags", lambda row: f"<code>{_plain('varying_flags')(row)}</code>", False),
+        ("varying flags", _flags_cell, False),
         ("speedup", lambda row: escape(cells.interval(row.get("speedup"), row.get("ci_low"),
                                                       row.get("ci_high"))), True),
         ("pairs", _number("pairs", cells.count), True),
@@ -134,22 +160,35 @@ def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
     return columns
 
 
-def _table(frame: pd.DataFrame, columns: list[tuple[str, _Cell, bool]], empty: str) -> str:
+def _table(frame: pd.DataFrame, columns: list[tuple[str, _Cell, bool]], empty: str,
+           ranks: Mapping[str, int] | None = None) -> str:
     if frame.empty:
         return f"<p><em>{escape(empty)}</em></p>"
-    head = "".join(f"<th>{escape(header)}</th>" for header, _, _ in columns)
+
+    def classes(header: str, numeric: bool) -> str:
+        names = " ".join(filter(None, ("num" if numeric else "",
+                                       f"r{(ranks or {}).get(header, 0)}")))
+        return f' class="{names}"'
+
+    head = "".join(f"<th{classes(header, False)}>{escape(header)}</th>"
+                   for header, _, _ in columns)
     body = []
     for row in frame.to_dict(orient="records"):
-        cells = "".join(f'<td class="num">{cell(row)}</td>' if numeric else f"<td>{cell(row)}</td>"
-                        for _, cell, numeric in columns)
-        body.append(f"<tr>{cells}</tr>")
-    return (f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(body)
-            + "\n</tbody>\n</table>")
+        tds = "".join(f"<td{classes(header, numeric)}>{cell(row)}</td>"
+                      for header, cell, numeric in columns)
+        body.append(f"<tr>{tds}</tr>")
+    return (f'<div class="scroll"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
+            + "\n".join(body) + "\n</tbody>\n</table></div>")
 
 
 def jobs_table(jobs: pd.DataFrame) -> str:
-    """The per-job table as HTML."""
-    return _table(jobs, _job_columns(jobs), "No jobs.")
+    """The per-job table as HTML; a narrow window hides its least needed columns, named
+    in a note that shows only then."""
+    columns = _job_columns(jobs)
+    hidden = [header for header, _, _ in columns if _JOB_RANKS.get(header)]
+    note = (f'<p class="narrow-note">This window hides {escape(", ".join(hidden))} (widen '
+            "it, or run <code>farm report --wide</code>).</p>")
+    return _table(jobs, columns, "No jobs.", _JOB_RANKS) + ("" if jobs.empty else note)
 
 
 def categories_table(categories: pd.DataFrame) -> str:

@@ -89,7 +89,10 @@ def test_a_narrow_terminal_gets_the_fitted_table_and_the_note(store: dict[str, s
     monkeypatch.setenv("COLUMNS", "80")
     printed = run_cli("report", "--all", env=store).stdout
     assert max(map(len, printed.splitlines())) <= 80
-    assert printed.splitlines()[2].split()[1:3] == ["campaign", "\u2503"]
+    header = next(line for line in printed.splitlines() if " variant " in line)
+    assert header.split()[1:3] == ["campaign", "\u2503"]
+    # The answer first: the best of today's five mtp/ngram variants on the RTX 4090.
+    assert "today \u00b7 qwen3-8b \u00b7 rtx4090: mtp 1.51\u00d7 [1.50, 1.53], best of 5" in printed
     assert "hidden at 80 columns: job, model," in printed
 
 
