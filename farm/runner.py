@@ -125,8 +125,7 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: Nod
                if repo.job_state(engine, job_id) != JobState.DONE]
     # The least each job runs; its first stage may plan more.
     progress.start(len(pending), len(specs) - len(pending),
-                   sum(2 * s.design.least_pairs * len(s.prompts) * s.repetitions
-                       for s, _ in pending))
+                   sum(run_range(s)[0] for s, _ in pending))
     failed = 0
     try:
         for index, (spec, job_id) in enumerate(pending, start=1):
@@ -168,7 +167,7 @@ class WorkerCheck:
     """``farm submit --dry-run``'s answer: each job as checked, and what was not checked
     on this machine."""
 
-    shown: list[JobSpec]
+    shown: list[tuple[JobSpec, Preflight | None]]  # with its checks where they ran here
     unchecked: list[str] = field(default_factory=list)
 
 
@@ -182,16 +181,17 @@ def check_as_worker(path: Path, matrix: Matrix, specs: list[JobSpec], paths: Nod
     found = WorkerCheck([])
     for spec in specs:
         try:
-            found.shown.append(checked_jobs(path, matrix, [spec], node, paths)[0][1].spec)
+            checked = checked_jobs(path, matrix, [spec], node, paths)[0][1]
+            found.shown.append((checked.spec, checked))
             continue
         except NotOnThisNode as exc:
             missing = exc
         try:
-            found.shown.append(_flags_checked(path, matrix, spec, node))
+            found.shown.append((_flags_checked(path, matrix, spec, node), None))
             found.unchecked.append(f"job {spec.job_key[:12]}: flags checked against the "
                                    f"build; not checked on this machine: {missing}")
         except NotOnThisNode:
-            found.shown.append(spec)
+            found.shown.append((spec, None))
             found.unchecked.append(f"job {spec.job_key[:12]} not checked on this machine: "
                                    f"{missing}")
     return found
@@ -299,6 +299,19 @@ def _built(spec: JobSpec, node: NodeFiles) -> bool:
     """Whether every source build of the job is made on ``node``."""
     return all(arm.build.source is None or arm.build.source.local_name in node.builds
                for arm in (spec.baseline, spec.variant))
+
+
+def pair_range(spec: JobSpec) -> tuple[int, int]:
+    """The fewest and the most pairs of blocks a job runs (its design's stages)."""
+    return spec.design.least_pairs, spec.design.max_pairs
+
+
+def run_range(spec: JobSpec) -> tuple[int, int]:
+    """The fewest and the most runs a job makes: both arms, every prompt and repetition of
+    each pair (simultaneous streams make one run)."""
+    per_pair = 2 * len(spec.prompts) * spec.repetitions
+    low, high = pair_range(spec)
+    return low * per_pair, high * per_pair
 
 
 def run_matrix(checked: CheckedMatrix, settings: Settings, progress: Progress,

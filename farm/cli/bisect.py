@@ -16,6 +16,7 @@ from rich.console import Console
 
 from farm.cli.base import cli
 from farm.cli.bisect_steps import PAIRED, SeriesEvidence, StepRunner, Target, check_series
+from farm.cli.output import output_options
 from farm.errors import ConfigError
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec
@@ -207,20 +208,20 @@ def _label(spec: JobSpec) -> str:
               help="The smallest change worth finding: good and bad stop after one round "
                    "with no difference only when their interval rules out a change this "
                    "large; else they look again.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]),
-              default="text", show_default=True, help="How to print the answer.")
+@output_options("table", "md", "json", wide=False)
 @click.option("--gpu-class", help="With several gpu-classes in MATRIX: the one to run here.")
 @click.option("--dry-run", is_flag=True,
               help="Print the commits, each step's error rate and the expected cost; build "
                    "and run nothing.")
 def bisect_command(matrix: Path, good: str, bad: str, job: str | None,
                    series_names: tuple[str, ...], rounds: int, alpha: float,
-                   min_change: float, fmt: str,
+                   min_change: float, fmt: str, output: Path | None,
                    gpu_class: str | None, dry_run: bool) -> None:
     """Find the first commit between --good and --bad where a series of MATRIX's job
     changed, running each step here as its own stored campaign (an interrupted bisect
     resumes; a second one reuses the steps)."""
     from farm.report.bisect import bisect_markdown, bisect_text, plan_text
+    from farm.report.output import emit
 
     names = check_series(series_names or ("speedup",))
     target, spec = _target(matrix, good, bad, job)
@@ -232,7 +233,7 @@ def bisect_command(matrix: Path, good: str, bad: str, job: str | None,
     plan = Plan(len(target.commits), alpha, rounds, min_change / 100)
     if dry_run:
         found = _plan(target, spec, names, plan, runner)
-        click.echo(json.dumps(found, indent=2) if fmt == "json" else plan_text(found))
+        emit(json.dumps(found, indent=2) if fmt == "json" else plan_text(found), output)
         return
     results = []
     for name in names:
@@ -242,5 +243,5 @@ def bisect_command(matrix: Path, good: str, bad: str, job: str | None,
               "bad": target.commit(len(target.commits)), "commits": len(target.commits),
               "job": spec.comparable_key, "job_label": _label(spec), "alpha": alpha,
               "series": results, "cost": _cost(runner)}
-    click.echo(json.dumps(answer, indent=2) if fmt == "json" else
-               bisect_markdown(answer) if fmt == "markdown" else bisect_text(answer))
+    emit(json.dumps(answer, indent=2) if fmt == "json" else
+         bisect_markdown(answer) if fmt == "md" else bisect_text(answer), output)

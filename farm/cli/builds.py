@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from farm.cli.base import cli
 from farm.settings import load_settings
@@ -97,33 +96,28 @@ def builds_command() -> None:
     their size and last use)."""
     import datetime
 
-    from rich.table import Table
-
     from farm.matrix.spec import SOURCE_BUILD_PREFIX
+    from farm.report.sheet import plain_sheet, table_text, terminal_width
     from workers.setup.builds import all_manifests
     from workers.setup.ondemand import source_builds
 
     paths = _paths()
-    table = Table(title="builds", title_justify="left")
-    for header in ("name", "backend", "source", "ref", "commit / sdist", "version"):
-        table.add_column(header, overflow="fold")
-    for manifest in all_manifests(paths):
-        if manifest.name.startswith(SOURCE_BUILD_PREFIX):
-            continue
-        table.add_row(manifest.name, manifest.backend, manifest.source, manifest.ref or "-",
-                      (manifest.commit or manifest.sdist_sha256 or "-")[:12],
-                      manifest.version.splitlines()[0])
-    Console().print(table)
-    made = Table(title="made from source for jobs (`farm build --prune DAYS` removes unused)",
-                 title_justify="left")
-    for header in ("name", "commit", "backend", "source", "size", "last use"):
-        made.add_column(header, overflow="fold")
-    for item in source_builds(paths):
-        used = datetime.datetime.fromtimestamp(item.last_used, datetime.UTC)
-        made.add_row(item.manifest.name, item.manifest.commit or "-", item.manifest.backend,
-                     item.manifest.source, f"{item.size / 1e6:.0f} MB",
-                     used.strftime("%Y-%m-%d %H:%M UTC"))
-    Console().print(made)
+    named = [(manifest.name, manifest.backend, manifest.source, manifest.ref or "-",
+              (manifest.commit or manifest.sdist_sha256 or "-")[:12],
+              manifest.version.splitlines()[0])
+             for manifest in all_manifests(paths)
+             if not manifest.name.startswith(SOURCE_BUILD_PREFIX)]
+    made = [(item.manifest.name, item.manifest.commit or "-", item.manifest.backend,
+             item.manifest.source, f"{item.size / 1e6:.0f} MB",
+             datetime.datetime.fromtimestamp(item.last_used, datetime.UTC).strftime(
+                 "%Y-%m-%d %H:%M UTC"))
+            for item in source_builds(paths)]
+    click.echo(table_text([
+        plain_sheet("builds", ("name", "backend", "source", "ref", "commit / sdist",
+                               "version"), named),
+        plain_sheet("made from source for jobs (`farm build --prune DAYS` removes unused)",
+                    ("name", "commit", "backend", "source", "size", "last use"), made)],
+        terminal_width()), nl=False)
 
 
 @cli.command()

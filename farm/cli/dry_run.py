@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from farm.matrix.spec import ArmRole, JobSpec
-from farm.runner import WorkerCheck
-from workers.job.runtime.server import HOST
+from farm.report.sheet import plain_sheet, table_text, terminal_width
+from farm.runner import WorkerCheck, pair_range, run_range
+from farm.settings import Settings
+from workers.job.checks import Preflight
+from workers.job.runtime.server import server_argv
 from workers.paths import downloaded_files, hub_file
 
 
@@ -25,13 +28,14 @@ def _model_place(spec: JobSpec) -> str:
     return str(root / (model.file or f"{model.name}.gguf"))
 
 
-def arm_command(spec: JobSpec, role: ArmRole) -> list[str]:
-    """The exact argv of an arm, with the port the farm picks shown as ``PORT``."""
-    model = spec.model.path or _model_place(spec)
-    farm_flags = ["--model", model, "--host", HOST, "--port", "PORT", "--parallel", "1",
-                  "--metrics"]
+def arm_command(spec: JobSpec, role: ArmRole, checked: Preflight | None) -> list[str]:
+    """The argv an arm's server runs with (``server_argv``, as each block starts it), the
+    port the farm picks shown as ``PORT``; ``--offline`` where the checked build knows it."""
     arm = spec.arm(role)
-    return [arm.build.path or f"<build {arm.build.name}>", *farm_flags, *arm.argv]
+    offline = checked is not None and checked.probe(role).option("offline") is not None
+    return server_argv(arm.build.path or f"<build {arm.build.name}>",
+                       spec.model.path or _model_place(spec), arm.argv, port="PORT",
+                       parallel=spec.concurrency, offline=offline)
 
 
 def build_line(spec: JobSpec, role: ArmRole) -> str | None:
@@ -45,24 +49,69 @@ def build_line(spec: JobSpec, role: ArmRole) -> str | None:
             f"{source.backend}{' ' + ' '.join(source.cmake) if source.cmake else ''}{made}")
 
 
-def print_dry_run(specs: list[JobSpec], console: Console) -> None:
-    """The expanded jobs as a table, then the exact argv of each arm (copy-pasteable)."""
-    table = Table(title=f"{len(specs)} jobs", title_justify="left")
-    for header in ("job key", "class", "model", "variant", "varying flags"):
-        table.add_column(header, overflow="fold")
-    for spec in specs:
-        table.add_row(spec.job_key[:12], spec.gpu_class, spec.model.name, spec.variant.name,
-                      spec.varying_text)
-    console.print(table)
-    for spec in specs:
+def print_dry_run(jobs: Sequence[tuple[JobSpec, Preflight | None]], console: Console,
+                  speeds: Mapping[tuple[str, str], float] | None = None) -> None:
+    """The expanded jobs as a table, then the exact argv of each arm (copy-pasteable), then
+    how many runs they make and, from ``speeds`` (a run's mean seconds by build and model
+    file, measured in the store), about how long."""
+    console.file.write(table_text([plain_sheet(
+        f"{len(jobs)} jobs", ("job key", "class", "model", "variant", "varying flags",
+                              "pairs", "runs"),
+        [(spec.job_key[:12], spec.gpu_class, spec.model.name, spec.variant.name,
+          spec.varying_text, _span(*pair_range(spec)), _span(*run_range(spec)))
+         for spec, _ in jobs])], terminal_width()))
+    for spec, checked in jobs:
         console.print(f"\njob {spec.job_key[:12]} ({spec.model.name}, {spec.variant.name})",
                       markup=False)
         for role in ("baseline", "variant"):
-            console.print(f"  {role:9}{shlex.join(arm_command(spec, role))}", markup=False,
-                          soft_wrap=True)
+            console.print(f"  {role:9}{shlex.join(arm_command(spec, role, checked))}",
+                          markup=False, soft_wrap=True)
         for line in dict.fromkeys(filter(None, (build_line(spec, "baseline"),
                                                 build_line(spec, "variant")))):
             console.print(f"  build    {line}", markup=False, soft_wrap=True)
+    console.print("\n" + _totals([spec for spec, _ in jobs], speeds or {}), markup=False,
+                  soft_wrap=True)
+
+
+def _span(low: int, high: int) -> str:
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def _totals(specs: Sequence[JobSpec], speeds: Mapping[tuple[str, str], float]) -> str:
+    """How many runs the jobs make and, where the store measured each arm's build on its
+    model, about how long they take."""
+    least = sum(run_range(spec)[0] for spec in specs)
+    most = sum(run_range(spec)[1] for spec in specs)
+    line = f"{_span(least, most)} runs in {len(specs)} jobs"
+    seconds = [speeds.get((spec.arm(role).build.name, Path(spec.model.path or spec.model.file
+                                                             or "").name))
+               for spec in specs for role in ("baseline", "variant")]
+    if not specs or None in seconds:
+        return line + "; no time estimate: the store has no run of every build on its model"
+    per_arm = [run_range(spec) for spec in specs for _ in ("baseline", "variant")]
+    low = sum(s * r[0] / 2 for s, r in zip(seconds, per_arm, strict=True) if s is not None)
+    high = sum(s * r[1] / 2 for s, r in zip(seconds, per_arm, strict=True) if s is not None)
+    return (line + f"; about {_minutes(low)}" + ("" if high == low else f" to {_minutes(high)}")
+            + " of generation, from the store's runs of the same builds and models")
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def measured_speeds(settings: Settings) -> dict[tuple[str, str], float]:
+    """``seconds_per_run`` of the store, or nothing where there is no store yet (a dry run
+    writes nothing, not even an empty database)."""
+    from sqlalchemy.engine import make_url
+
+    from farm.results.runs import seconds_per_run
+    from farm.store.db import connected, table_names
+
+    database = make_url(settings.database_url).database
+    if settings.embedded and not (database and Path(database).exists()):
+        return {}
+    with connected(settings.database_url) as engine:
+        return seconds_per_run(engine) if "run" in table_names(engine) else {}
 
 
 def print_worker_check(found: WorkerCheck, console: Console) -> None:

@@ -33,7 +33,6 @@ def _dry_run(matrix: Path, settings: Settings, allow: frozenset[str]) -> None:
     # 10,000-job submit cannot spare.
     from farm.cli.dry_run import print_worker_check
     from farm.matrix.load import load_matrix
-    from farm.report.text import wide_console
     from farm.runner import check_as_worker
     from workers.paths import NodePaths
 
@@ -44,7 +43,7 @@ def _dry_run(matrix: Path, settings: Settings, allow: frozenset[str]) -> None:
         note = f"not pinned: {exc}"
     found = check_as_worker(matrix, *loaded, NodePaths.of(settings), allow)
     print_worker_check(replace(found, unchecked=[*filter(None, [note]), *found.unchecked]),
-                       wide_console())
+                       Console())
 
 
 @cli.command()
@@ -118,7 +117,7 @@ def workers() -> None:
     settings = load_settings()
     require_fleet(settings)
     with connected(settings.database_url) as engine:
-        render_workers(worker_rows(engine, settings.lease_seconds), Console())
+        render_workers(worker_rows(engine, settings.lease_seconds))
 
 
 @cli.command()

@@ -27,8 +27,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "compare": ("farm compare smollm2-ngram smollm2-ngram-2",
                 "farm compare nightly nightly --build-a b6000 --build-b b6100"),
     "history": ("farm history nightly.yaml", "farm history nightly.yaml --fail-on-regression"),
-    "curve": ("farm curve", "farm curve engine-curve -o curve.png"),
-    "recommend": ("farm recommend", "farm recommend -o verify.yaml",
+    "curve": ("farm curve", "farm curve engine-curve --plot curve.png"),
+    "recommend": ("farm recommend", "farm recommend --write-matrix verify.yaml",
                   "farm recommend --check verify-campaign"),
     "export": ("farm export -o runs.csv", "farm export smollm2-ngram --format parquet -o "
                                           "runs.parquet"),

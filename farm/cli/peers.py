@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from farm.cli.base import cli
+from farm.cli.output import output_options
 from farm.peers.read import FORMATS
 from farm.settings import load_settings
 
@@ -38,12 +39,12 @@ def import_(files: tuple[Path, ...], fmt: str | None, build_commit: str | None,
 
 @cli.command()
 @click.argument("campaign", required=False)
-@click.option("--all", "all_campaigns", is_flag=True, help="The jobs of every campaign.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-              show_default=True, help="How to print the rows.")
-def peers(campaign: str | None, all_campaigns: bool, fmt: str) -> None:
+@output_options("table", "md", "csv", "json", all_help="The jobs of every campaign.")
+def peers(campaign: str | None, fmt: str, output: Path | None, wide: bool,
+          all_campaigns: bool) -> None:
     """Imported figures beside the farm's jobs of CAMPAIGN (default: the latest) that ran
     the same model file, build and threads/offload; then those no job matches."""
     from farm.cli.show_peers import show_peers
 
-    show_peers(load_settings(), campaign, fmt, all_campaigns=all_campaigns)
+    show_peers(load_settings(), campaign, fmt, all_campaigns=all_campaigns, output=output,
+               wide=wide)

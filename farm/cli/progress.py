@@ -1,9 +1,18 @@
-"""``farm run``'s progress on the terminal: a bar over the runs, a line per failed job."""
+"""``farm run``'s progress: on a terminal a bar over the runs with the time left; in a pipe
+or a log, one plain line per block; a line per failed job."""
 
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 from farm.errors import FarmError
 from farm.matrix.spec import JobSpec
@@ -16,9 +25,12 @@ class RunProgress:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                            MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+                            MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("left"), TimeRemainingColumn(), console=console,
+                            disable=not console.is_terminal)
         self.task = self.bar.add_task("starting", total=0)
         self.label = ""
+        self.block: tuple[str, str, int] | None = None  # the last block a line was printed for
 
     def start(self, jobs: int, skipped: int, least_runs: int) -> None:
         """The bar, over the least number of runs the jobs make."""
@@ -39,12 +51,18 @@ class RunProgress:
         if task.total is not None and task.completed + 1 > task.total:
             # The two-stage rule planned pairs beyond the least a job runs.
             self.bar.update(self.task, total=task.total + 1)
-        self.bar.update(self.task, advance=1, description=(
-            f"{self.label} · {result.key.arm} block {result.slot.block} · {tok_s:.1f} tok/s"))
+        line = f"{self.label} · {result.key.arm} block {result.slot.block} · {tok_s:.1f} tok/s"
+        self.bar.update(self.task, advance=1, description=line)
+        block = (self.label, result.key.arm, result.slot.block)
+        if not self.console.is_terminal and block != self.block:
+            self.block = block
+            self.console.print(line, markup=False, soft_wrap=True)
 
     def failed(self, spec: JobSpec, error: FarmError) -> None:
         """A job failed: one line."""
-        self.console.print(f"[red]job {spec.job_key[:10]} failed:[/red] {error}", markup=False)
+        # Styled as Text: the error is shown as written (a "[...]" in it is no markup).
+        self.console.print(Text.assemble((f"job {spec.job_key[:10]} failed:", "red"),
+                                         f" {error}"))
 
     def close(self) -> None:
         """Stop drawing the bar."""

@@ -10,6 +10,7 @@ import click
 from click.decorators import FC
 
 from farm.cli.base import cli
+from farm.cli.output import output_options
 from farm.settings import load_settings
 
 _GATE_HELP = ("Exit 3 when a series regressed (by the difference test, false discovery rate "
@@ -25,17 +26,12 @@ def _gate_option(default: str, known: str) -> Callable[[FC], FC]:
 
 @cli.command()
 @click.argument("campaign", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "html"]),
-              default="table", show_default=True,
-              help="How to print the rows (html: a page with plots, to a file).")
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="File to write (--format html: a self-contained page with plots).")
-@click.option("--all", "all_campaigns", is_flag=True, help="Every campaign in the store.")
+@output_options("table", "md", "csv", "json", "html",
+                all_help="Every campaign in the store (a campaign column when rows come from "
+                "several).")
 @click.option("--group-by", type=click.Choice(["gpu_class", "worker", "model", "variant"]),
               help="Aggregate jobs: geometric-mean speedup per group.")
 @click.option("--by-category", is_flag=True, help="Speedup per prompt category.")
-@click.option("--wide", is_flag=True,
-              help="Every column of the table, however wide (a narrow terminal hides some).")
 def report(campaign: str | None, fmt: str, output: Path | None, all_campaigns: bool,
            group_by: str | None, by_category: bool, wide: bool) -> None:
     """Show one row per job of CAMPAIGN (default: the latest)."""
@@ -50,60 +46,54 @@ def report(campaign: str | None, fmt: str, output: Path | None, all_campaigns: b
 @click.argument("b")
 @click.option("--build-a", help="Only A's jobs on this build (two builds of one campaign).")
 @click.option("--build-b", help="Only B's jobs on this build.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-              show_default=True, help="How to print the rows.")
+@output_options("table", "md", "csv", "json")
 @_gate_option("speedup", "speedup:0 (any speedup regression)")
 def compare(a: str, b: str, build_a: str | None, build_b: str | None, fmt: str,
-            gates: tuple[str, ...]) -> None:
+            output: Path | None, wide: bool, gates: tuple[str, ...]) -> None:
     """Campaigns A and B (or two builds) side by side: change per matching job, and
     whether it is outside the noise."""
     from farm.cli.show import show_comparison
 
     show_comparison(load_settings(), a, b, fmt, build_a=build_a, build_b=build_b,
-                    gates=gates)
+                    gates=gates, output=output, wide=wide)
 
 
 @cli.command()
 @click.argument("target")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "html"]),
-              default="table", show_default=True,
-              help="How to print the series (html: a page with plots, to a file).")
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="File to write (--format html: a self-contained page, a trend plot per "
-                   "series).")
+@output_options("table", "md", "json", "html")
 @_gate_option("all", "all:0 (any series of the newest build)")
-def history(target: str, fmt: str, output: Path | None, gates: tuple[str, ...]) -> None:
+def history(target: str, fmt: str, output: Path | None, wide: bool,
+            gates: tuple[str, ...]) -> None:
     """Every build the jobs of TARGET (a matrix file, or a comparable key or its first 8+
     hex digits) ran on, in commit order: each series with its interval, and the changes
     between consecutive builds (docs/history.md)."""
     from farm.cli.show_history import show_history
 
-    show_history(load_settings(), target, fmt, output, gates)
+    show_history(load_settings(), target, fmt, output, gates, wide=wide)
 
 
 @cli.command()
 @click.argument("campaign", required=False)
-@click.option("--all", "all_campaigns", is_flag=True,
-              help="The synthetic-acceptance jobs of every campaign.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-              show_default=True, help="How to print the curves.")
-@click.option("-o", "--output", type=click.Path(path_type=Path),
+@output_options("table", "md", "csv", "json",
+                all_help="The synthetic-acceptance jobs of every campaign.")
+@click.option("--plot", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write the plot: speedup vs acceptance length, a line per draft "
                    "length, break-even marked (PNG).")
-def curve(campaign: str | None, all_campaigns: bool, fmt: str, output: Path | None) -> None:
+def curve(campaign: str | None, all_campaigns: bool, fmt: str, output: Path | None,
+          wide: bool, plot: Path | None) -> None:
     """The engine cost curve of CAMPAIGN (default: the latest): from its synthetic-acceptance
     jobs, the speedup per acceptance length, the step cost and the break-even length per
     draft length, with 95% intervals."""
     from farm.cli.show import show_curve
 
-    show_curve(load_settings(), campaign, fmt, all_campaigns=all_campaigns, output=output)
+    show_curve(load_settings(), campaign, fmt, all_campaigns=all_campaigns, output=output,
+               plot=plot, wide=wide)
 
 
 @cli.command()
 @click.argument("campaign", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True, help="How to print the recommendations.")
-@click.option("-o", "--output", type=click.Path(path_type=Path),
+@output_options("table", "md", "csv", "json")
+@click.option("--write-matrix", "matrix", type=click.Path(path_type=Path, dir_okay=False),
               help="Write the matrix that checks the recommendation: recommended and "
                    "runner-up settings vs baseline on the same prompts (YAML).")
 @click.option("--check", "verify", metavar="VERIFY_CAMPAIGN",
@@ -111,26 +101,24 @@ def curve(campaign: str | None, all_campaigns: bool, fmt: str, output: Path | No
                    "measured, with a verdict per row.")
 @click.option("--model", help="Only this model.")
 @click.option("--gpu-class", help="Only this GPU class.")
-def recommend(campaign: str | None, fmt: str, output: Path | None, verify: str | None,
-              model: str | None, gpu_class: str | None) -> None:
+def recommend(campaign: str | None, fmt: str, output: Path | None, wide: bool,
+              matrix: Path | None, verify: str | None, model: str | None,
+              gpu_class: str | None) -> None:
     """The settings to use per GPU class, model and prompt category, predicted from the
     drafters' measured acceptance in CAMPAIGN (default: the latest) and the engine cost
     curves in the store, with the runner-up and why."""
     from farm.cli.show import show_recommendation
 
-    show_recommendation(load_settings(), campaign, fmt, output=output, verify=verify,
-                        model=model, gpu_class=gpu_class)
+    show_recommendation(load_settings(), campaign, fmt, output=output, matrix=matrix,
+                        verify=verify, model=model, gpu_class=gpu_class, wide=wide)
 
 
 @cli.command()
 @click.argument("campaign", required=False)
-@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv",
-              show_default=True, help="The file's format (parquet keeps the columns' types).")
-@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
-              help="The file to write.")
-def export(campaign: str | None, fmt: str, output: Path) -> None:
-    """Write the tidy runs of CAMPAIGN (default: the latest), one row per run."""
+@output_options("csv", "json", "parquet", default="csv",
+                all_help="The runs of every campaign (a campaign column names each).")
+def export(campaign: str | None, fmt: str, output: Path | None, all_campaigns: bool) -> None:
+    """The tidy runs of CAMPAIGN (default: the latest), one row per run."""
     from farm.cli.show import export_runs
 
-    count = export_runs(load_settings(), campaign, fmt, output)
-    click.echo(f"wrote {count} runs to {output}")
+    export_runs(load_settings(), campaign, fmt, output, all_campaigns=all_campaigns)

@@ -40,9 +40,8 @@ def sigterm_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
 def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple[str, ...],
         allow_build_path: bool) -> None:
     """Run MATRIX on this machine against real llama-server processes."""
-    from farm.cli.dry_run import print_dry_run
+    from farm.cli.dry_run import measured_speeds, print_dry_run
     from farm.matrix.options import check_allowances
-    from farm.report.text import wide_console
     from farm.runner import check_matrix
 
     settings = load_settings()
@@ -53,9 +52,10 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
                            allow_build_path=allow_build_path, make_builds=not dry_run,
                            say=lambda line: console.print(line, markup=False, soft_wrap=True))
     if dry_run:
-        console = wide_console()
-        print_dry_run([check.spec for _, check in checked.checked]
-                      + [spec for spec, _ in checked.unbuilt], console)
+        console = Console()
+        print_dry_run([(check.spec, check) for _, check in checked.checked]
+                      + [(spec, None) for spec, _ in checked.unbuilt], console,
+                      measured_speeds(settings))
         for line in checked.notes:
             console.print(line, markup=False, soft_wrap=True)
         return

@@ -10,25 +10,24 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from farm.errors import ConfigError
+from farm.report.headline import headlines
 from farm.report.legend import job_legend
+from farm.report.output import emit, sheets_text, write_file
+from farm.report.sheet import terminal_width
 from farm.report.text import (
-    ReportFormat,
-    category_table,
-    check_table,
-    compare_table,
-    curve_tables,
-    group_table,
-    print_wide,
-    recommendation_tables,
-    render,
+    category_sheet,
+    check_sheet,
+    compare_sheet,
+    curve_sheets,
+    group_sheet,
+    job_sheet,
+    recommendation_sheets,
     rows_to_json,
     to_json,
-    wide_console,
 )
 from farm.results.groups import category_report, category_summary, group_report, with_design_columns
 from farm.results.rows import job_report, job_rows, report_frame
@@ -41,10 +40,10 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     import pandas as pd
-    from rich.table import Table
     from sqlalchemy import Engine
 
     from farm.report.html import EngineCurve, Recommendation
+    from farm.report.sheet import Sheet
     from farm.stats.design import Design
 
 
@@ -60,32 +59,62 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         designs = job_designs(engine, name) if runs is not None else {}
         recommendation = _recommendation(engine, name) if fmt == "html" else None
     if fmt == "json" and group_by is None and not by_category:
-        print(rows_to_json(rows))
+        emit(rows_to_json(rows), output)
         return
     report = report_frame(rows)
-    console = wide_console()
     title = "all campaigns" if name is None else f"campaign {name}"
     if fmt == "html":
         _write_html(title, report, runs, designs, output, recommendation)
         return
     if by_category and runs is not None:
-        summary = category_summary(category_report(runs, report, designs))
-        if fmt == "table":
-            console.print(category_table(summary, title))
-        else:
-            render(summary, title, cast(ReportFormat, fmt), console)
-        return
-    if group_by is None:
-        render(report, title, cast(ReportFormat, fmt), console, wide=wide)
-        if fmt == "table":
-            for line in job_legend(report):
-                console.print(line, markup=False, highlight=False)
-        return
-    groups = group_report(report, group_by)
-    if fmt == "table":
-        console.print(group_table(groups, group_by))
+        frame = category_summary(category_report(runs, report, designs))
+        sheet = category_sheet(frame, title)
+    elif group_by is not None:
+        frame = group_report(report, group_by)
+        sheet = group_sheet(frame, group_by)
     else:
-        render(groups, title, cast(ReportFormat, fmt), console)
+        frame, sheet = report, job_sheet(report, title)
+        if fmt in ("table", "md"):
+            width = None if fmt == "md" or wide or output is not None else terminal_width()
+            text = _with_headlines(headlines(report), fmt, width,
+                                   formatted(frame, [sheet], fmt, wide=wide, output=output))
+            # One line per flag the table shows: what it means, what to do.
+            legend = job_legend(report) if fmt == "table" else []
+            emit("\n".join([text.rstrip("\n"), *legend]) + "\n" if legend else text, output)
+            return
+    emit(formatted(frame, [sheet], fmt, wide=wide, output=output), output)
+
+
+def _with_headlines(lines: list[str], fmt: str, width: int | None, tables: str) -> str:
+    """The report's answer (``farm.report.headline``) above its tables, each line wrapped
+    to the terminal's ``width``."""
+    import textwrap
+
+    if not lines:
+        return tables
+    bullet = "- " if fmt == "md" else ""
+    return "\n".join(textwrap.fill(bullet + line, width, subsequent_indent="  ",
+                                    break_long_words=False) if width else bullet + line
+                     for line in lines) + "\n\n" + tables
+
+
+def formatted(frame: pd.DataFrame, sheets: list[Sheet], fmt: str, *, wide: bool = False,
+              output: Path | None = None) -> str:
+    """``frame`` as CSV or JSON (every column), or its ``sheets`` as a table or markdown."""
+    if fmt == "json":
+        return to_json(frame)
+    if fmt == "csv":
+        return to_csv(frame)
+    return sheets_text(sheets, fmt, wide=wide, output=output)
+
+
+def to_csv(frame: pd.DataFrame) -> str:
+    """CSV that any tool loads: lists and mappings in a cell as JSON, not Python's repr."""
+    nested = [column for column in frame.columns if frame[column].dtype == object
+              and frame[column].map(lambda value: isinstance(value, dict | list | tuple)).any()]
+    return str(frame.assign(**{str(column): frame[column].map(
+        lambda value: json.dumps(value) if isinstance(value, dict | list | tuple) else value)
+        for column in nested}).to_csv(index=False))
 
 
 def _recommendation(engine: Engine, campaign: str | None) -> Recommendation | None:
@@ -129,17 +158,15 @@ def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
     curve = _curve(curve_points(jobs)) if "kind" in jobs else None
     page = render_html(title, jobs, category_report(runs, report, designs), runs, curve=curve,
                        recommendation=recommendation)
-    output.write_text(page, encoding="utf-8")
-    print(f"wrote {output} ({len(page) // 1024} KiB)")
+    write_file(output, page.encode("utf-8"))
 
 
 def show_comparison(settings: Settings, a: str, b: str, fmt: str, *,
                     build_a: str | None = None, build_b: str | None = None,
-                    gates: tuple[str, ...] = ()) -> None:
-    """Campaigns (or builds) A and B side by side, as a table, CSV or JSON; ``gates``:
-    exit 3 on a speedup regression beyond them (``farm.cli.show_history.gate_comparison``)."""
-    from rich.console import Console
-
+                    gates: tuple[str, ...] = (), output: Path | None = None,
+                    wide: bool = False) -> None:
+    """Campaigns (or builds) A and B side by side, in ``fmt``; ``gates``: exit 3 on a
+    speedup regression beyond them (``farm.cli.show_history.gate_comparison``)."""
     from farm.cli.show_history import gate_comparison, thresholds
     from farm.results.compare import compare
 
@@ -152,20 +179,17 @@ def show_comparison(settings: Settings, a: str, b: str, fmt: str, *,
 
     with open_store(settings) as engine:
         frame = compare(engine, a, b, build_a=build_a, build_b=build_b)
-    if fmt == "table":
-        print_wide(Console(), compare_table(frame, a, b))
-    elif fmt == "json":
-        print(to_json(frame))
-    else:
-        print(frame.to_csv(index=False), end="")
+    emit(formatted(frame, [compare_sheet(frame, a, b)], fmt, wide=wide, output=output),
+         output)
     gate_comparison(frame, gates)
 
 
 def show_curve(settings: Settings, campaign: str | None, fmt: str, *,
-               all_campaigns: bool = False, output: Path | None = None) -> None:
+               all_campaigns: bool = False, output: Path | None = None,
+               plot: Path | None = None, wide: bool = False) -> None:
     """The engine cost curve of the synthetic-acceptance jobs of ``campaign`` (default the
-    latest; every campaign with ``all_campaigns``), as tables, CSV or JSON; ``output``
-    also gets the plot (PNG)."""
+    latest; every campaign with ``all_campaigns``) in ``fmt``; ``plot`` also gets the plot
+    (PNG)."""
     from farm.results.curve import curve_fits, curve_points, curve_table
 
     with open_store(settings) as engine:
@@ -178,26 +202,29 @@ def show_curve(settings: Settings, campaign: str | None, fmt: str, *,
                           "curve\") and run it, or give another campaign")
     curves = curve_table(points)
     if fmt == "json":
-        print(json.dumps({"curves": json.loads(curves.to_json(orient="records")),
-                          "points": json.loads(points.to_json(orient="records"))}, indent=1))
-    elif fmt == "csv":
-        print(curves.to_csv(index=False), end="")
+        emit(_json_object(curves=curves, points=points), output)
     else:
-        console = wide_console()
-        for table in curve_tables(curves, points, title):
-            print_wide(console, table)
-    if output is not None:
+        emit(formatted(curves, curve_sheets(curves, points, title), fmt, wide=wide,
+                       output=output), output)
+    if plot is not None:
         from farm.report.plots import engine_curve
 
-        engine_curve(points, curve_fits(points), output)
-        print(f"wrote {output}", file=sys.stderr if fmt != "table" else sys.stdout)
+        engine_curve(points, curve_fits(points), plot)
+        print(f"wrote {plot}", file=sys.stderr)
+
+
+def _json_object(**frames: pd.DataFrame) -> str:
+    """Frames as one JSON object of record lists (NaN as null)."""
+    return json.dumps({name: json.loads(frame.to_json(orient="records", date_format="iso"))
+                       for name, frame in frames.items()}, indent=1)
 
 
 def show_recommendation(settings: Settings, campaign: str | None, fmt: str, *,
-                        output: Path | None = None, verify: str | None = None,
-                        model: str | None = None, gpu_class: str | None = None) -> None:
+                        output: Path | None = None, matrix: Path | None = None,
+                        verify: str | None = None, model: str | None = None,
+                        gpu_class: str | None = None, wide: bool = False) -> None:
     """``farm recommend``: the best setting per GPU class x model x category with the
-    runner-up and why; ``output`` gets the matrix that checks them; ``verify`` names the
+    runner-up and why; ``matrix`` gets the matrix that checks them; ``verify`` names the
     campaign that ran it, to put predictions and measurements side by side."""
     from farm.results import recommend
 
@@ -215,28 +242,17 @@ def show_recommendation(settings: Settings, campaign: str | None, fmt: str, *,
                 "`engine-curve:` campaign: docs/statistics.md, \"farm recommend\")")
         if verify is not None:
             checked = recommend.check(engine, candidates, verify)
-            _print_frame(checked, fmt, lambda: [check_table(checked, f"{name} -> {verify}")])
+            emit(formatted(checked, [check_sheet(checked, f"{name} -> {verify}")], fmt,
+                           wide=wide, output=output), output)
             return
         chosen = recommend.recommendations(candidates)
-        if output is not None:
-            _write_verify_matrix(engine, name, candidates, output)
+        if matrix is not None:
+            _write_verify_matrix(engine, name, candidates, matrix)
     if fmt == "json":
-        print(json.dumps({"recommendations": json.loads(chosen.to_json(orient="records")),
-                          "candidates": json.loads(candidates.to_json(orient="records"))},
-                         indent=1))
+        emit(_json_object(recommendations=chosen, candidates=candidates), output)
     else:
-        console = wide_console()
-        for table in recommendation_tables(chosen, candidates, f"campaign {name}"):
-            print_wide(console, table)
-
-
-def _print_frame(frame: pd.DataFrame, fmt: str, tables: Callable[[], list[Table]]) -> None:
-    if fmt == "json":
-        print(to_json(frame))
-        return
-    console = wide_console()
-    for table in tables():
-        print_wide(console, table)
+        emit(formatted(chosen, recommendation_sheets(chosen, candidates, f"campaign {name}"),
+                       fmt, wide=wide, output=output), output)
 
 
 def _write_verify_matrix(engine: Engine, campaign: str, candidates: pd.DataFrame,
@@ -250,9 +266,9 @@ def _write_verify_matrix(engine: Engine, campaign: str, candidates: pd.DataFrame
     top = candidates[candidates["rank"] <= 2]
     engines = top[["model", "build"]].drop_duplicates()
     if len(engines) != 1:
-        raise ConfigError(f"-o writes one matrix, for one model and build; campaign "
-                          f"{campaign} has {len(engines)}: narrow it with --model (and "
-                          "--gpu-class)")
+        raise ConfigError(f"--write-matrix writes one matrix, for one model and build; "
+                          f"campaign {campaign} has {len(engines)}: narrow it with --model "
+                          "(and --gpu-class)")
     matrix = verify_matrix(engine, campaign, top)
     partial = output.with_name(f".{output.name}.partial")
     partial.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
@@ -261,19 +277,19 @@ def _write_verify_matrix(engine: Engine, campaign: str, candidates: pd.DataFrame
           f"{len(matrix['prompts'])} prompts (campaign {matrix['campaign']})", file=sys.stderr)
 
 
-def export_runs(settings: Settings, campaign: str | None, fmt: str, output: Path) -> int:
-    """Write the tidy runs of a campaign (default the latest) as CSV or Parquet."""
+def export_runs(settings: Settings, campaign: str | None, fmt: str, output: Path | None, *,
+                all_campaigns: bool = False) -> None:
+    """The tidy runs of a campaign (default the latest; every one with ``all_campaigns``)
+    as CSV, JSON or Parquet, in ``output`` (stdout for CSV and JSON without it)."""
     with open_store(settings) as engine:
-        runs = runs_frame(engine, campaign or latest_campaign(engine))
-    if "node_top" in runs:
-        # Stored as [name, pid, cores] triples; a record each, so Parquet types the column.
-        runs["node_top"] = runs["node_top"].map(
-            lambda top: None if not isinstance(top, list) else [
-                {"process": name, "pid": pid, "cores": cores} for name, pid, cores in top])
+        runs = runs_frame(engine, None if all_campaigns
+                          else campaign or latest_campaign(engine))
+    from farm.results.export import runs_parquet, typed_runs
+
+    runs = typed_runs(runs)
     if fmt == "parquet":
-        runs.to_parquet(output, index=False)
+        if output is None:
+            raise ConfigError("--format parquet writes a file: give -o runs.parquet")
+        write_file(output, runs_parquet(runs), f"{len(runs)} runs")
     else:
-        lists = [column for column in ("argv", "tokens", "spec_accepted_per_pos",
-                                       "throttle_reasons", "node_top") if column in runs]
-        runs.assign(**{c: runs[c].map(json.dumps) for c in lists}).to_csv(output, index=False)
-    return len(runs)
+        emit(to_csv(runs) if fmt == "csv" else to_json(runs), output, f"{len(runs)} runs")

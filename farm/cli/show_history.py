@@ -78,9 +78,10 @@ def _keys(engine: Engine, target: str) -> tuple[list[str], str]:
 
 
 def show_history(settings: Settings, target: str, fmt: str, output: Path | None,
-                 gates: tuple[str, ...]) -> None:
+                 gates: tuple[str, ...], *, wide: bool = False) -> None:
     """``farm history TARGET``: the table, markdown, JSON or HTML page; the gate after."""
     from farm.report import history as render
+    from farm.report.output import emit, sheets_text
     from farm.results.history import history
     from farm.stats.changes import beyond
 
@@ -92,18 +93,14 @@ def show_history(settings: Settings, target: str, fmt: str, output: Path | None,
     if fmt == "html":
         if output is None:
             raise ConfigError("--format html writes a file: give -o history.html")
-        output.write_text(render.history_html(found, title), encoding="utf-8")
-        print(f"wrote {output}")
+        emit(render.history_html(found, title), output)
     elif fmt == "json":
-        print(render.history_json(found))
-    elif fmt == "markdown":
-        print(render.history_markdown(found, title))
+        emit(render.history_json(found), output)
+    elif fmt == "md":
+        emit(render.history_markdown(found, title), output)
     else:
-        from farm.report.text import print_wide, wide_console
-
-        console = wide_console()
-        for table in render.history_tables(found, title):
-            print_wide(console, table)
+        emit(sheets_text(render.history_sheets(found, title), fmt, wide=wide, output=output),
+             output)
     if limits:
         latest = found.changes.groupby("key")["order_b"].transform("max")
         fail_on(beyond(found.changes[found.changes["order_b"] == latest], limits),

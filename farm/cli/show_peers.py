@@ -53,21 +53,21 @@ def import_files(settings: Settings, files: Sequence[Path], fmt: str | None,
 
 
 def show_peers(settings: Settings, campaign: str | None, fmt: str, *,
-               all_campaigns: bool = False) -> None:
+               all_campaigns: bool = False, output: Path | None = None,
+               wide: bool = False) -> None:
     """Imported figures beside the farm's matching arms, then those no arm matches."""
-    from farm.report.text import peer_tables, print_wide, to_json, wide_console
+    from farm.cli.show import formatted
+    from farm.report.output import emit
+    from farm.report.text import peer_sheets, to_json
     from farm.results.peers import beside, farm_arms, peer_figures
 
     with open_store(settings) as engine:
         name = None if all_campaigns else (campaign or latest_campaign(engine))
         matched, unmatched = beside(farm_arms(engine, name), peer_figures(engine))
     if fmt == "json":
-        print(json.dumps({"beside": json.loads(to_json(matched)),
-                          "unmatched": json.loads(to_json(unmatched))}, indent=1))
-    elif fmt == "csv":
-        print(matched.to_csv(index=False), end="")
-    else:
-        console = wide_console()
-        title = "all campaigns" if name is None else f"campaign {name}"
-        for table in peer_tables(matched, unmatched, title):
-            print_wide(console, table)
+        emit(json.dumps({"beside": json.loads(to_json(matched)),
+                         "unmatched": json.loads(to_json(unmatched))}, indent=1), output)
+        return
+    title = "all campaigns" if name is None else f"campaign {name}"
+    emit(formatted(matched, peer_sheets(matched, unmatched, title), fmt, wide=wide,
+                   output=output), output)

@@ -16,16 +16,15 @@ import io
 import json
 from datetime import UTC, datetime
 from html import escape
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from farm.report import cells
+from farm.report.sheet import Column, Sheet, text_of
 
-if TYPE_CHECKING:
-    from rich.table import Table
 
 class HistoryFrames(Protocol):
     """What a history holds (``farm.results.history.History``)."""
@@ -109,23 +108,19 @@ def _sentences(described: pd.DataFrame, key: str) -> list[str]:
             for row in mine.to_dict(orient="records")]
 
 
-def history_tables(history: HistoryFrames, title: str) -> list[Table]:
-    """A rich table per job of ``history`` (its frames), the changes as its caption."""
-    from rich.table import Table
-    from rich.text import Text
-
-    tables = []
+def history_sheets(history: HistoryFrames, title: str) -> list[Sheet]:
+    """A table per job of ``history`` (its frames), the changes as its caption: the build
+    and each series always, the build number first to go."""
+    sheets = []
     for key, label in _keys(history.jobs):
         frame = wide(history.points, history.changes, history.builds, key)
-        table = Table(title=Text(f"{title}: {label} (key {key[:12]})"), title_justify="left",
-                      caption="\n".join(_sentences(history.described, key)) or None,
-                      caption_justify="left")
-        for column in frame.columns:
-            table.add_column(Text(str(column)), no_wrap=column != "build")
-        for row in frame.itertuples(index=False):
-            table.add_row(*(Text(str(value)) for value in row))
-        tables.append(table)
-    return tables
+        columns = [Column(str(name), text_of(name),
+                          numeric=name != "build", rank=1 if name == "number" else 0)
+                   for name in frame.columns]
+        sheets.append(Sheet(f"{title}: {label} (key {key[:12]})", columns,
+                            frame.to_dict(orient="records"),
+                            "\n".join(_sentences(history.described, key)) or None))
+    return sheets
 
 
 def history_markdown(history: HistoryFrames, title: str) -> str:

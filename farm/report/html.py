@@ -16,17 +16,30 @@ from typing import Any
 import pandas as pd
 
 from farm.report import cells, plots
+from farm.report.headline import headlines, provenance
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
        max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.45; }
 h1 { margin-bottom: 0.1em; }
 .generated { color: #666; margin-top: 0; }
+.headline { font-size: 1.15em; font-weight: 600; padding-left: 1.2em; }
+.provenance { color: #555; font-size: 0.9em; }
 h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 1.8em; }
 table { border-collapse: collapse; width: 100%; font-size: 0.9em; margin: 0.8em 0; }
 th, td { border: 1px solid #ddd; padding: 0.3em 0.55em; text-align: left; vertical-align: top; }
 th { background: #f3f4f6; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td { overflow-wrap: anywhere; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap;
+         overflow-wrap: normal; }
+.flags { font-size: 0.95em; }
+.scroll { overflow-x: auto; }
+/* A narrow window hides the jobs table's least needed columns (rank 2, then 1) instead of
+   scrolling; other tables scroll inside their own box, never the page. */
+@media (max-width: 1799px) { .r2 { display: none; } }
+@media (max-width: 1099px) { .r1 { display: none; } }
+@media (min-width: 1800px) { .narrow-note { display: none; } }
+.narrow-note { color: #666; font-size: 0.85em; }
 tbody tr:nth-child(even) { background: #fafafa; }
 code { font-size: 0.95em; }
 .badge { display: inline-block; border-radius: 0.7em; padding: 0 0.55em; font-size: 0.8em;
@@ -101,13 +114,29 @@ def _busy_cell(row: Mapping[Any, Any]) -> str:
     return escape("; ".join(cells.block_notes(row)))
 
 
+# The per-job columns a narrow window hides: rank 2 below 1800 px, rank 1 below 1100 px too.
+_JOB_RANKS = {"job": 2, "varying flags": 1, "pairs": 1, "stop reason": 2,
+              "mean accepted length": 2, "drift": 1, "node": 2, "baseline tok/s": 1,
+              "variant tok/s": 1, "draft / verify ms per token": 2,
+              "memory MiB (+variant, draft context)": 2}
+
+
+def _flags_cell(row: Mapping[Any, Any]) -> str:
+    """One varying flag per line, never broken inside a flag."""
+    return "<br>".join(f'<span class="flags">{escape(flag)}</span>'
+                       for flag in cells.text(row.get("varying_flags")).split())
+
+
 def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
-    """(header, cell renderer, numeric) for the per-job table."""
+    """(header, cell renderer, numeric) for the per-job table; a campaign column first when
+    its rows come from several."""
+    several = "campaign" in jobs.columns and jobs["campaign"].nunique() > 1
     columns: list[tuple[str, _Cell, bool]] = [
+        *([("campaign", _plain("campaign"), False)] if several else []),
         ("job", lambda row: escape(cells.text(row.get("job_key"))[:10]), False),
         ("model", _plain("model"), False),
         ("variant", lambda row: escape(cells.variant(row)), False),
-        ("varying flags", lambda row: f"<code>{_plain('varying_flags')(row)}</code>", False),
+        ("varying flags", _flags_cell, False),
         ("speedup", lambda row: escape(cells.interval(row.get("speedup"), row.get("ci_low"),
                                                       row.get("ci_high"))), True),
         ("pairs", _number("pairs", cells.count), True),
@@ -131,22 +160,35 @@ def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
     return columns
 
 
-def _table(frame: pd.DataFrame, columns: list[tuple[str, _Cell, bool]], empty: str) -> str:
+def _table(frame: pd.DataFrame, columns: list[tuple[str, _Cell, bool]], empty: str,
+           ranks: Mapping[str, int] | None = None) -> str:
     if frame.empty:
         return f"<p><em>{escape(empty)}</em></p>"
-    head = "".join(f"<th>{escape(header)}</th>" for header, _, _ in columns)
+
+    def classes(header: str, numeric: bool) -> str:
+        names = " ".join(filter(None, ("num" if numeric else "",
+                                       f"r{(ranks or {}).get(header, 0)}")))
+        return f' class="{names}"'
+
+    head = "".join(f"<th{classes(header, False)}>{escape(header)}</th>"
+                   for header, _, _ in columns)
     body = []
     for row in frame.to_dict(orient="records"):
-        cells = "".join(f'<td class="num">{cell(row)}</td>' if numeric else f"<td>{cell(row)}</td>"
-                        for _, cell, numeric in columns)
-        body.append(f"<tr>{cells}</tr>")
-    return (f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(body)
-            + "\n</tbody>\n</table>")
+        tds = "".join(f"<td{classes(header, numeric)}>{cell(row)}</td>"
+                      for header, cell, numeric in columns)
+        body.append(f"<tr>{tds}</tr>")
+    return (f'<div class="scroll"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
+            + "\n".join(body) + "\n</tbody>\n</table></div>")
 
 
 def jobs_table(jobs: pd.DataFrame) -> str:
-    """The per-job table as HTML."""
-    return _table(jobs, _job_columns(jobs), "No jobs.")
+    """The per-job table as HTML; a narrow window hides its least needed columns, named
+    in a note that shows only then."""
+    columns = _job_columns(jobs)
+    hidden = [header for header, _, _ in columns if _JOB_RANKS.get(header)]
+    note = (f'<p class="narrow-note">This window hides {escape(", ".join(hidden))} (widen '
+            "it, or run <code>farm report --wide</code>).</p>")
+    return _table(jobs, columns, "No jobs.", _JOB_RANKS) + ("" if jobs.empty else note)
 
 
 def categories_table(categories: pd.DataFrame) -> str:
@@ -259,8 +301,9 @@ def _recommendation(found: Recommendation | None) -> str:
 _RECOMMENDATION_NOTE = (
     "Predicted from each drafter's measured acceptance per position (this campaign) and the "
     "engine cost curve of the same build, model, GPU class and spec type (synthetic-"
-    "acceptance jobs in the store), with a 95% interval over both. `farm recommend -o "
-    "verify.yaml` writes the matrix that checks it; `farm recommend --check` compares.")
+    "acceptance jobs in the store), with a 95% interval over both. `farm recommend "
+    "--write-matrix verify.yaml` writes the matrix that checks it; `farm recommend --check` "
+    "compares.")
 
 
 def _traffic(jobs: pd.DataFrame) -> str:
@@ -324,11 +367,19 @@ def _notes(notes: list[str] | None) -> str:
     return f'<section class="notes"><ul>{items}</ul></section>'
 
 
+def _headline(jobs: pd.DataFrame, runs: pd.DataFrame) -> str:
+    answers = "".join(f"<li>{escape(line)}</li>" for line in headlines(jobs))
+    where = " · ".join(map(escape, provenance(runs)))
+    return ((f'<ul class="headline" id="headline">{answers}</ul>' if answers else "")
+            + (f'<p class="provenance">{where}</p>' if where else ""))
+
+
 def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: pd.DataFrame,
                 notes: list[str] | None = None, generated_at: datetime | None = None,
                 curve: EngineCurve | None = None,
                 recommendation: Recommendation | None = None) -> str:
-    """Render the whole report as one self-contained HTML document; a ``curve`` adds its
+    """Render the whole report as one self-contained HTML document, opening with its
+    answer (``farm.report.headline``) and where it was measured; a ``curve`` adds its
     section, a ``recommendation`` (``farm recommend``'s) its own."""
     when = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
     return f"""<!DOCTYPE html>
@@ -343,6 +394,7 @@ def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: 
 <header>
 <h1>{escape(title)}</h1>
 <p class="generated">Generated {escape(when)}</p>
+{_headline(jobs, runs)}
 </header>
 {_notes(notes)}
 <section>

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -26,6 +27,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from farm.report import cells
+from farm.report.sheet import shorten
 
 WIDTH_PX, HEIGHT_PX, DPI = 900, 500, 100
 MAX_FACETS = 12
@@ -106,7 +108,12 @@ def speedup_intervals(jobs: pd.DataFrame, path: Path | str | None = None) -> byt
         return _no_data(title, path)
     frame = frame.sort_values("speedup", kind="stable").reset_index(drop=True)
     rows = len(frame)
-    fig = _figure(max(HEIGHT_PX, 90 + 24 * rows))
+    # Whole labels, wrapped at spaces only (tight_layout makes room beside them, the height
+    # grows with their lines): a cut name could be any of a sweep's.
+    labels = [textwrap.fill(job_label(row), 48, break_long_words=False,
+                            break_on_hyphens=False) for row in frame.to_dict(orient="records")]
+    lines = max(label.count("\n") + 1 for label in labels)
+    fig = _figure(max(HEIGHT_PX, 90 + (12 + 12 * lines) * rows))
     ax = fig.add_subplot()
     errors = _error_bars(frame)
     present: set[tuple[bool, bool]] = set()
@@ -119,8 +126,7 @@ def speedup_intervals(jobs: pd.DataFrame, path: Path | str | None = None) -> byt
                     markersize=7)
     ax.axvline(1.0, color="black", linestyle=":", linewidth=1)
     ax.set_yticks(range(rows))
-    ax.set_yticklabels([_short(job_label(row)) for row in frame.to_dict(orient="records")],
-                       fontsize=8 if rows <= 25 else 6)
+    ax.set_yticklabels(labels, fontsize=8 if rows <= 25 else 6)
     ax.set_ylim(-0.7, rows - 0.3)
     ax.set_xlabel("speedup (\u00d7), bars = confidence interval")
     ax.set_title(title)
@@ -135,7 +141,7 @@ def speedup_intervals(jobs: pd.DataFrame, path: Path | str | None = None) -> byt
 
 def speedup_vs_draft_length(jobs: pd.DataFrame, path: Path | str | None = None) -> bytes:
     """Speedup (with interval) against draft_n_max, one line per (model, spec_type)."""
-    title = "Speedup vs draft length (draft_n_max)"
+    title = "Speedup vs draft length"
     if not _has(jobs, "speedup", "draft_n_max"):
         return _no_data(title, path)
     frame = jobs[jobs["draft_n_max"].astype(float).notna()
@@ -159,7 +165,7 @@ def speedup_vs_draft_length(jobs: pd.DataFrame, path: Path | str | None = None) 
         ax.plot(trend.index, trend.to_numpy(), "-", color=colour,
                 label=_short(" · ".join(p for p in (str(model), str(spec)) if p) or "?", 50))
     ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
-    ax.set_xlabel("draft_n_max (tokens)")
+    ax.set_xlabel("draft length: most tokens drafted per step (--spec-draft-n-max)")
     ax.set_ylabel("speedup (\u00d7)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title)
@@ -187,11 +193,15 @@ def acceptance_vs_speedup(jobs: pd.DataFrame, path: Path | str | None = None) ->
         colour, marker, _ = _FLAG_STYLE[state]
         x, y = 100.0 * float(row["acceptance_rate"]), float(row["speedup"])
         ax.scatter([x], [y], color=colour, marker=marker, s=40, zorder=3)
-        label = _short(" · ".join(p for p in (cells.text(row.get("model")),
-                                              cells.text(row.get("variant"))) if p), 32)
+        # Shortened in the middle: a sweep's varying value at the end stays readable.
+        label = shorten(" · ".join(p for p in (cells.text(row.get("model")),
+                                               cells.text(row.get("variant"))) if p), 20)
         ax.annotate(label, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=7)
     ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
-    ax.set_xlim(0, 105)
+    # The axis spans the data (with a margin), not 0-100% for a few points.
+    rates = 100.0 * frame["acceptance_rate"].astype(float)
+    margin = max(2.0, 0.1 * float(rates.max() - rates.min()))
+    ax.set_xlim(max(0.0, float(rates.min()) - margin), min(100.0, float(rates.max()) + margin))
     ax.set_xlabel("acceptance rate (% of drafted tokens accepted)")
     ax.set_ylabel("speedup (\u00d7)")
     ax.set_title(title)

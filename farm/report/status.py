@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
+from farm.report.sheet import plain_sheet, table_text, terminal_width
 from farm.words import plural
 
 
@@ -44,12 +43,6 @@ class CampaignStatus(Protocol):
         """Jobs waiting for reconciliation to post them again."""
 
 
-def _add_row(table: Table, cells: Iterable[object]) -> None:
-    # As plain text: Rich would read "[request_failed]" or a sweep's "ngram[n-max=4]" as
-    # markup and drop it.
-    table.add_row(*(Text(str(cell)) for cell in cells))
-
-
 def render_status(status: CampaignStatus, console: Console) -> None:
     """Print the state counts and ETA, then tables of the running and the failed jobs."""
     total = sum(status.counts.values())
@@ -61,31 +54,19 @@ def render_status(status: CampaignStatus, console: Console) -> None:
         console.print(f"{status.unposted} waiting for reconciliation (message lost or "
                       "overdue; a live worker re-posts them, or run `farm submit` again)",
                       markup=False)
-    _table("running", ("job", "variant", "worker", "attempt", "runs"), status.running,
-           console)
+    _table("running", ("job", "variant", "worker", "attempt", "runs"), status.running)
     _table("handed back: these workers cannot make the build (another worker of the class "
-           "may)", ("job", "variant", "refused by"), status.refused, console)
-    _table("failed", ("job", "variant", "reason"), status.failures, console)
+           "may)", ("job", "variant", "refused by"), status.refused)
+    _table("failed", ("job", "variant", "reason"), status.failures)
 
 
-def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]],
-           console: Console) -> None:
-    """A titled table of ``rows``, printed only when there are some."""
-    if not rows:
-        return
-    table = Table(title=title, title_justify="left")
-    for header in headers:
-        table.add_column(header, overflow="fold")
-    for row in rows:
-        _add_row(table, row)
-    console.print(table)
+def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A titled table of ``rows`` fitted to the terminal, printed only when there are some."""
+    if rows:
+        print(table_text([plain_sheet(title, headers, rows)], terminal_width()), end="")
 
 
-def render_workers(rows: Sequence[Sequence[object]], console: Console) -> None:
+def render_workers(rows: Sequence[Sequence[object]]) -> None:
     """Print every registered worker (``farm.fleet.status.worker_rows``)."""
-    table = Table(title="workers", title_justify="left")
-    for header in ("name", "class", "host", "devices", "builds", "models", "state", "heartbeat"):
-        table.add_column(header, overflow="fold")
-    for row in rows:
-        _add_row(table, row)
-    console.print(table)
+    _table("workers", ("name", "class", "host", "devices", "builds", "models", "state",
+                       "heartbeat"), rows)

@@ -1,8 +1,9 @@
-"""Reports in the terminal (rich tables), as CSV and as JSON.
+"""The farm's result tables (``Sheet``s: ``farm.report.sheet`` fits them to a terminal or
+writes them as markdown), and reports as JSON.
 
-The per-job table fits the console: when it has no room for every column, the least
-needed ones are hidden (named under the table) instead of every cell being cut to "…";
-``wide`` shows them all at their natural width. CSV and JSON always carry every column.
+Every table gives way on a narrow terminal by its columns' ranks: the columns a reader needs
+to read a row (what ran, the speedup with its interval, the verdict) have rank 0 and always
+stay; the rest go, highest rank first. CSV and JSON always carry every column.
 
 pandas and rich load where a frame or a table is used, not with this module: ``farm report
 --format json`` prints plain rows (``rows_to_json``) without either.
@@ -12,58 +13,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import sys
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from farm.report import cells
+from farm.report.sheet import Column, Row, Sheet, frame_sheet
 
 if TYPE_CHECKING:
     import pandas as pd
-    from rich.console import Console
-    from rich.table import Table
-
-ReportFormat = Literal["table", "csv", "json", "html"]
-Row = Mapping[Hashable, Any]
-
-# Rich's default box: one rule between columns and at both edges, one space of padding.
-_BORDER_PER_COLUMN, _BORDER_EDGE = 3, 1
-# Wrapped text narrower than this stacks into more lines than it is worth.
-_WRAP_MIN = 20
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column of a terminal table and how it gives way on a narrow console."""
-
-    header: str
-    cell: Callable[[Row], str]
-    numeric: bool = False  # right-justified and never wrapped
-    no_wrap: bool = False
-    rank: int = 0  # a narrow console shows rank 0, then ranks 1, 2, ... while they fit
-
-
-def wide_console() -> Console:
-    """The terminal's width (or ``COLUMNS``), or wide enough for tables in a pipe."""
-    from rich.console import Console
-
-    if sys.stdout.isatty() or "COLUMNS" in os.environ:
-        return Console()
-    return Console(width=200)
-
-
-def print_wide(console: Console, table: Table) -> None:
-    """Print ``table`` at its natural width, wider than the console if need be."""
-    natural = console.measure(table, options=console.options.update_width(10_000)).maximum
-    console.width = max(console.width, natural)
-    console.print(table)
 
 
 def to_json(report: pd.DataFrame) -> str:
     """A JSON list, one object per line; NaN and missing values are null."""
-    lines = report.to_json(orient="records", lines=True, double_precision=15)
+    lines = report.to_json(orient="records", lines=True, double_precision=15,
+                           date_format="iso")
     # The encoder escapes newlines inside strings: each one left ends a record.
     return _json_list(lines.rstrip("\n").split("\n"))
 
@@ -84,20 +47,6 @@ def _json_object(row: Mapping[str, Any]) -> str:
         # JSON has no NaN or infinity: such a value reads null, as in ``to_json``.
         return json.dumps({key: None if isinstance(value, float) and not math.isfinite(value)
                            else value for key, value in row.items()}, separators=(",", ":"))
-
-
-def render(report: pd.DataFrame, title: str, fmt: ReportFormat, console: Console, *,
-           wide: bool = False) -> None:
-    """The per-job report as a table fitted to ``console`` (every column if ``wide``),
-    CSV or JSON."""
-    if fmt == "json":
-        print(to_json(report))
-    elif fmt == "csv":
-        print(report.to_csv(index=False), end="")
-    elif wide:
-        print_wide(console, job_table(report, title))
-    else:
-        console.print(job_table(report, title, console.width))
 
 
 def _speedup_cell(row: Row) -> str:
@@ -163,19 +112,19 @@ def _aggregate_cell(row: Row) -> str:
 # The order of the wide table; `rank` says what a narrow console keeps first.
 JOB_COLUMNS = (
     Column("job", lambda row: str(row["job_key"])[:10], rank=10),
-    Column("model", lambda row: str(row["model"]), rank=3),
-    Column("variant", cells.variant, no_wrap=True),
+    Column("model", lambda row: str(row["model"]), rank=1),
+    Column("variant", cells.variant),
     Column("varying flags", lambda row: str(row["varying_flags"]), rank=4),
     Column("class", lambda row: str(row["gpu_class"]), rank=7),
     Column("state", lambda row: str(row["state"]), rank=5),
-    Column("base tok/s", lambda row: cells.number(row["baseline_tok_s"]), True, rank=2),
-    Column("var tok/s", lambda row: cells.number(row["variant_tok_s"]), True, rank=2),
+    Column("base tok/s", lambda row: cells.number(row["baseline_tok_s"]), True, rank=3),
+    Column("var tok/s", lambda row: cells.number(row["variant_tok_s"]), True, rank=3),
     Column("speedup [95% CI]", _speedup_cell, True),
     Column("aggregate [95% CI]", _aggregate_cell, True, rank=13),
     Column("prompt tok", lambda row: cells.number(row.get("prompt_tokens"), 0), True, rank=14),
     Column("pairs", lambda row: cells.count(row["pairs"]), True, rank=6),
     Column("accept", lambda row: cells.percent(row["acceptance_rate"], 0), True),
-    Column("agree", lambda row: cells.percent(row["agreement"], 0), True, rank=1),
+    Column("agree", lambda row: cells.percent(row["agreement"], 0), True, rank=2),
     Column("drafted", lambda row: str(row["drafted"]), True, rank=9),
     Column("draft / verify ms/tok", lambda row: cells.time_split(
         row["draft_ms_per_token"], row["verify_ms_per_token"]), True, rank=11),
@@ -186,101 +135,52 @@ JOB_COLUMNS = (
 )
 
 
-def job_table(report: pd.DataFrame, title: str, width: int | None = None) -> Table:
-    """The per-job table; within ``width`` columns, only the columns that fit, most needed
-    first (variant, speedup, acceptance and flags always)."""
-    records = report.to_dict(orient="records")
-    texts = {column.header: [column.cell(row) for row in records] for column in JOB_COLUMNS}
-    needs = {column.header: _need(column, texts[column.header]) for column in JOB_COLUMNS}
-    ranks = {0}
-    for rank in sorted({column.rank for column in JOB_COLUMNS} - ranks):
-        ranked = [c.header for c in JOB_COLUMNS if c.rank in ranks | {rank}]
-        if width is None or _BORDER_EDGE + sum(needs[h] for h in ranked) <= width:
-            ranks.add(rank)
-    shown = [column for column in JOB_COLUMNS if column.rank in ranks]
-    hidden = [column.header for column in JOB_COLUMNS if column.rank not in ranks]
-    caption = (f"hidden at {width} columns: {', '.join(hidden)} (--wide shows them)"
-               if hidden else None)
-    return _table(title, shown, list(zip(*(texts[c.header] for c in shown), strict=True)),
-                  caption)
-
-
-def _need(column: Column, texts: list[str]) -> int:
-    """Columns of console a column needs, borders included, not to cut a cell nor stack
-    wrapped text into a tall strip: its longest word, or up to ``_WRAP_MIN``, if it wraps."""
-    from rich.cells import cell_len
-
-    pieces = [column.header, *texts]
-    longest = max(map(cell_len, pieces))
-    if not (column.numeric or column.no_wrap):
-        word = max((cell_len(word) for piece in pieces for word in piece.split()), default=0)
-        longest = max(word, min(longest, _WRAP_MIN))
-    return longest + _BORDER_PER_COLUMN
-
-
-def _table(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]],
-           caption: str | None = None) -> Table:
-    from rich.table import Table
-    from rich.text import Text
-
-    # Text, not markup: a variant named "ngram[spec-draft-n-max=8]" is not a style tag.
-    table = Table(title=Text(title), title_justify="left", caption=caption,
-                  caption_justify="left")
-    for column in columns:
-        # Fold, never "…": a cell that must break still shows every character.
-        table.add_column(Text(column.header), justify="right" if column.numeric else "left",
-                         no_wrap=column.numeric or column.no_wrap, overflow="fold")
-    for row in rows:
-        table.add_row(*map(Text, row))
-    return table
-
-
-def _rows(frame: pd.DataFrame, columns: Sequence[Column]) -> list[list[str]]:
-    return [[column.cell(row) for column in columns] for row in frame.to_dict(orient="records")]
+def job_sheet(report: pd.DataFrame, title: str) -> Sheet:
+    """The per-job table (fitted: variant, speedup, acceptance and flags always)."""
+    return frame_sheet(title, JOB_COLUMNS, report)
 
 
 # A grouped row against no speedup, its false discovery rate held across the table's rows.
 _VERDICT_COLUMNS = (
-    Column("q", lambda row: cells.number(row["q_value"], 3), True),
+    Column("q", lambda row: cells.number(row["q_value"], 3), True, rank=1),
     Column("verdict", lambda row: str(row["verdict"])),
 )
 
 
-def group_table(groups: pd.DataFrame, by: str) -> Table:
+def group_sheet(groups: pd.DataFrame, by: str) -> Sheet:
     """Jobs grouped by ``by``: typical speedup with its interval, spread and verdict (q: the
     false discovery rate across the rows), range, counters."""
     columns = (
         Column(by, lambda row: cells.labelled(row[by], row.get("kind"))),
-        Column("jobs", lambda row: str(row["jobs"]), True),
+        Column("jobs", lambda row: str(row["jobs"]), True, rank=1),
         Column("speedup", lambda row: cells.ratio(row["speedup"]), True),
         Column("95% CI (typical job)", lambda row: cells.bracket(row["low"], row["high"]),
                True),
-        Column("tau", lambda row: cells.number(row["tau"], 3), True),
+        Column("tau", lambda row: cells.number(row["tau"], 3), True, rank=2),
         *_VERDICT_COLUMNS,
-        Column("min", lambda row: cells.ratio(row["min_speedup"]), True),
-        Column("max", lambda row: cells.ratio(row["max_speedup"]), True),
-        Column("drafted", lambda row: str(row["drafted"]), True),
-        Column("accepted", lambda row: str(row["accepted"]), True),
-        Column("runs", lambda row: str(row["runs"]), True),
+        Column("min", lambda row: cells.ratio(row["min_speedup"]), True, rank=3),
+        Column("max", lambda row: cells.ratio(row["max_speedup"]), True, rank=3),
+        Column("drafted", lambda row: str(row["drafted"]), True, rank=4),
+        Column("accepted", lambda row: str(row["accepted"]), True, rank=4),
+        Column("runs", lambda row: str(row["runs"]), True, rank=5),
     )
-    return _table(f"by {by}", columns, _rows(groups, columns))
+    return frame_sheet(f"by {by}", columns, groups)
 
 
 _CATEGORY_COLUMNS = (
-    Column("variant", lambda row: str(row["variant"]), no_wrap=True),
+    Column("variant", lambda row: str(row["variant"])),
     Column("category", lambda row: str(row["category"])),
-    Column("jobs", lambda row: str(row["jobs"]), True),
+    Column("jobs", lambda row: str(row["jobs"]), True, rank=1),
     Column("speedup", lambda row: cells.ratio(row["speedup"]), True),
     Column("95% CI (typical job)", lambda row: cells.bracket(row["low"], row["high"]), True),
-    Column("tau", lambda row: cells.number(row["tau"], 3), True),
+    Column("tau", lambda row: cells.number(row["tau"], 3), True, rank=2),
     *_VERDICT_COLUMNS,
 )
 
 
-def category_table(summary: pd.DataFrame, title: str) -> Table:
+def category_sheet(summary: pd.DataFrame, title: str) -> Sheet:
     """Per variant and prompt category: typical speedup, its interval, spread and verdict."""
-    return _table(f"{title}: speedup by prompt category", _CATEGORY_COLUMNS,
-                  _rows(summary, _CATEGORY_COLUMNS))
+    return frame_sheet(f"{title}: speedup by prompt category", _CATEGORY_COLUMNS, summary)
 
 
 def _builds(row: Row) -> str:
@@ -288,41 +188,41 @@ def _builds(row: Row) -> str:
     return a if a == b else f"{a} -> {b}"
 
 
-def compare_table(frame: pd.DataFrame, a: str, b: str) -> Table:
+def compare_sheet(frame: pd.DataFrame, a: str, b: str) -> Sheet:
     """Matching jobs of A and B: both speedups, the change with its interval, its q value
     (Benjamini-Hochberg) and the verdict."""
     columns = (
-        Column("model", lambda row: str(row["model"])),
-        Column("variant", lambda row: str(row["variant"]), no_wrap=True),
-        Column("varying flags", lambda row: str(row["varying_flags"])),
-        Column("build", _builds),
+        Column("model", lambda row: str(row["model"]), rank=1),
+        Column("variant", lambda row: str(row["variant"])),
+        Column("varying flags", lambda row: str(row["varying_flags"]), rank=4),
+        Column("build", _builds, rank=3),
         Column(f"speedup {a}", lambda row: cells.interval(
-            row["speedup_a"], row["ci_low_a"], row["ci_high_a"]), True),
+            row["speedup_a"], row["ci_low_a"], row["ci_high_a"]), True, rank=2),
         Column(f"speedup {b}", lambda row: cells.interval(
-            row["speedup_b"], row["ci_low_b"], row["ci_high_b"]), True),
+            row["speedup_b"], row["ci_low_b"], row["ci_high_b"]), True, rank=2),
         Column("change", lambda row: cells.interval(
             row["change"], row["change_low"], row["change_high"]), True),
-        Column("q", lambda row: cells.number(row["q_value"], 3), True),
+        Column("q", lambda row: cells.number(row["q_value"], 3), True, rank=1),
         Column("baseline tok/s", lambda row: f"{cells.number(row['baseline_tok_s_a'])} -> "
-               f"{cells.number(row['baseline_tok_s_b'])}", True),
+               f"{cells.number(row['baseline_tok_s_b'])}", True, rank=5),
         Column("verdict", lambda row: str(row["verdict"])),
     )
-    return _table(f"{a} -> {b}", columns, _rows(frame, columns))
+    return frame_sheet(f"{a} -> {b}", columns, frame)
 
 
 def _engine(row: Row) -> str:
     return " · ".join(str(row[key]) for key in ("model", "gpu_class", "build", "spec_type"))
 
 
-def curve_tables(curves: pd.DataFrame, points: pd.DataFrame, title: str) -> list[Table]:
+def curve_sheets(curves: pd.DataFrame, points: pd.DataFrame, title: str) -> list[Sheet]:
     """The engine cost curve: per engine and draft length the step cost and break-even
     with their intervals; then every point (one synthetic-acceptance job each)."""
     fits = (
         Column("engine (model · GPU class · build · spec type)", _engine),
         Column("n-max", lambda row: str(row["draft_n_max"]), True),
-        Column("points", lambda row: str(row["points"]), True),
+        Column("points", lambda row: str(row["points"]), True, rank=3),
         Column("lengths", lambda row: f"{row['length_min']:.2f}-{row['length_max']:.2f}",
-               True),
+               True, rank=2),
         Column("step cost (plain steps)", lambda row: cells.interval(
             row["step_cost"], row["step_cost_low"], row["step_cost_high"]).replace(
                 cells.TIMES, ""), True),
@@ -331,29 +231,29 @@ def curve_tables(curves: pd.DataFrame, points: pd.DataFrame, title: str) -> list
                 cells.TIMES, ""), True),
         Column("speedup at longest", lambda row: cells.interval(
             row["speedup_at_max"], row["speedup_at_max_low"], row["speedup_at_max_high"]),
-            True),
-        Column("tau", lambda row: cells.number(row["tau"], 3), True),
+            True, rank=1),
+        Column("tau", lambda row: cells.number(row["tau"], 3), True, rank=4),
         Column("fit (lack-of-fit p)", lambda row: f"{row['shape']} "
-               f"({cells.number(row['lack_of_fit_p'], 3)})", True),
+               f"({cells.number(row['lack_of_fit_p'], 3)})", True, rank=2),
     )
     dots = (
         Column("engine", _engine),
         Column("n-max", lambda row: cells.count(row["draft_n_max"]), True),
-        Column("synth-len", lambda row: cells.number(row["synth_len"], 2), True),
+        Column("synth-len", lambda row: cells.number(row["synth_len"], 2), True, rank=1),
         Column("measured length", lambda row: cells.number(row["acceptance_length"], 3), True),
         Column("speedup", lambda row: cells.interval(row["speedup"], row["ci_low"],
                                                      row["ci_high"]), True),
-        Column("step cost", lambda row: cells.number(row["step_cost"], 2), True),
+        Column("step cost", lambda row: cells.number(row["step_cost"], 2), True, rank=2),
     )
     caption = ("step cost: one speculative step with n-max drafted tokens, all accepted, in "
                "plain decode steps; break-even: the acceptance length (tokens per step, the "
                "target's included) where the speedup is 1; 95% intervals")
-    return [_table(f"{title}: engine cost curve", fits, _rows(curves, fits), caption),
-            _table(f"{title}: points (synthetic-acceptance jobs)", dots, _rows(points, dots))]
+    return [frame_sheet(f"{title}: engine cost curve", fits, curves, caption),
+            frame_sheet(f"{title}: points (synthetic-acceptance jobs)", dots, points)]
 
 
-def recommendation_tables(chosen: pd.DataFrame, candidates: pd.DataFrame,
-                          title: str) -> list[Table]:
+def recommendation_sheets(chosen: pd.DataFrame, candidates: pd.DataFrame,
+                          title: str) -> list[Sheet]:
     """What to use per GPU class x model x category, why; then every candidate."""
     picks = (
         Column("GPU class", lambda row: str(row["gpu_class"])),
@@ -363,42 +263,43 @@ def recommendation_tables(chosen: pd.DataFrame, candidates: pd.DataFrame,
         Column("predicted", lambda row: cells.interval(row["speedup"], row["low"],
                                                        row["high"]), True),
         Column("runner-up", lambda row: f"{row['runner_up']} "
-               f"({cells.ratio(row['runner_up_speedup'])})" if row["runner_up"] else ""),
-        Column("why", lambda row: str(row["why"])),
+               f"({cells.ratio(row['runner_up_speedup'])})" if row["runner_up"] else "",
+               rank=1),
+        Column("why", lambda row: str(row["why"]), rank=2),
     )
     options = (
-        Column("GPU class", lambda row: str(row["gpu_class"])),
-        Column("model", lambda row: str(row["model"])),
-        Column("category", lambda row: str(row["category"])),
+        Column("GPU class", lambda row: str(row["gpu_class"]), rank=1),
+        Column("model", lambda row: str(row["model"]), rank=1),
+        Column("category", lambda row: str(row["category"]), rank=1),
         Column("setting", lambda row: str(row["setting"])),
         Column("n-max", lambda row: str(row["draft_n_max"]), True),
-        Column("length", lambda row: cells.number(row["length"], 2), True),
+        Column("length", lambda row: cells.number(row["length"], 2), True, rank=2),
         Column("predicted", lambda row: cells.interval(row["speedup"], row["low"],
                                                        row["high"]), True),
         Column("rank", lambda row: cells.count(row["rank"]), True),
-        Column("extrapolated", lambda row: str(row["extrapolated"])),
+        Column("extrapolated", lambda row: str(row["extrapolated"]), rank=3),
     )
     caption = ("predicted: speedup from the drafter's measured acceptance per position and "
                "the engine cost curve, 95% interval over both; length: tokens per step")
-    return [_table(f"{title}: recommended settings", picks, _rows(chosen, picks)),
-            _table(f"{title}: every candidate", options, _rows(candidates, options), caption)]
+    return [frame_sheet(f"{title}: recommended settings", picks, chosen),
+            frame_sheet(f"{title}: every candidate", options, candidates, caption)]
 
 
-def check_table(checked: pd.DataFrame, title: str) -> Table:
+def check_sheet(checked: pd.DataFrame, title: str) -> Sheet:
     """Predicted vs measured per candidate the verification campaign ran."""
     columns = (
-        Column("GPU class", lambda row: str(row["gpu_class"])),
-        Column("model", lambda row: str(row["model"])),
-        Column("category", lambda row: str(row["category"])),
+        Column("GPU class", lambda row: str(row["gpu_class"]), rank=2),
+        Column("model", lambda row: str(row["model"]), rank=2),
+        Column("category", lambda row: str(row["category"]), rank=2),
         Column("setting", lambda row: f"{row['setting']} n-max {row['draft_n_max']}"),
         Column("predicted", lambda row: cells.interval(row["speedup"], row["low"],
                                                        row["high"]), True),
         Column("measured", lambda row: cells.interval(
             row["speedup_measured"], row["ci_low"], row["ci_high"]), True),
-        Column("± (measured)", lambda row: cells.percent(row["half_width"]), True),
+        Column("± (measured)", lambda row: cells.percent(row["half_width"]), True, rank=1),
         Column("verdict", lambda row: str(row["verdict"])),
     )
-    return _table(f"{title}: predicted vs measured", columns, _rows(checked, columns))
+    return frame_sheet(f"{title}: predicted vs measured", columns, checked)
 
 
 def _farm_tok_s(row: Row) -> str:
@@ -423,34 +324,34 @@ def _peer_build(row: Row) -> str:
                                       else f"b{int(number)}") if part) or cells.MISSING
 
 
-def peer_tables(matched: pd.DataFrame, unmatched: pd.DataFrame, title: str) -> list[Table]:
+def peer_sheets(matched: pd.DataFrame, unmatched: pd.DataFrame, title: str) -> list[Sheet]:
     """Imported figures beside the farm arm that ran the same thing (the farm's tok/s with
     its 95% interval over blocks), then the imported figures no arm matches."""
     beside = (
-        Column("model", lambda row: str(row["model"])),
-        Column("variant", lambda row: str(row["variant"]), no_wrap=True),
+        Column("model", lambda row: str(row["model"]), rank=2),
+        Column("variant", lambda row: str(row["variant"])),
         Column("arm", lambda row: str(row["arm"])),
-        Column("measure", lambda row: str(row["measure"])),
+        Column("measure", lambda row: str(row["measure"]), rank=1),
         Column("farm tok/s [95% CI]", _farm_tok_s, True),
         Column("imported tok/s", _peer_tok_s, True),
         Column("imported / farm", lambda row: cells.ratio(row["peer_over_farm"]), True),
-        Column("tool · test", lambda row: f"{row['tool']} · {row['test']}"),
-        Column("source", lambda row: str(row["source"])),
+        Column("tool · test", lambda row: f"{row['tool']} · {row['test']}", rank=3),
+        Column("source", lambda row: str(row["source"]), rank=4),
     )
     alone = (
         Column("tool · test", lambda row: f"{row['tool']} · {row['test']}"),
-        Column("measure", lambda row: str(row["measure"])),
+        Column("measure", lambda row: str(row["measure"]), rank=1),
         Column("tok/s", _peer_tok_s, True),
-        Column("model file", lambda row: cells.text(row["model_file"]) or cells.MISSING),
-        Column("build", _peer_build),
-        Column("threads", lambda row: cells.count(row["n_threads"]), True),
-        Column("source", lambda row: f"{row['file_name']}: {row['source']}"),
+        Column("model file", lambda row: cells.text(row["model_file"]) or cells.MISSING,
+               rank=2),
+        Column("build", _peer_build, rank=2),
+        Column("threads", lambda row: cells.count(row["n_threads"]), True, rank=3),
+        Column("source", lambda row: f"{row['file_name']}: {row['source']}", rank=4),
     )
-    tables = [_table(f"{title}: imported figures beside the farm's (kind imported, never "
-                     "in the farm's intervals)", beside, _rows(matched, beside),
+    tables = [frame_sheet(f"{title}: imported figures beside the farm's (kind imported, never "
+                     "in the farm's intervals)", beside, matched,
                      None if len(matched) else "no imported figure matches a job here: same "
                      "model file, build (commit or number) and threads are needed")]
     if len(unmatched):
-        tables.append(_table("imported figures no farm job matches", alone,
-                             _rows(unmatched, alone)))
+        tables.append(frame_sheet("imported figures no farm job matches", alone, unmatched))
     return tables

@@ -54,7 +54,10 @@ REPORT_COLUMNS = [
     "measured_blocks", "busy_blocks", "busy_blocks_baseline", "busy_blocks_variant",
     "busy_cores", "busy_wait_s",
     # The warm-up check (farm.stats.warmup), from summary version 7.
-    "warmup_effect", "warmup_low", "warmup_high", "warmup_blocks", "warmup_flag"]
+    "warmup_effect", "warmup_low", "warmup_high", "warmup_blocks", "warmup_flag",
+    # Where and with what it was measured (issue 29), from its runs: the llama-server
+    # version line, the host (or how many), GPU name or CPU, the first run's start (UTC).
+    "server_version", "hosts", "device", "measured_at"]
 
 # What a report row takes from the job's row as it is.
 JOB_COLUMNS = ("campaign", "job_key", "model", "variant", "build", "gpu_class", "worker",
@@ -101,7 +104,9 @@ def job_rows(engine: Engine, campaign: str | None) -> list[Row]:
         lacking = [job["job_id"] for job, summary in zip(found, summaries, strict=True)
                    if summary.get("facts") is None and job["has_runs"]]
         facts = _run_facts(connection, engine.dialect.name, lacking)
-    rows = [_row(job, summary, varying, facts.get(job["job_id"], {}))
+        where = _provenance(connection, [job["job_id"] for job in found if job["has_runs"]])
+    rows = [{**_row(job, summary, varying, facts.get(job["job_id"], {})),
+             **where.get(job["job_id"], {})}
             for job, summary, varying in zip(found, summaries,
                                              _parse_all([job["varying"] for job in found]),
                                              strict=True)]
@@ -157,6 +162,38 @@ def _run_facts(connection: Connection, dialect: str, job_ids: list[int]) -> dict
         batch = {"ids": job_ids[start:start + _IDS_PER_QUERY]}
         facts |= {row["job_id"]: dict(row) for row in connection.execute(query, batch).mappings()}
     return facts
+
+
+def _provenance(connection: Connection, job_ids: list[int]) -> dict[int, Row]:
+    """Where each job of ``job_ids`` ran, from its runs (``REPORT_COLUMNS``' last four)."""
+    from sqlalchemy import distinct, func, select
+
+    from farm.store.models import Run
+
+    query = (select(Run.job_id, func.min(Run.server_version), func.min(Run.host),
+                    func.count(distinct(Run.host)), func.min(Run.gpu_name),
+                    func.min(Run.started_at))
+             .where(Run.job_id.in_(bindparam("ids", expanding=True))).group_by(Run.job_id))
+    found: dict[int, Row] = {}
+    for start in range(0, len(job_ids), _IDS_PER_QUERY):
+        batch = {"ids": job_ids[start:start + _IDS_PER_QUERY]}
+        for job_id, version, host, hosts, gpu, started in connection.execute(query, batch):
+            found[job_id] = {
+                "server_version": (version or "").splitlines()[0] if version else None,
+                "hosts": host if hosts == 1 else f"{hosts} hosts", "device": gpu or "CPU",
+                "measured_at": _utc(started)}
+    return found
+
+
+def _utc(started: Any) -> str | None:
+    """A stored time (UTC, with or without its zone; SQLite may give text) in ISO 8601
+    with its offset."""
+    from datetime import UTC, datetime
+
+    if started is None:
+        return None
+    when = started if isinstance(started, datetime) else datetime.fromisoformat(str(started))
+    return (when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)).isoformat()
 
 
 def _number(value: Any) -> float | None:

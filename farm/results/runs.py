@@ -7,9 +7,10 @@ the functions do."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Engine, select
+from sqlalchemy import ColumnElement, Engine, func, select
 
 from farm.store.campaigns import campaign_id
 
@@ -125,3 +126,16 @@ def _job_kind(summary: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> str
         return JobSpec.model_validate(spec).kind
     except ValidationError:
         return "variant"
+
+
+def seconds_per_run(engine: Engine) -> dict[tuple[str, str], float]:
+    """A run's mean end-to-end seconds by build name and model file name, over every run
+    the store holds (what a dry run's time estimate is made from)."""
+    from farm.store.models import Run
+
+    query = (select(Run.build_name, Run.model_file, func.avg(Run.e2e_ms))
+             .group_by(Run.build_name, Run.model_file))
+    with engine.connect() as connection:
+        rows = connection.execute(query).all()
+    return {(build, Path(model).name): float(e2e_ms) / 1000.0 for build, model, e2e_ms in rows
+            if e2e_ms is not None}

@@ -8,7 +8,7 @@ For the MTP oracle that pays on a CPU (draft-mtp) and for SmolLM2 with n-gram dr
    point);
 2. a drafter campaign (the real drafter: the oracle at its longest draft length, SmolLM2
    at each candidate length);
-3. ``farm recommend -o verify.yaml``, the verification campaign it writes (two-stage: 12
+3. ``farm recommend --write-matrix verify.yaml``, the verification campaign it writes (two-stage: 12
    pairs first, planned to meet ±2.5% with probability 0.9, up to 48), and
    ``farm recommend --check``.
 
@@ -81,7 +81,7 @@ def run_engine(env: dict[str, str], workdir: Path, engine: dict[str, Any]) -> No
     print(farm(env, "curve", f"{key}-curve"))
     print(farm(env, "recommend", f"{key}-drafter"))
     verify = workdir / f"{key}-verify.yaml"
-    farm(env, "recommend", f"{key}-drafter", "-o", str(verify))
+    farm(env, "recommend", f"{key}-drafter", "--write-matrix", str(verify))
     farm(env, "run", str(verify))
     print(farm(env, "recommend", f"{key}-drafter", "--check", f"{key}-drafter-verify"))
     rows = json.loads(farm(env, "recommend", f"{key}-drafter", "--check",

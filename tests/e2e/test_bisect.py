@@ -86,7 +86,7 @@ def test_bisect_names_the_planted_commit_for_the_draft_cost_only(
     assert answer["cost"]["builds"] == 5 and list(answer["cost"]["skipped"]) == [commits[2]]
 
     started = time.monotonic()
-    again = _bisect(matrix, commits[0], env, "markdown")
+    again = _bisect(matrix, commits[0], env, "md")
     print(again)
     print(f"again: {time.monotonic() - started:.0f} s")
     assert f"first bad commit {commits[4][:12]}" in again

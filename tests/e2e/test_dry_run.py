@@ -4,6 +4,8 @@ refuse what the run refuses with the same words, and write nothing."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +101,32 @@ def test_submit_dry_run_matches_run_dry_run_for_a_model_on_this_machine(
         assert f"--model {smollm2.resolve()} " in result.stdout
         assert "not checked" not in result.stdout
     assert not isolated_data_dir.exists()
+
+
+@pytest.mark.parametrize("streams", [1, 4])
+def test_the_dry_runs_argv_is_the_argv_the_run_stores(streams: int, tmp_path: Path,
+                                                     smollm2: Path,
+                                                     isolated_data_dir: Path) -> None:
+    """Farm-owned flags included (--parallel per stream, --log-verbosity, --offline where
+    the build knows it); the port the run picks is the dry run's PORT. Once the store holds
+    runs of the build on the model, the dry run also says about how long the jobs take."""
+    import shlex
+    import sqlite3
+
+    matrix = write_matrix(tmp_path, matrix_dict(smollm2, concurrency=streams))
+    dry = run_cli("run", "--dry-run", str(matrix))
+    assert dry.exit_code == 0, dry.output
+    printed = {line.split()[0]: shlex.split(line)[1:] for line in dry.stdout.splitlines()
+               if line.startswith(("  baseline ", "  variant "))}
+    assert "4 runs in 1 jobs; no time estimate" in dry.stdout
+    real = run_cli("run", str(matrix))
+    assert real.exit_code == 0, real.output
+    with sqlite3.connect(isolated_data_dir / "farm.db") as db:
+        stored = dict(db.execute("select arm, argv from run group by arm").fetchall())
+    for arm, argv in stored.items():
+        ran = json.loads(argv)
+        ran[ran.index("--port") + 1] = "PORT"
+        assert printed[arm] == ran, arm
+        assert ran[ran.index("--parallel") + 1] == str(streams) and "--log-verbosity" in ran
+    again = run_cli("run", "--dry-run", str(matrix))
+    assert re.search(r"4 runs in 1 jobs; about \d+ s of generation", again.stdout), again.stdout

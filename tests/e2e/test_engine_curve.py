@@ -37,7 +37,7 @@ def test_engine_curve_campaign_runs_and_farm_curve_fits_it(
     assert "synthetic (engine cost)" in result.stdout
 
     plot = tmp_path / "curve.png"
-    result = farm("curve", "--format", "json", "-o", str(plot))
+    result = farm("curve", "--format", "json", "--plot", str(plot))
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout)
     points, curves = found["points"], found["curves"]
@@ -100,7 +100,7 @@ def test_recommend_on_real_runs_writes_a_verification_that_check_reads(
         result = farm("run", str(write_matrix(tmp_path, matrix, f"{matrix['campaign']}.yaml")))
         assert result.returncode == 0, result.stderr
     verify = tmp_path / "verify.yaml"
-    result = farm("recommend", "drafter", "--format", "json", "-o", str(verify))
+    result = farm("recommend", "drafter", "--format", "json", "--write-matrix", str(verify))
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout)
     assert {row["category"] for row in found["recommendations"]} == {"(all)", "chat", "code"}

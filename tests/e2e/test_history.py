@@ -79,7 +79,7 @@ def test_history_of_three_tracked_commits_marks_the_planted_draft_cost_only(
     assert f"master is at {commits[2][:12]}: already tracked (campaign nightly: 1 done)" in \
         again.output
 
-    markdown = run_cli("history", str(matrix), "--format", "markdown")
+    markdown = run_cli("history", str(matrix), "--format", "md")
     print(markdown.output)
     result = run_cli("history", str(matrix), "--format", "json")
     assert result.exit_code == 0, result.output

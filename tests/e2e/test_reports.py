@@ -72,7 +72,7 @@ def test_report_fits_100_columns_and_wide_shows_every_column(two_campaigns: Path
     assert narrow.returncode == 0, narrow.stderr
     lines = narrow.stdout.splitlines()
     assert max(map(len, lines)) <= 100 and "\u2026" not in narrow.stdout
-    [row] = [line for line in lines if " ngram " in line]
+    [row] = [line for line in lines if " ngram " in line and line.startswith("\u2502")]
     [job] = report_rows("after")
     assert f" {job['speedup']:.2f}\u00d7 [{job['ci_low']:.2f}, {job['ci_high']:.2f}] " in row
     assert f" {job['acceptance_rate']:.0%} " in row

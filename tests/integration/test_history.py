@@ -148,7 +148,7 @@ def test_compare_gate_exits_3_only_where_the_speedup_regressed(
 def test_history_writes_markdown_and_a_page_with_a_trend_plot(
         url: str, nights: tuple[str, Path], tmp_path: Path) -> None:
     _, matrix = nights
-    markdown = _farm(url, "history", str(matrix), "--format", "markdown")
+    markdown = _farm(url, "history", str(matrix), "--format", "md")
     assert markdown.exit_code == 0, markdown.output
     assert "| build | number | speedup |" in markdown.output
     assert "- 222222222222 -> 333333333333: engine: speedup -16%" in markdown.output

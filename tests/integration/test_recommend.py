@@ -180,7 +180,7 @@ def test_a_length_the_campaign_ran_is_predicted_from_its_own_acceptance(
 def test_the_verification_matrix_runs_the_picks_and_check_compares(
         store: dict[str, str], tmp_path: Path) -> None:
     verify = tmp_path / "verify.yaml"
-    result = run_cli("recommend", "drafter", "-o", str(verify), env=store)
+    result = run_cli("recommend", "drafter", "--write-matrix", str(verify), env=store)
     assert result.exit_code == 0, result.output
     matrix = yaml.safe_load(verify.read_text())
     assert [variant["name"] for variant in matrix["variants"]] == ["draft-mtp-n2",

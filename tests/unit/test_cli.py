@@ -33,6 +33,23 @@ class Help:
     options: dict[str, str] = field(default_factory=dict)
 
 
+def _output(*formats: str, default: str = "table", all_help: str | None = None,
+            wide: bool = True) -> dict[str, str]:
+    """The output options of a command that writes results, as every such command has them
+    (``farm.cli.output``)."""
+    from farm.cli.output import _FORMAT_HELP
+
+    options = {f"--format [{'|'.join(formats)}]": "; ".join(
+        f"{name}: {_FORMAT_HELP[name]}" for name in formats) + f". [default: {default}]",
+        "-o, --output FILE": "Write the chosen format to this file instead of the terminal."}
+    if wide and "table" in formats:
+        options["--wide"] = ("Every column of the table, however wide (a narrow terminal "
+                             "hides the least needed ones and names them).")
+    if all_help:
+        options["--all"] = all_help
+    return options
+
+
 HELP: dict[tuple[str, ...], Help] = {
     (): Help("farm [OPTIONS] COMMAND [ARGS]...",
              "specfarm: measure llama.cpp speculative decoding (MTP, n-gram, draft) properly.",
@@ -58,21 +75,18 @@ HELP: dict[tuple[str, ...], Help] = {
     ("report",): Help(
         "farm report [OPTIONS] [CAMPAIGN]",
         "Show one row per job of CAMPAIGN (default: the latest).",
-        {"--format [table|csv|json|html]": "How to print the rows (html: a page with plots, to "
-                                           "a file). [default: table]",
-         "-o, --output PATH": "File to write (--format html: a self-contained page with plots).",
-         "--all": "Every campaign in the store.",
+        {**_output("table", "md", "csv", "json", "html", all_help=(
+            "Every campaign in the store (a campaign column when rows come from several).")),
          "--group-by [gpu_class|worker|model|variant]":
              "Aggregate jobs: geometric-mean speedup per group.",
-         "--by-category": "Speedup per prompt category.",
-         "--wide": "Every column of the table, however wide (a narrow terminal hides some)."}),
+         "--by-category": "Speedup per prompt category."}),
     ("compare",): Help(
         "farm compare [OPTIONS] A B",
         "Campaigns A and B (or two builds) side by side: change per matching job, and whether "
         "it is outside the noise.",
         {"--build-a TEXT": "Only A's jobs on this build (two builds of one campaign).",
          "--build-b TEXT": "Only B's jobs on this build.",
-         "--format [table|csv|json]": "How to print the rows. [default: table]",
+         **_output("table", "md", "csv", "json"),
          "--fail-on-regression [SERIES[:PERCENT]]":
              "Exit 3 when a series regressed (by the difference test, false discovery rate 5%) "
              "beyond PERCENT (default 0); repeatable; SERIES alone, or no value: speedup:0 "
@@ -83,10 +97,7 @@ HELP: dict[tuple[str, ...], Help] = {
         "Every build the jobs of TARGET (a matrix file, or a comparable key or its first 8+ "
         "hex digits) ran on, in commit order: each series with its interval, and the changes "
         "between consecutive builds (docs/history.md).",
-        {"--format [table|json|markdown|html]": "How to print the series (html: a page with "
-                                                "plots, to a file). [default: table]",
-         "-o, --output PATH": "File to write (--format html: a self-contained page, a trend "
-                              "plot per series).",
+        {**_output("table", "md", "json", "html"),
          "--fail-on-regression [SERIES[:PERCENT]]":
              "Exit 3 when a series regressed (by the difference test, false discovery rate 5%) "
              "beyond PERCENT (default 0); repeatable; SERIES alone, or no value: all:0 "
@@ -127,7 +138,7 @@ HELP: dict[tuple[str, ...], Help] = {
                                  "one round with no difference only when their interval "
                                  "rules out a change this large; else they look again. "
                                  "[default: 10.0; 0.1<=x<=1000]",
-         "--format [text|json|markdown]": "How to print the answer. [default: text]",
+         **_output("table", "md", "json", wide=False),
          "--gpu-class TEXT": "With several gpu-classes in MATRIX: the one to run here.",
          "--dry-run": "Print the commits, each step's error rate and the expected cost; build "
                       "and run nothing."}),
@@ -148,35 +159,34 @@ HELP: dict[tuple[str, ...], Help] = {
         "farm peers [OPTIONS] [CAMPAIGN]",
         "Imported figures beside the farm's jobs of CAMPAIGN (default: the latest) that ran "
         "the same model file, build and threads/offload; then those no job matches.",
-        {"--all": "The jobs of every campaign.",
-         "--format [table|csv|json]": "How to print the rows. [default: table]"}),
+        _output("table", "md", "csv", "json", all_help="The jobs of every campaign.")),
     ("curve",): Help(
         "farm curve [OPTIONS] [CAMPAIGN]",
         "The engine cost curve of CAMPAIGN (default: the latest): from its synthetic-acceptance "
         "jobs, the speedup per acceptance length, the step cost and the break-even length per "
         "draft length, with 95% intervals.",
-        {"--all": "The synthetic-acceptance jobs of every campaign.",
-         "--format [table|csv|json]": "How to print the curves. [default: table]",
-         "-o, --output PATH": "Also write the plot: speedup vs acceptance length, a line per "
-                              "draft length, break-even marked (PNG)."}),
+        {**_output("table", "md", "csv", "json",
+                   all_help="The synthetic-acceptance jobs of every campaign."),
+         "--plot FILE": "Also write the plot: speedup vs acceptance length, a line per "
+                        "draft length, break-even marked (PNG)."}),
     ("recommend",): Help(
         "farm recommend [OPTIONS] [CAMPAIGN]",
         "The settings to use per GPU class, model and prompt category, predicted from the "
         "drafters' measured acceptance in CAMPAIGN (default: the latest) and the engine cost "
         "curves in the store, with the runner-up and why.",
-        {"--format [table|json]": "How to print the recommendations. [default: table]",
-         "-o, --output PATH": "Write the matrix that checks the recommendation: recommended "
-                              "and runner-up settings vs baseline on the same prompts (YAML).",
+        {**_output("table", "md", "csv", "json"),
+         "--write-matrix FILE": "Write the matrix that checks the recommendation: "
+                                "recommended and runner-up settings vs baseline on the same "
+                                "prompts (YAML).",
          "--check VERIFY_CAMPAIGN": "Put the predictions beside what VERIFY_CAMPAIGN (a run of "
                                     "that matrix) measured, with a verdict per row.",
          "--model TEXT": "Only this model.",
          "--gpu-class TEXT": "Only this GPU class."}),
     ("export",): Help(
         "farm export [OPTIONS] [CAMPAIGN]",
-        "Write the tidy runs of CAMPAIGN (default: the latest), one row per run.",
-        {"--format [csv|parquet]": "The file's format (parquet keeps the columns' types). "
-                                   "[default: csv]",
-         "-o, --output PATH": "The file to write. [required]"}),
+        "The tidy runs of CAMPAIGN (default: the latest), one row per run.",
+        _output("csv", "json", "parquet", default="csv", all_help=(
+            "The runs of every campaign (a campaign column names each)."))),
     ("db",): Help(
         "farm db [OPTIONS] COMMAND [ARGS]...",
         "Manage the result database (FARM_DATABASE_URL, default SQLite in the data dir)."),
@@ -434,20 +444,19 @@ BAD_ARGUMENTS = [
     (["run"], "run", "[OPTIONS] MATRIX", "Missing argument 'MATRIX'."),
     (["compare", "a"], "compare", "[OPTIONS] A B", "Missing argument 'B'."),
     (["cancel"], "cancel", "[OPTIONS] CAMPAIGN", "Missing argument 'CAMPAIGN'."),
-    (["export"], "export", "[OPTIONS] [CAMPAIGN]", "Missing option '-o' / '--output'."),
     (["build", "x"], "build", "[OPTIONS] [NAME]",
      "give --source (to build) or --binary (to register), one of them"),
     (["build", "x", "--source", "y", "--binary", "z"], "build", "[OPTIONS] [NAME]",
      "give --source (to build) or --binary (to register), one of them"),
     (["report", "--format", "xml"], "report", "[OPTIONS] [CAMPAIGN]",
-     "Invalid value for '--format': 'xml' is not one of 'table', 'csv', 'json', 'html'."),
+     "Invalid value for '--format': 'xml' is not one of 'table', 'md', 'csv', 'json', 'html'."),
     (["report", "--group-by", "gpu"], "report", "[OPTIONS] [CAMPAIGN]",
      "Invalid value for '--group-by': 'gpu' is not one of 'gpu_class', 'worker', 'model', "
      "'variant'."),
     (["compare", "a", "b", "--format", "html"], "compare", "[OPTIONS] A B",
-     "Invalid value for '--format': 'html' is not one of 'table', 'csv', 'json'."),
-    (["export", "-o", "x", "--format", "json"], "export", "[OPTIONS] [CAMPAIGN]",
-     "Invalid value for '--format': 'json' is not one of 'csv', 'parquet'."),
+     "Invalid value for '--format': 'html' is not one of 'table', 'md', 'csv', 'json'."),
+    (["export", "-o", "x", "--format", "xlsx"], "export", "[OPTIONS] [CAMPAIGN]",
+     "Invalid value for '--format': 'xlsx' is not one of 'csv', 'json', 'parquet'."),
     (["build", "x", "--source", "y", "--backend", "rocm"], "build", "[OPTIONS] [NAME]",
      "Invalid value for '--backend': 'rocm' is not one of 'cpu', 'cuda', 'metal', 'vulkan'."),
     (["build", "x", "--source", "y", "--build-number", "latest"], "build", "[OPTIONS] [NAME]",

@@ -25,9 +25,9 @@ MALICIOUS = "<script>alert(1)</script>"
 
 def _jobs() -> pd.DataFrame:
     rows = [
-        ("job-aaaa", "qwen3-8b", "mtp-n2", "--draft-max 2", "mtp", 2.0, 1.42, 1.35, 1.50, 8,
+        ("job-aaaa", "qwen3-8b", "mtp-n2", "spec-draft-n-max=2", "mtp", 2.0, 1.42, 1.35, 1.50, 8,
          0.81, 2.6, 1.0, False, False, "ci-width", 50.1, 71.2),
-        ("job-bbbb", "qwen3-8b", "mtp-n4", "--draft-max 4", "mtp", 4.0, 1.61, 1.50, 1.70, 8,
+        ("job-bbbb", "qwen3-8b", "mtp-n4", "spec-draft-n-max=4", "mtp", 4.0, 1.61, 1.50, 1.70, 8,
          0.66, 3.1, 0.98, False, True, "max-pairs", 49.8, 80.2),
         ("job-cccc", "qwen3-8b", MALICIOUS, "--spec-type ngram", "ngram", 8.0, 0.93, NAN, NAN,
          1, 0.21, 1.4, 0.60, True, False, "budget", 48.0, 44.6),
@@ -130,7 +130,7 @@ def test_html_has_the_tables_values_and_badges() -> None:
     page = _page()
     assert page.startswith("<!DOCTYPE html>")
     assert "2025-01-02 03:04:05 UTC" in page
-    for text in ("qwen3-8b", "llama-3.1-8b", "mtp-n2", "--draft-max 4",
+    for text in ("qwen3-8b", "llama-3.1-8b", "mtp-n2", "spec-draft-n-max=4",
                  f"1.42{TIMES} [1.35, 1.50]", f"1.61{TIMES} [1.50, 1.70]", f"0.93{TIMES}",
                  "ci-width", "max-pairs", "81.0%", "66.0%", "60.0%", "98.0%", "2.60", "50.1",
                  "80.2", "2 jobs failed", "mean accepted length"):

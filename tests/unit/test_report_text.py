@@ -10,11 +10,10 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from rich.console import Console
-from rich.table import Table
 
 from farm.report import cells
-from farm.report.text import job_table, print_wide, wide_console
+from farm.report.sheet import fit, table_text, terminal_width
+from farm.report.text import job_sheet
 
 NAN = math.nan
 
@@ -59,10 +58,8 @@ KEY_CELLS = [("ngram[spec-draft-n-max=8]", f"1.42{cells.TIMES} [1.35, 1.50]", "8
              ("ngram-cache", "no drafts", cells.MISSING)]
 
 
-def _printed(table: Table, width: int) -> str:
-    out = io.StringIO()
-    Console(width=width, file=out, color_system=None).print(table)
-    return out.getvalue()
+def _printed(report: pd.DataFrame, width: int | None) -> str:
+    return table_text([job_sheet(report, "campaign x")], width)
 
 
 def _row_lines(text: str, variant: str) -> str:
@@ -71,7 +68,7 @@ def _row_lines(text: str, variant: str) -> str:
 
 
 def test_at_100_columns_the_key_cells_are_whole_and_hidden_columns_named() -> None:
-    text = _printed(job_table(_report(), "campaign x", 100), 100)
+    text = _printed(_report(), 100)
     assert "\u2026" not in text and max(map(len, text.splitlines())) <= 100
     for variant, speedup, accept in KEY_CELLS:
         line = _row_lines(text, variant)
@@ -80,17 +77,15 @@ def test_at_100_columns_the_key_cells_are_whole_and_hidden_columns_named() -> No
 
 
 def test_a_wide_enough_console_hides_nothing() -> None:
-    table = job_table(_report(), "campaign x", 400)
+    table = fit(job_sheet(_report(), "campaign x"), 400)
     assert [str(column.header) for column in table.columns] == WIDE_HEADERS
     assert table.caption is None
 
 
-def test_wide_shows_every_column_as_before_uncut_on_a_narrow_console() -> None:
-    table = job_table(_report(), "campaign x")
+def test_wide_shows_every_column_as_before_uncut() -> None:
+    table = fit(job_sheet(_report(), "campaign x"))
     assert [str(column.header) for column in table.columns] == WIDE_HEADERS
-    out = io.StringIO()
-    print_wide(Console(width=100, file=out, color_system=None), table)
-    text = out.getvalue()
+    text = _printed(_report(), None)
     assert "\u2026" not in text
     header = next(line for line in text.splitlines() if " job " in line)
     assert all(f" {name} " in header for name in WIDE_HEADERS)
@@ -98,18 +93,18 @@ def test_wide_shows_every_column_as_before_uncut_on_a_narrow_console() -> None:
 
 
 def test_bracketed_names_are_text_not_markup() -> None:
-    text = _printed(job_table(_report().assign(model="[bold]m"), "campaign [red]x", 200), 200)
+    text = table_text([job_sheet(_report().assign(model="[bold]m"), "campaign [red]x")], 200)
     assert "ngram[spec-draft-n-max=8]" in text
     assert "[bold]m" in text and "campaign [red]x" in text
 
 
-def test_wide_console_takes_columns_from_the_environment_in_a_pipe(
+def test_the_width_comes_from_the_environment_and_a_pipe_has_none(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.stdout", io.StringIO())
     monkeypatch.delenv("COLUMNS", raising=False)
-    assert wide_console().width == 200
+    assert terminal_width() is None
     monkeypatch.setenv("COLUMNS", "100")
-    assert wide_console().width == 100
+    assert terminal_width() == 100
 
 
 @pytest.mark.parametrize("value", [None, NAN, pd.NA, float("nan")])
@@ -212,7 +207,7 @@ def test_simultaneous_streams_show_their_aggregate_and_what_to_doubt() -> None:
              slot_acceptance={"0": 0.7, "1": 0.72, "2": 0.03, "3": 0.68}, prompt_tokens=1012.0),
         _job("alone", concurrency=1, aggregate_speedup=NAN, overlap_min=NAN, low_slots=None,
              slot_acceptance=None, prompt_tokens=NAN)])
-    text = _printed(job_table(report, "campaign x"), 400)
+    text = _printed(report, None)
     line = _row_lines(text, "ngram")
     assert f"4x: 1.21{cells.TIMES} [1.10, 1.30]" in line and " 1012 " in line
     assert "streams overlapped 62% at least" in line

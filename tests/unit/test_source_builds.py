@@ -209,17 +209,23 @@ def test_a_build_waits_for_measurements_and_goes_before_new_ones(
     assert order == ["measure", "measure-end", "build", "build-end", "measure", "measure-end"]
 
 
-def test_a_failed_compile_step_keeps_its_last_lines_and_a_full_disk_is_not_a_failure() -> None:
+def test_a_failed_compile_step_keeps_its_last_lines_and_a_full_disk_is_not_a_failure(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     noisy = "for i in range(100): print(f'line {i}')\nprint('x.cpp:1:2: error: boom')\nexit(2)"
+    log = tmp_path / "build.log"
     with pytest.raises(BuildFailed) as caught:
-        compile_step([sys.executable, "-c", noisy], {}, "the build")
+        compile_step([sys.executable, "-c", noisy], {}, "the build", log)
     lines = str(caught.value).splitlines()
-    assert lines[0] == "the build failed (exit 2); its last lines:"
+    assert lines[0] == f"the build failed (exit 2); its last lines (all in {log}):"
     assert lines[1:] == [f"line {i}" for i in range(100 - TAIL_LINES + 1, 100)] + [
         "x.cpp:1:2: error: boom"]
+    # Every line in the log, none on the terminal but the command.
+    assert log.read_text().startswith("$ ") and log.read_text().endswith("\n".join(
+        [f"line {i}" for i in range(100)] + ["x.cpp:1:2: error: boom"]) + "\n")
+    assert "line 5" not in capsys.readouterr().err
     full = "print('ld: final link failed: No space left on device'); exit(1)"
     with pytest.raises(BuildUnavailable, match="no space left on device"):
-        compile_step([sys.executable, "-c", full], {}, "the build")
+        compile_step([sys.executable, "-c", full], {}, "the build", log)
 
 
 def test_the_jobs_time_limit_starts_when_its_builds_are_made() -> None:

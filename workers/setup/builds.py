@@ -108,29 +108,41 @@ def run_command(argv: list[str], cwd: Path | None = None, env: dict[str, str] | 
     return (result.stdout or "").strip()
 
 
-def compile_step(argv: list[str], env: dict[str, str], what: str) -> None:
-    """Run a configure or compile step, its output passed through to stderr; a failure is
-    BuildFailed with the step's last lines (the compiler's error), or BuildUnavailable
-    when the disk is full (another node, or later, may build it)."""
+def compile_step(argv: list[str], env: dict[str, str], what: str, log: Path) -> None:
+    """Run a configure or compile step, its output to ``log`` and, on a terminal, one
+    status line that rewrites itself; a failure is BuildFailed with the step's last lines
+    (the compiler's error), or BuildUnavailable when the disk is full (another node, or
+    later, may build it)."""
     _say("$ " + " ".join(argv))
     tail: deque[str] = deque(maxlen=TAIL_LINES)
+    status = sys.stderr.isatty()
+    lines = 0
     try:
-        with subprocess.Popen(argv, env=env, text=True, errors="replace",
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as process:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a", encoding="utf-8") as out, subprocess.Popen(
+                argv, env=env, text=True, errors="replace", stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT) as process:
             assert process.stdout is not None  # piped above
+            out.write("$ " + " ".join(argv) + "\n")
             for line in process.stdout:
-                sys.stderr.write(line)
+                out.write(line)
                 tail.append(line.rstrip())
+                lines += 1
+                if status:
+                    sys.stderr.write(f"\r\033[K[build] {what}: {line.strip()[:70]}")
         code = process.returncode
     except FileNotFoundError as exc:
         raise BuildUnavailable(f"{argv[0]} is not installed on this node: {exc}") from exc
     except OSError as exc:
         raise BuildUnavailable(f"{what}: {exc}") from exc
+    if status:
+        sys.stderr.write("\r\033[K")
     if code != 0:
-        lines = "\n".join(tail)
-        if "No space left on device" in lines:
-            raise BuildUnavailable(f"{what}: no space left on device\n{lines}")
-        raise BuildFailed(f"{what} failed (exit {code}); its last lines:\n{lines}")
+        text = "\n".join(tail)
+        if "No space left on device" in text:
+            raise BuildUnavailable(f"{what}: no space left on device (log: {log})\n{text}")
+        raise BuildFailed(f"{what} failed (exit {code}); its last lines (all in {log}):\n{text}")
+    _say(f"{what}: done, {lines} lines in {log}")
 
 
 def _unpack_sdist(archive: Path, paths: NodePaths) -> SourceTree:
@@ -379,8 +391,10 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
     build_dir = source.path / f"build-specfarm-{_sha256(_configuration(request))[:12]}"
     env = build_env(paths, source.path)
     configure = configure_argv(request, source.path, build_dir)
-    compile_step(configure, env, "cmake configure")
-    compile_step(build_argv(build_dir, request.targets), env, "the build")
+    log = source.path / f"{build_dir.name}.log"
+    log.unlink(missing_ok=True)
+    compile_step(configure, env, "cmake configure", log)
+    compile_step(build_argv(build_dir, request.targets), env, "the build", log)
     binaries = [build_dir / "bin" / target for target in request.targets
                 if (build_dir / "bin" / target).is_file()]
     probe = probe_binary(build_dir / "bin" / "llama-server")

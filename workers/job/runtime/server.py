@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -66,6 +67,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def server_argv(binary: str, model: str, arm_argv: Sequence[str], *, port: int | str,
+                parallel: int, offline: bool) -> list[str]:
+    """An arm's server command line: the farm's own flags, then the arm's (``farm run
+    --dry-run`` prints it with the port as ``PORT``)."""
+    return [binary, "--model", model, "--host", HOST, "--port", str(port),
+            "--log-verbosity", str(LOG_VERBOSITY), "--parallel", str(parallel),
+            "--metrics", *(["--offline"] if offline else []), *arm_argv]
+
+
 class LlamaServer:
     """One server process for one arm. Use as a context manager: it always stops."""
 
@@ -95,10 +105,9 @@ class LlamaServer:
         return f"http://{HOST}:{self.port}"
 
     def argv(self, port: int) -> list[str]:
-        """The full command line: the farm's own flags, then the arm's."""
-        return [self.binary, "--model", self.model, "--host", HOST, "--port", str(port),
-                "--log-verbosity", str(LOG_VERBOSITY), "--parallel", str(self.parallel),
-                "--metrics", *(["--offline"] if self.offline else []), *self.arm_argv]
+        """The full command line (``server_argv``)."""
+        return server_argv(self.binary, self.model, self.arm_argv, port=port,
+                           parallel=self.parallel, offline=self.offline)
 
     def __enter__(self) -> LlamaServer:
         self.start()

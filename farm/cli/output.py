@@ -1,0 +1,38 @@
+"""The output options every command that writes results takes, spelled the same."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+from click.decorators import FC
+
+_FORMAT_HELP = {
+    "table": "a table fitted to the terminal", "md": "markdown tables (for a PR or issue)",
+    "csv": "CSV, every column", "json": "JSON, every column",
+    "html": "a self-contained page with plots (needs -o)", "parquet": "Parquet (needs -o)"}
+
+
+def output_options(*formats: str, default: str = "table", wide: bool = True,
+                   all_help: str | None = None) -> Callable[[FC], FC]:
+    """``--format`` (of ``formats``), ``-o/--output`` (the chosen format, to a file),
+    ``--wide`` (when the format is a table) and ``--all`` (with ``all_help``)."""
+    def decorate(command: FC) -> FC:
+        options = [
+            click.option("--format", "fmt", type=click.Choice(formats), default=default,
+                         show_default=True, help="; ".join(
+                             f"{name}: {_FORMAT_HELP[name]}" for name in formats) + "."),
+            click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+                         help="Write the chosen format to this file instead of the terminal.")]
+        if wide and "table" in formats:
+            options.append(click.option(
+                "--wide", is_flag=True, help="Every column of the table, however wide (a "
+                "narrow terminal hides the least needed ones and names them)."))
+        if all_help:
+            options.append(click.option("--all", "all_campaigns", is_flag=True,
+                                        help=all_help))
+        for option in reversed(options):
+            command = option(command)
+        return command
+    return decorate

@@ -1,0 +1,147 @@
+"""One fitter for every table: at 60, 80, 100 and 200 columns no number is cut, a name is
+shortened only with a mark ("…"), the columns left out are named in one note, and rows of
+several campaigns get a campaign column."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from farm.report import cells, text
+from farm.report.sheet import _NAME_MIN as NAME_MIN
+from farm.report.sheet import ELLIPSIS, Sheet, fit, markdown, plain_sheet, shorten, table_text
+
+WIDTHS = (60, 80, 100, 200)
+NAN = math.nan
+
+
+def _row(campaign: str, variant: str, **values: object) -> dict[str, Any]:
+    """A row with every key any table reads, long names and wide numbers included."""
+    row: dict[str, Any] = {
+        "campaign": campaign, "job_key": "a1b2c3d4e5" * 6 + "ffff",
+        "model": "qwen3.6-35b-a3b-mtp-oracle-q4_k_m", "variant": variant, "kind": "variant",
+        "varying_flags": "spec-type=ngram-simple spec-draft-n-max=16", "gpu_class": "rtx3090",
+        "state": "done", "baseline_tok_s": 1234.56, "variant_tok_s": 1543.21,
+        "speedup": 1.2449, "ci_low": 1.1812, "ci_high": 1.3201, "speculation": "ok",
+        "pairs": 8, "acceptance_rate": 0.8123, "agreement": 0.98, "drafted": 1234567,
+        "accepted": 98765, "runs": 96, "agreement_suspect": True, "drift_flag": True,
+        "failure_class": None, "throttled_runs": 3, "spilled_runs": 0, "stop_mismatch": 0,
+        "draft_ms_per_token": 0.105, "verify_ms_per_token": 16.84, "memory_cost_mb": 2232.3,
+        "draft_context_mib": 212.13, "concurrency": 4, "aggregate_speedup": 1.21,
+        "aggregate_ci_low": 1.1, "aggregate_ci_high": 1.3, "prompt_tokens": 1012.0,
+        "best_of": NAN, "jobs": 13, "low": 0.9412, "high": 1.3611, "tau": 0.0642,
+        "q_value": 0.0031, "verdict": "within noise", "min_speedup": 0.9941,
+        "max_speedup": 1.5123, "category": "long-context-summarisation",
+        "build_a": "b10587-3f545becc", "build_b": "b10611-08c69e381", "speedup_a": 1.2449,
+        "ci_low_a": 1.1812, "ci_high_a": 1.3201, "speedup_b": 1.3012, "ci_low_b": 1.2511,
+        "ci_high_b": 1.3566, "change": 1.0452, "change_low": 0.9981, "change_high": 1.0911,
+        "baseline_tok_s_a": 1234.56, "baseline_tok_s_b": 1201.11, "build": "b10587",
+        "spec_type": "draft-mtp", "draft_n_max": 16, "points": 9, "length_min": 1.0,
+        "length_max": 12.5, "step_cost": 1.4321, "step_cost_low": 1.3012,
+        "step_cost_high": 1.5523, "break_even": 1.8123, "break_even_low": 1.7012,
+        "break_even_high": 1.9544, "speedup_at_max": 2.3344, "speedup_at_max_low": 2.2011,
+        "speedup_at_max_high": 2.4512, "shape": "linear", "lack_of_fit_p": 0.412,
+        "synth_len": 2.5, "acceptance_length": 2.4812, "recommended": variant,
+        "runner_up": "ngram-map-k4v[spec-draft-n-max=8]", "runner_up_speedup": 1.1812,
+        "why": "fastest predicted, its interval above the runner-up's", "setting": variant,
+        "length": 3.1234, "rank": 1, "extrapolated": False, "speedup_measured": 1.2011,
+        "half_width": 0.0412, "arm": "variant", "measure": "decode", "farm_tok_s": 1543.21,
+        "farm_low": 1501.1, "farm_high": 1580.2, "tok_s": 1499.87, "tok_s_sd": 12.34,
+        "repetitions": 5, "peer_over_farm": 0.9719, "tool": "llama-bench", "test": "tg128",
+        "source": "bench-results-from-the-rtx3090-box.json: record 3",
+        "model_file": "Qwen3.6-35B-A3B-MTP-Q4_K_M.gguf", "build_commit": "3f545becc",
+        "build_number": 10587, "n_threads": 8, "file_name": "bench.json"}
+    return {**row, **values}
+
+
+def _frame() -> pd.DataFrame:
+    return pd.DataFrame([
+        _row("sweep-2026-12-01", "ngram[spec-draft-n-max=16]"),
+        _row("sweep-2026-12-01", "engine-curve-n4[spec-synth-len=2.5]", kind="synthetic"),
+        _row("mtp-check", "mtp", speedup=NAN, ci_low=NAN, ci_high=NAN, pairs=None,
+             state="failed", failure_class="server-start")]).astype({"pairs": "Int64"})
+
+
+SHEETS: dict[str, Callable[[], list[Sheet]]] = {
+    "report": lambda: [text.job_sheet(_frame(), "all campaigns")],
+    "groups": lambda: [text.group_sheet(_frame().assign(variant="ngram[spec-draft-n-max=16]"),
+                                        "variant")],
+    "categories": lambda: [text.category_sheet(_frame(), "campaign sweep")],
+    "compare": lambda: [text.compare_sheet(_frame(), "sweep-2026-12-01", "mtp-check")],
+    "curve": lambda: text.curve_sheets(_frame(), _frame(), "campaign sweep"),
+    "recommend": lambda: text.recommendation_sheets(_frame(), _frame(), "campaign sweep"),
+    "check": lambda: [text.check_sheet(_frame(), "sweep -> check")],
+    "peers": lambda: text.peer_sheets(_frame(), _frame(), "campaign sweep"),
+    "status": lambda: [plain_sheet("failed", ("job", "variant", "reason"), [
+        ("a1b2c3d4e5", "ngram[spec-draft-n-max=16]", "server-start: llama-server exited 1 "
+         "before /health answered: error while handling argument --spec-type")])],
+}
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", SHEETS)
+def test_every_table_fits_without_cutting_a_number_or_a_name_unmarked(name: str,
+                                                                      width: int) -> None:
+    for sheet in SHEETS[name]():
+        printed = table_text([sheet], width)
+        table = fit(sheet, width)
+        shown = [str(column.header) for column in table.columns]
+        if max(map(len, printed.splitlines())) > width:
+            # Wider than the terminal only when even the columns that always stay do not
+            # fit with every name at its shortest: then nothing is cut instead.
+            assert all((column.width or 0) <= NAME_MIN for column in table.columns
+                       if column.justify == "left"), (name, width, printed)
+        for column, texts in zip(sheet.columns, sheet.texts, strict=True):
+            if column.header not in shown:
+                continue
+            place = table.columns[shown.index(column.header)]
+            for cell in texts:
+                if column.numeric:
+                    assert cell in printed, (name, width, column.header, cell)
+                    continue
+                for word in cell.split():
+                    assert word in printed or shorten(word, place.width or 0) in printed, (
+                        name, width, column.header, word)
+        hidden = [column.header for column in sheet.columns if column.header not in shown]
+        if hidden:
+            note = f"hidden at {width} columns: {', '.join(hidden)} (--wide shows them)"
+            assert " ".join(note.split()) in " ".join(printed.split())
+
+
+def test_the_columns_a_row_needs_stay_at_60_columns() -> None:
+    printed = table_text([text.job_sheet(_frame(), "all campaigns")], 60)
+    header = next(line for line in printed.splitlines() if "variant" in line)
+    for name in ("campaign", "variant", "speedup", "accept", "flags"):
+        assert name in header
+    assert f"1.24{cells.TIMES} [1.18, 1.32]" in printed
+
+
+def test_rows_of_several_campaigns_get_a_campaign_column_and_one_campaign_none() -> None:
+    several = text.job_sheet(_frame(), "all campaigns")
+    one = text.job_sheet(_frame().assign(campaign="only"), "campaign only")
+    assert several.columns[0].header == "campaign" and "mtp-check" in several.texts[0]
+    assert "campaign" not in [column.header for column in one.columns]
+
+
+def test_a_long_word_is_shortened_in_the_middle_keeping_both_ends() -> None:
+    assert shorten("ngram[spec-draft-n-max=16]", 15) == f"ngram[s{ELLIPSIS}max=16]"
+    assert shorten("short words stay", 6) == "short words stay"
+
+
+def test_a_pipe_gets_every_column_unpadded() -> None:
+    printed = table_text([text.job_sheet(_frame(), "all campaigns")], None)
+    assert "hidden" not in printed and ELLIPSIS not in printed
+    assert all(line == line.rstrip() for line in printed.splitlines())
+    assert printed.splitlines()[0] == "all campaigns"
+
+
+def test_markdown_has_every_column_numbers_right_aligned_and_pipes_escaped() -> None:
+    sheet = plain_sheet("a | b", ("name", "value"), [("x|y", "1")])
+    assert markdown([sheet]).splitlines() == [
+        "### a \\| b", "", "| name | value |", "|---|---|", "| x\\|y | 1 |"]
+    job = markdown([text.job_sheet(_frame(), "all campaigns")])
+    assert "| campaign | job | model |" in job and "---:|" in job
