@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from farm.words import plural
+
 STEP_COLUMNS = ("commit", "subject", "value [95%]", "vs good", "decision", "error ≤", "p",
                 "rounds", "pairs", "build s")
 
@@ -65,9 +67,9 @@ def _table_text(rows: list[list[str]]) -> str:
 def _cost(cost: dict[str, Any]) -> str:
     skipped = "".join(f"\nskipped {commit[:12]}: {why}" for commit, why in
                       cost["skipped"].items())
-    return (f"cost: {cost['builds']} builds ({cost['build_seconds']:.0f} s this call), "
-            f"{cost['jobs']} jobs, {cost['pairs']} pairs, {cost['minutes']:.1f} minutes "
-            f"measuring{skipped}")
+    return (f"cost: {plural(cost['builds'], 'build')} ({cost['build_seconds']:.0f} s this "
+            f"call), {plural(cost['jobs'], 'job')}, {plural(cost['pairs'], 'pair')}, "
+            f"{cost['minutes']:.1f} minutes measuring{skipped}")
 
 
 def bisect_text(answer: dict[str, Any]) -> str:

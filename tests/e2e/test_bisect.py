@@ -74,11 +74,20 @@ def test_bisect_names_the_planted_commit_for_the_draft_cost_only(
     answer = _bisect(matrix, commits[0], env, "json")
     print(f"\nbisect: {time.monotonic() - started:.0f} s\n{bisect_markdown(answer)}")
     draft, length, baseline = answer["series"]
-    assert (draft["answer"], draft["first_bad"]["commit"]) == ("found", commits[4])
-    assert draft["first_bad"]["subject"] == "c4: 3 ms more per speculative round"
     # c2, the middle, does not build: skipped, and its neighbour c3 tried instead.
-    assert [(step["commit"], step["verdict"]) for step in draft["steps"][1:]] == [
-        (commits[2], "skipped"), (commits[3], "like good"), (commits[4], "like bad")]
+    assert [(step["commit"], step["verdict"]) for step in draft["steps"][1:3]] == [
+        (commits[2], "skipped"), (commits[3], "like good")]
+    # c4's own job against good's and bad's, minutes apart: a machine that drifted between
+    # them (one run here read bad's draft cost 17% above c4's, both far above good's) makes
+    # c4 "neither", reported with the range it opens, not forced; c4 is first either way.
+    found = draft["answer"] == "found"
+    if found:
+        assert draft["first_bad"]["commit"] == commits[4]
+        assert draft["first_bad"]["subject"] == "c4: 3 ms more per speculative round"
+        assert draft["steps"][3]["verdict"] == "like bad"
+    else:
+        assert draft["answer"] == "neither" and draft["range"][0] == commits[4]
+        assert draft["steps"][3]["verdict"] == "neither"
     assert draft["steps"][0]["verdict"] == "differ"
     assert draft["spent"] <= answer["alpha"]
     assert length["answer"] == "no difference" and len(length["steps"]) == 1
@@ -89,7 +98,8 @@ def test_bisect_names_the_planted_commit_for_the_draft_cost_only(
     again = _bisect(matrix, commits[0], env, "md")
     print(again)
     print(f"again: {time.monotonic() - started:.0f} s")
-    assert f"first bad commit {commits[4][:12]}" in again
+    assert (f"first bad commit {commits[4][:12]}" if found else
+            f"{commits[4][:12]} is neither like good nor like bad") in again
     # Every measured step read from the store; only the commit that does not build is
     # tried again.
-    assert "cost: 1 builds" in again and f"skipped {commits[2][:12]}: " in again
+    assert "cost: 1 build " in again and f"skipped {commits[2][:12]}: " in again
