@@ -12,8 +12,12 @@ import pandas as pd
 import pytest
 
 from farm.report import cells, text
+from farm.report.history import history_sheets
 from farm.report.sheet import _NAME_MIN as NAME_MIN
 from farm.report.sheet import ELLIPSIS, Sheet, fit, markdown, plain_sheet, shorten, table_text
+from farm.results.history import History
+from farm.stats.changes import describe, find_changes
+from farm.stats.history import series_label
 
 WIDTHS = (60, 80, 100, 200)
 NAN = math.nan
@@ -66,7 +70,37 @@ def _frame() -> pd.DataFrame:
              state="failed", failure_class="server-start")]).astype({"pairs": "Int64"})
 
 
+def _history() -> list[Sheet]:
+    """A history of one job over three builds (long build names, every series), its
+    changes found as `farm history` finds them."""
+    levels = {"speedup": [1.3123, 1.3011, 1.1812], "baseline_tok_s": [1234.56, 1230.12, 1228.9],
+              "variant_tok_s": [1617.23, 1599.81, 1450.32], "acceptance_1": [0.8123, 0.8011,
+                                                                            0.8045],
+              "acceptance_2": [0.6512, 0.6498, 0.6501], "mean_accepted_length": [2.4312, 2.4101,
+                                                                                 2.4213],
+              "draft_ms_per_token": [0.105, 0.104, 0.931], "verify_ms_per_token": [16.84, 16.9,
+                                                                                   16.81]}
+    builds = ["b10587-3f545becc12a", "b10611-08c69e381aa3", "b10644-77c1d0e2b9f4"]
+    points = pd.DataFrame([
+        {"key": "k" * 64, "series": series, "series_label": series_label(series),
+         "order": order, "build": build, "value": value, "low": value * 0.97,
+         "high": value * 1.03, "log_se": 0.015, "df": 7.0, "blocks": 8}
+        for series, values in levels.items()
+        for order, (build, value) in enumerate(zip(builds, values, strict=True))])
+    changes = find_changes(points)
+    changes.insert(2, "series_label", changes["series"].map(series_label))
+    history = History(
+        pd.DataFrame({"order": range(3), "build": builds, "commit": builds,
+                      "build_number": [10587, 10611, 10644], "build_name": "master",
+                      "first_run": None}),
+        pd.DataFrame({"key": ["k" * 64], "label": [
+            "qwen3.6-35b-a3b-mtp-oracle-q4_k_m · mtp · spec-draft-n-max=3 spec-type=draft-mtp"]}),
+        points, changes, describe(changes))
+    return history_sheets(history, "history of nightly.yaml")
+
+
 SHEETS: dict[str, Callable[[], list[Sheet]]] = {
+    "history": _history,
     "report": lambda: [text.job_sheet(_frame(), "all campaigns")],
     "groups": lambda: [text.group_sheet(_frame().assign(variant="ngram[spec-draft-n-max=16]"),
                                         "variant")],
