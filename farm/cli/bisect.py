@@ -9,21 +9,22 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
 from farm.cli.base import cli
-from farm.cli.bisect_steps import PAIRED, SeriesEvidence, StepRunner, Target, check_series
 from farm.cli.output import output_options
 from farm.errors import ConfigError
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings, load_settings
 from farm.stats.bisect import ALPHA, MIN_CHANGE, ROUNDS, Measure, Outcome, Plan, bisect
-from farm.stats.history import series_label
 from farm.stats.intervals import log_interval
+
+if TYPE_CHECKING:  # the steps read the store with pandas: loaded when a bisect runs
+    from farm.cli.bisect_steps import SeriesEvidence, StepRunner, Target
 
 Pick = Callable[[Matrix, list[JobSpec]], tuple[Matrix, list[JobSpec]]]
 
@@ -57,6 +58,8 @@ def _commit(git: str, ref: str, option: str) -> str:
 
 
 def _target(path: Path, good: str, bad: str, job: str | None) -> tuple[Target, JobSpec]:
+    from farm.cli.bisect_steps import Target
+
     """What to search, every bad input refused (exit 2) before anything is built."""
     from farm.matrix.load import load_matrix
     from farm.matrix.sources import commit_subject, first_parent_commits
@@ -117,6 +120,9 @@ def _interval(measure: Measure | None) -> tuple[float | None, ...]:
 
 def _result(name: str, outcome: Outcome, evidence: SeriesEvidence,
             target: Target) -> dict[str, Any]:
+    from farm.cli.bisect_steps import PAIRED
+    from farm.stats.history import series_label
+
     runner = evidence.runner
     steps = []
     for step in outcome.steps:
@@ -159,6 +165,9 @@ def _cost(runner: StepRunner) -> dict[str, Any]:
 
 def _plan(target: Target, spec: JobSpec, names: list[str], plan: Plan,
           runner: StepRunner) -> dict[str, Any]:
+    from farm.cli.bisect_steps import PAIRED
+    from farm.stats.history import series_label
+
     own = any(name not in PAIRED for name in names)
     # Per series measured across builds a job a step; each commit's own job serves all
     # the others; the ends need good's and bad's own jobs.
@@ -220,6 +229,7 @@ def bisect_command(matrix: Path, good: str, bad: str, job: str | None,
     """Find the first commit between --good and --bad where a series of MATRIX's job
     changed, running each step here as its own stored campaign (an interrupted bisect
     resumes; a second one reuses the steps)."""
+    from farm.cli.bisect_steps import SeriesEvidence, StepRunner, check_series
     from farm.report.bisect import bisect_markdown, bisect_text, plan_text
     from farm.report.output import emit
 

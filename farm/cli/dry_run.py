@@ -12,6 +12,7 @@ from farm.matrix.spec import ArmRole, JobSpec
 from farm.report.sheet import plain_sheet, table_text, terminal_width
 from farm.runner import WorkerCheck, pair_range, run_range
 from farm.settings import Settings
+from farm.words import plural
 from workers.job.checks import Preflight
 from workers.job.runtime.server import server_argv
 from workers.paths import downloaded_files, hub_file
@@ -55,7 +56,7 @@ def print_dry_run(jobs: Sequence[tuple[JobSpec, Preflight | None]], console: Con
     how many runs they make and, from ``speeds`` (a run's mean seconds by build and model
     file, measured in the store), about how long."""
     console.file.write(table_text([plain_sheet(
-        f"{len(jobs)} jobs", ("job key", "class", "model", "variant", "varying flags",
+        plural(len(jobs), "job"), ("job key", "class", "model", "variant", "varying flags",
                               "pairs", "runs"),
         [(spec.job_key[:12], spec.gpu_class, spec.model.name, spec.variant.name,
           spec.varying_text, _span(*pair_range(spec)), _span(*run_range(spec)))
@@ -82,7 +83,7 @@ def _totals(specs: Sequence[JobSpec], speeds: Mapping[tuple[str, str], float]) -
     model, about how long they take."""
     least = sum(run_range(spec)[0] for spec in specs)
     most = sum(run_range(spec)[1] for spec in specs)
-    line = f"{_span(least, most)} runs in {len(specs)} jobs"
+    line = f"{_span(least, most)} runs in {plural(len(specs), 'job')}"
     seconds = [speeds.get((spec.arm(role).build.name, Path(spec.model.path or spec.model.file
                                                              or "").name))
                for spec in specs for role in ("baseline", "variant")]

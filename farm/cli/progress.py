@@ -16,6 +16,7 @@ from rich.text import Text
 
 from farm.errors import FarmError
 from farm.matrix.spec import JobSpec
+from farm.words import plural
 from workers.job.executor import RunResult
 
 
@@ -35,7 +36,8 @@ class RunProgress:
     def start(self, jobs: int, skipped: int, least_runs: int) -> None:
         """The bar, over the least number of runs the jobs make."""
         if skipped:
-            self.console.print(f"{skipped} of {jobs + skipped} jobs already done: skipped")
+            self.console.print(f"{skipped} of {plural(jobs + skipped, 'job')} already done: "
+                               "skipped")
         self.bar.update(self.task, total=least_runs)
         self.bar.start()
 

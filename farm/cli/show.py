@@ -78,24 +78,29 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
             width = None if fmt == "md" or wide or output is not None else terminal_width()
             text = _with_headlines(headlines(report), fmt, width,
                                    formatted(frame, [sheet], fmt, wide=wide, output=output))
-            # One line per flag the table shows: what it means, what to do.
-            legend = job_legend(report) if fmt == "table" else []
+            # One line per flag the table shows (what it means, what to do), wrapped as the
+            # headlines are.
+            legend = _wrapped(job_legend(report), width) if fmt == "table" else []
             emit("\n".join([text.rstrip("\n"), *legend]) + "\n" if legend else text, output)
             return
     emit(formatted(frame, [sheet], fmt, wide=wide, output=output), output)
 
 
+def _wrapped(lines: list[str], width: int | None) -> list[str]:
+    """Each line wrapped at spaces to the terminal's ``width`` (none: as they are)."""
+    import textwrap
+
+    return [textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False)
+            if width else line for line in lines]
+
+
 def _with_headlines(lines: list[str], fmt: str, width: int | None, tables: str) -> str:
     """The report's answer (``farm.report.headline``) above its tables, each line wrapped
     to the terminal's ``width``."""
-    import textwrap
-
     if not lines:
         return tables
     bullet = "- " if fmt == "md" else ""
-    return "\n".join(textwrap.fill(bullet + line, width, subsequent_indent="  ",
-                                    break_long_words=False) if width else bullet + line
-                     for line in lines) + "\n\n" + tables
+    return "\n".join(_wrapped([bullet + line for line in lines], width)) + "\n\n" + tables
 
 
 def formatted(frame: pd.DataFrame, sheets: list[Sheet], fmt: str, *, wide: bool = False,

@@ -118,7 +118,7 @@ def test_the_dry_runs_argv_is_the_argv_the_run_stores(streams: int, tmp_path: Pa
     assert dry.exit_code == 0, dry.output
     printed = {line.split()[0]: shlex.split(line)[1:] for line in dry.stdout.splitlines()
                if line.startswith(("  baseline ", "  variant "))}
-    assert "4 runs in 1 jobs; no time estimate" in dry.stdout
+    assert "4 runs in 1 job; no time estimate" in dry.stdout
     real = run_cli("run", str(matrix))
     assert real.exit_code == 0, real.output
     with sqlite3.connect(isolated_data_dir / "farm.db") as db:
@@ -129,4 +129,4 @@ def test_the_dry_runs_argv_is_the_argv_the_run_stores(streams: int, tmp_path: Pa
         assert printed[arm] == ran, arm
         assert ran[ran.index("--parallel") + 1] == str(streams) and "--log-verbosity" in ran
     again = run_cli("run", "--dry-run", str(matrix))
-    assert re.search(r"4 runs in 1 jobs; about \d+ s of generation", again.stdout), again.stdout
+    assert re.search(r"4 runs in 1 job; about \d+ s of generation", again.stdout), again.stdout

@@ -69,7 +69,7 @@ def test_run_stores_every_run_with_provenance_and_reports_the_drafting(
 
     again = farm("run", str(matrix))
     assert again.returncode == 0, again.stderr
-    assert "1 of 1 jobs already done" in again.stderr
+    assert "1 of 1 job already done" in again.stderr
     assert report_rows()[0]["runs"] == 4
 
     csv = farm("report", "test-campaign", "--format", "csv")
@@ -81,8 +81,10 @@ def test_dry_run_prints_each_arms_argv_and_writes_nothing(
         tmp_path: Path, smollm2: Path, isolated_data_dir: Path) -> None:
     result = farm("run", "--dry-run", str(write_matrix(tmp_path, matrix_dict(smollm2))))
     assert result.returncode == 0, result.stderr
-    assert "--parallel 1 --metrics --ctx-size 1024 --threads 2 --spec-type ngram-simple" in (
-        result.stdout)
+    # The farm's own flags, as the run starts the server (--offline where the build knows
+    # it), then the arm's.
+    assert "--log-verbosity 4 --parallel 1 --metrics" in result.stdout
+    assert "--ctx-size 1024 --threads 2 --spec-type ngram-simple" in result.stdout
     assert not isolated_data_dir.exists()
 
 
@@ -192,7 +194,7 @@ def test_a_control_arm_runs_the_baseline_twice_and_is_reported_as_such(
     [row] = report_rows()
     assert row["kind"] == "control" and row["speculation"] == "not-requested"
     assert row["agreement"] == 1.0 and row["best_of"] is None
-    text = farm("report", env={"COLUMNS": "200"})
+    text = farm("report", "--wide")  # unfitted: the variant's label on one line
     assert "aa · control (A/A)" in text.stdout
     with sqlite3.connect(isolated_data_dir / "farm.db") as db:
         argv = {arm: json.loads(text) for arm, text in db.execute("select arm, argv from run")}
