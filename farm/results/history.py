@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -140,13 +140,13 @@ def _number(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def _paired(engine: Engine, keys: Sequence[str], specs: Sequence[dict[str, Any]]
-            ) -> pd.DataFrame:
+def _paired(engine: Engine, specs: Mapping[str, dict[str, Any]]) -> pd.DataFrame:
     """Changes measured in one job across two builds (``JobSpec.cross_build``, ``farm track
     --paired``): such a job's speedup, the newer commit over the older, is the change of
-    the tok/s series of every history job with that arm."""
+    the tok/s series of every history job with that arm. ``specs``: one stored spec per
+    comparable key of the history."""
     wanted: dict[str, list[tuple[str, str]]] = {}
-    for key, stored in zip(keys, specs, strict=True):
+    for key, stored in specs.items():
         spec = _spec(stored)
         if spec is None:
             continue
@@ -247,10 +247,9 @@ def history(engine: Engine, keys: Sequence[str]) -> History:
                                          "blocks"])
     frame = frame.assign(rank=frame["series"].map(series_order)).sort_values(
         ["key", "rank", "order"]).drop(columns="rank").reset_index(drop=True)
-    regular = [entry["job"] for entry in jobs.values()]
-    changes = find_changes(frame, paired=_paired(engine, [job["comparable_key"] for job in
-                                                          regular],
-                                                 [job["spec"] for job in regular]))
+    # Every build of a key ran the same arms: one spec a key finds its paired jobs.
+    changes = find_changes(frame, paired=_paired(engine, {
+        key: entry["job"]["spec"] for (key, _), entry in jobs.items()}))
     changes.insert(2, "series_label", changes["series"].map(series_label))
     return History(builds, pd.DataFrame(listed).sort_values(["label", "order"]),
                    frame, changes, describe(changes))
