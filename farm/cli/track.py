@@ -35,7 +35,7 @@ def _stored(settings: Settings, specs: list[JobSpec]) -> dict[str, str]:
 def _previous(settings: Settings, specs: list[JobSpec]) -> str | None:
     """The newest commit, other than the one ``specs`` run, that the store holds finished
     jobs of these comparable keys for (the last tracked commit), or None."""
-    from farm.results.history import history
+    from farm.results.history import tracked_builds
     from farm.store.db import connected, table_names
 
     at = set(_commits(specs))
@@ -43,7 +43,7 @@ def _previous(settings: Settings, specs: list[JobSpec]) -> str | None:
         if "job" not in table_names(engine):
             return None
         try:
-            builds = history(engine, sorted({spec.comparable_key for spec in specs})).builds
+            builds = tracked_builds(engine, sorted({spec.comparable_key for spec in specs}))
         except ConfigError:
             return None
     earlier = [commit for commit in builds["commit"] if commit and commit not in at]

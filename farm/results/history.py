@@ -211,9 +211,10 @@ def last_job_seconds(engine: Engine, comparable_key: str) -> float | None:
     return None if found is None else _seconds(found.started_at, found.finished_at)
 
 
-def history(engine: Engine, keys: Sequence[str]) -> History:
-    """The history of the jobs with these comparable keys (``job.comparable_key``): their
-    finished jobs' series per build and the changes between consecutive builds."""
+def _per_build(engine: Engine, keys: Sequence[str]
+               ) -> tuple[dict[tuple[str, str], dict[str, Any]], pd.DataFrame]:
+    """The latest finished job of each comparable key on each build (with its runs and
+    build), and the builds in commit order (``BUILD_COLUMNS``)."""
     found = _jobs(engine, keys)
     if not found:
         raise ConfigError("no finished job has these comparable keys: run the matrix first "
@@ -228,8 +229,20 @@ def history(engine: Engine, keys: Sequence[str]) -> History:
         # Later jobs replace earlier ones on the same key and build.
         made = _build(job, job_runs)
         jobs[job["comparable_key"], made["build"]] = {"job": job, "runs": job_runs, **made}
-    builds = _ordered_builds(pd.DataFrame([{name: entry[name] for name in BUILD_COLUMNS[1:]}
-                                           for entry in jobs.values()]))
+    return jobs, _ordered_builds(pd.DataFrame([{name: entry[name] for name in BUILD_COLUMNS[1:]}
+                                               for entry in jobs.values()]))
+
+
+def tracked_builds(engine: Engine, keys: Sequence[str]) -> pd.DataFrame:
+    """The builds finished jobs of these comparable keys ran on, in commit order
+    (``BUILD_COLUMNS``), without their series (``farm track --paired``)."""
+    return _per_build(engine, keys)[1]
+
+
+def history(engine: Engine, keys: Sequence[str]) -> History:
+    """The history of the jobs with these comparable keys (``job.comparable_key``): their
+    finished jobs' series per build and the changes between consecutive builds."""
+    jobs, builds = _per_build(engine, keys)
     order = dict(zip(builds["build"], builds["order"], strict=True))
     points, listed = [], []
     for (key, build), entry in jobs.items():
