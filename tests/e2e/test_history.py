@@ -90,11 +90,12 @@ def test_history_of_three_tracked_commits_marks_the_planted_draft_cost_only(
     # Each build's values come from its own job, minutes after the last: a tok/s or a timer
     # compared between jobs carries the machine's drift between them (here baseline tok/s
     # 138 -> 134 -> 122 over the three builds of one run, no code of its path changed).
-    # The series that drift cannot move are pinned: the speedup and acceptance, each
-    # measured within one job, and the planted cost, far beyond any drift.
+    # The series that drift cannot move are pinned: acceptance, what the drafter does,
+    # and the planted cost, far beyond any drift. The speedup, a ratio within each job, is
+    # not pinned at B: one run read A 1.26x and B 1.43x (+14%, q 0.027), their code the same.
     steady = {"speedup", "mean_accepted_length"} | {
         row["series"] for row in history["changes"] if row["series"].startswith("acceptance")}
-    assert not steady & set(_called(history, b)), _called(history, b)
+    assert not (steady - {"speedup"}) & set(_called(history, b)), _called(history, b)
     called = _called(history, c)
     assert called["draft_ms_per_token"] == "regression"
     # The variant's tok/s and the speedup fall too (-17% and -13%, -8% and -14% in the runs
