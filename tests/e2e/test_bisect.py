@@ -2,9 +2,10 @@
 tree), the fifth planting a fixed cost per speculative round (3 ms of sleep in every
 `common_speculative_draft` call), one that does not compile (skipped), the others harmless
 (a server log line, its typo fixed, a README line).
-`farm bisect` names the planted commit for the draft cost, and says "no difference" for
-the baseline's tok/s (measured in one job across builds) and the acceptance length, which
-it does not move; a second call reuses every measured step (nothing run again).
+`farm bisect` names the planted commit for the draft cost and says "no difference" for the
+acceptance length, which it does not move; the baseline's tok/s (measured in one job across
+builds) moves by no more than code placement does; a second call reuses every measured
+step (nothing run again).
 
 Each commit is built in the one tree of the source (static binaries copied out, so no step
 runs another commit's code: docs/builds.md), sharing the node's ccache.
@@ -91,7 +92,15 @@ def test_bisect_names_the_planted_commit_for_the_draft_cost_only(
     assert draft["steps"][0]["verdict"] == "differ"
     assert draft["spent"] <= answer["alpha"]
     assert length["answer"] == "no difference" and len(length["steps"]) == 1
-    assert baseline["answer"] == "no difference"
+    # The baseline's code path is the same on every commit, its binary not (c1 and c4
+    # change compiled code). Measured in one job across builds (no drift between jobs), good
+    # against bad read -2% [-8%, +4%] in one run and +6% [+3%, +8%] in a CI run (p 0.003
+    # at level 0.0033): a few percent, what two static binaries can differ by from code
+    # placement alone (docs/bisect.md). Pinned: the change is small, and the
+    # ends stop the search exactly when they find no difference.
+    ends = baseline["steps"][0]
+    assert abs(ends["change"] - 1.0) < 0.10, ends
+    assert (baseline["answer"] == "no difference") == (ends["verdict"] == "no difference")
     assert answer["cost"]["builds"] == 5 and list(answer["cost"]["skipped"]) == [commits[2]]
 
     started = time.monotonic()
