@@ -98,12 +98,9 @@ def fit(sheet: Sheet, width: int | None = None) -> Table:
                                                           strict=True)]
     shown = list(range(len(sheet.columns)))
     if width is not None:
-        # Text may wrap at every space to make room for a column of the next rank; a
-        # name is never shortened for one.
-        shown = _ranked(sheet.columns, [
-            need if column.numeric else _longest_word(sheet, i)
-            for i, (column, need) in enumerate(zip(sheet.columns, needs, strict=True))],
-            width)
+        # A column of the next rank shows only where the ones before it keep their need:
+        # names are not wrapped word by word, nor shortened, to make room for it.
+        shown = _ranked(sheet.columns, needs, width)
     hidden = [column.header for i, column in enumerate(sheet.columns) if i not in shown]
     notes = [sheet.caption] if sheet.caption else []
     if hidden:

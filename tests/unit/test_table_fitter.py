@@ -154,6 +154,17 @@ def test_the_columns_a_row_needs_stay_at_60_columns() -> None:
     assert f"1.24{cells.TIMES} [1.18, 1.32]" in printed
 
 
+def test_a_column_of_a_later_rank_never_squeezes_the_names_of_rank_0() -> None:
+    # At 200 columns the variant (rank 0) once wrapped to "aa · control" over "(A/A)" so
+    # that columns of later ranks fitted; now a later rank shows only where rank 0 keeps
+    # its width, and the rest are named as hidden.
+    frame = pd.concat([_frame(), pd.DataFrame([_row("sweep-2026-12-01", "aa", kind="control")])])
+    printed = table_text([text.job_sheet(frame.astype({"pairs": "Int64"}), "all")], 200)
+    assert any(" aa \u00b7 control (A/A) " in line for line in printed.splitlines())
+    assert " engine-curve-n4[spec-synth-len=2.5] " in printed and "hidden at 200" in printed
+    assert max(map(len, printed.splitlines())) <= 200
+
+
 def test_rows_of_several_campaigns_get_a_campaign_column_and_one_campaign_none() -> None:
     several = text.job_sheet(_frame(), "all campaigns")
     one = text.job_sheet(_frame().assign(campaign="only"), "campaign only")
