@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from farm.errors import ConfigError
-from farm.report.headline import headlines
+from farm.report.headline import headlines, with_headlines
 from farm.report.legend import job_legend
 from farm.report.output import emit, sheets_text, write_file
 from farm.report.sheet import terminal_width
@@ -31,7 +31,7 @@ from farm.report.text import (
 )
 from farm.results.groups import category_report, category_summary, group_report, with_design_columns
 from farm.results.rows import job_report, job_rows, report_frame
-from farm.results.runs import job_designs, runs_frame
+from farm.results.runs import job_designs, job_draft_lengths, runs_frame
 from farm.settings import Settings
 from farm.store.campaigns import latest_campaign
 from farm.store.db import open_store
@@ -57,14 +57,17 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         rows = job_rows(engine, name)
         runs = runs_frame(engine, name) if by_category or fmt == "html" else None
         designs = job_designs(engine, name) if runs is not None else {}
+        lengths = job_draft_lengths(engine, name) if fmt == "html" else {}
         recommendation = _recommendation(engine, name) if fmt == "html" else None
     if fmt == "json" and group_by is None and not by_category:
-        emit(rows_to_json(rows), output)
+        # Every row carries its campaign x model x GPU class's answer, as the table opens.
+        emit(rows_to_json(with_headlines(rows)), output)
         return
     report = report_frame(rows)
     title = "all campaigns" if name is None else f"campaign {name}"
     if fmt == "html":
-        _write_html(title, report, runs, designs, output, recommendation)
+        groups = group_sheet(group_report(report, group_by), group_by) if group_by else None
+        _write_html(title, report, runs, designs, output, recommendation, groups, lengths)
         return
     if by_category and runs is not None:
         frame = category_summary(category_report(runs, report, designs))
@@ -83,6 +86,8 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
             legend = _wrapped(job_legend(report), width) if fmt == "table" else []
             emit("\n".join([text.rstrip("\n"), *legend]) + "\n" if legend else text, output)
             return
+        if fmt == "csv":
+            frame = report.assign(headline=[row["headline"] for row in with_headlines(rows)])
     emit(formatted(frame, [sheet], fmt, wide=wide, output=output), output)
 
 
@@ -149,7 +154,8 @@ def _curve(points: pd.DataFrame) -> EngineCurve | None:
 
 def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
                 designs: Mapping[str, Design | None], output: Path | None,
-                recommendation: Recommendation | None) -> None:
+                recommendation: Recommendation | None, groups: Sheet | None = None,
+                lengths: Mapping[str, int] | None = None) -> None:
     import pandas as pd
 
     # Here, not at the top: matplotlib takes most of a second to load, and only HTML plots.
@@ -159,10 +165,10 @@ def _write_html(title: str, report: pd.DataFrame, runs: pd.DataFrame | None,
     if output is None:
         raise ConfigError("--format html writes a file: give -o report.html")
     runs = runs if runs is not None else pd.DataFrame()
-    jobs = with_design_columns(report)
+    jobs = with_design_columns(report, lengths)
     curve = _curve(curve_points(jobs)) if "kind" in jobs else None
     page = render_html(title, jobs, category_report(runs, report, designs), runs, curve=curve,
-                       recommendation=recommendation)
+                       recommendation=recommendation, groups=groups)
     write_file(output, page.encode("utf-8"))
 
 

@@ -8,6 +8,7 @@ variant its own 95% interval. A gain is claimed only when that interval lies abo
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from farm.report import cells
@@ -25,18 +26,40 @@ def headlines(report: pd.DataFrame) -> list[str]:
     that has variant jobs; none for a report without them."""
     if not set(report.columns) >= _NEEDED:
         return []
-    variants = report[report["kind"] == "variant"]
-    lines = []
-    for (campaign, model, gpu_class), group in variants.groupby(
-            ["campaign", "model", "gpu_class"], sort=False):
+    rows = [{str(key): value for key, value in row.items()}
+            for row in report.to_dict("records")]
+    return list(dict.fromkeys(_sentences(rows).values()))
+
+
+def with_headlines(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (``job_rows``), each with ``headline``: the sentence of its campaign x model x
+    GPU class (None where that has no variant job), so a CSV or JSON export carries the
+    report's answer on every row. Without pandas."""
+    said = _sentences(rows) if rows and set(rows[0]) >= _NEEDED else {}
+    return [{**row, "headline": said.get(_where(row)) if said else None} for row in rows]
+
+
+def _where(row: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    return row["campaign"], row["model"], row["gpu_class"]
+
+
+def _sentences(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, Any, Any], str]:
+    """Per campaign x model x GPU class with variant jobs, in report order, its sentence."""
+    groups: dict[tuple[Any, Any, Any], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if row["kind"] == "variant":
+            groups.setdefault(_where(row), []).append(row)
+    said = {}
+    for (campaign, model, gpu_class), group in groups.items():
         where = f"{campaign} · {model} · {gpu_class}"
-        measured = group[group["speedup"].notna()]
-        if measured.empty:
-            lines.append(f"{where}: no speedup measured yet")
+        measured = [row for row in group if not cells.missing(row["speedup"])]
+        if not measured:
+            said[campaign, model, gpu_class] = f"{where}: no speedup measured yet"
             continue
-        best = measured.sort_values("speedup", ascending=False, kind="stable").iloc[0]
-        lines.append(f"{where}: {_verdict(best, len(measured))}")
-    return lines
+        # The first of equally fast jobs, in report order.
+        best = max(measured, key=lambda row: row["speedup"])
+        said[campaign, model, gpu_class] = f"{where}: {_verdict(best, len(measured))}"
+    return said
 
 
 def _verdict(best: Any, m: int) -> str:

@@ -77,7 +77,10 @@ def test_report_fits_100_columns_and_wide_shows_every_column(two_campaigns: Path
     assert f" {job['speedup']:.2f}\u00d7 [{job['ci_low']:.2f}, {job['ci_high']:.2f}] " in row
     assert f" {job['acceptance_rate']:.0%} " in row
     csv_header = farm("report", "--format", "csv").stdout.splitlines()[0]
-    assert list(job) == csv_header.split(",") == REPORT_COLUMNS
+    # Each row carries the headline the table opens with (the answer of its campaign, model
+    # and GPU class), in JSON and CSV alike.
+    assert list(job) == csv_header.split(",") == [*REPORT_COLUMNS, "headline"]
+    assert job["headline"].startswith("after · ") and "ngram" in job["headline"]
 
     wide = farm("report", "--wide", env={"COLUMNS": "100"})
     assert wide.returncode == 0, wide.stderr

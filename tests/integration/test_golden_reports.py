@@ -51,7 +51,9 @@ ADDED_COLUMNS: tuple[str, ...] = (
     # The warm-up check (issue 24): summary version 7.
     "warmup_effect", "warmup_low", "warmup_high", "warmup_blocks", "warmup_flag",
     # Where each job was measured (issue 29): provenance in every format.
-    "server_version", "hosts", "device", "measured_at")
+    "server_version", "hosts", "device", "measured_at",
+    # The report's answer on every row (issue 29): its campaign x model x GPU class's.
+    "headline")
 # The runs' columns added since, in exports: the commit a source build was made from
 # (issue 22), where a Hub or URL model came from (issue 23), the node's other work over
 # each run (issue 25).

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from farm.report.headline import headlines, provenance
+from farm.report.headline import headlines, provenance, with_headlines
 from farm.results.rows import _best_of
 
 NAN = math.nan
@@ -40,6 +40,17 @@ def test_each_group_gets_the_pick_with_its_best_of_interval_or_no_clear_gain() -
         "c · n · a: no clear gain (mtp 1.20\u00d7, no interval yet)"]
     # The A/A control is faster (1.40x) and still no setting to pick.
     assert all("aa" not in line for line in headlines(pd.DataFrame(rows)))
+
+
+def test_every_row_carries_its_groups_headline_for_csv_and_json() -> None:
+    rows = _rows()
+    said = [row["headline"] for row in with_headlines(rows)]
+    lines = headlines(pd.DataFrame(rows))
+    # Both jobs of c · m · a and its A/A control carry the one answer; each group its own.
+    assert said == [lines[0], lines[0], lines[0], lines[1], lines[2]]
+    assert with_headlines([]) == []
+    assert with_headlines([{"campaign": "c", "kind": "variant"}]) == [
+        {"campaign": "c", "kind": "variant", "headline": None}]
 
 
 def test_provenance_names_versions_hosts_devices_and_the_utc_span() -> None:
