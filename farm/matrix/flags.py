@@ -87,6 +87,27 @@ LENGTH_FLAGS = frozenset({DRAFT_N_MAX, *DRAFT_LENGTH_FLAGS.values()})
 NGRAM_SIMPLE_SIZE_N = ("spec-ngram-simple-size-n", 12)
 
 
+# The draft length when its flag is absent (llama.cpp b11434: --spec-draft-n-max 3;
+# ngram-simple's m 48). The other n-gram types' defaults are not known here.
+DRAFT_LENGTH_DEFAULTS = {DRAFT_N_MAX: 3, "spec-ngram-simple-size-m": 48}
+
+
+def arm_draft_length(flags: Mapping[str, object]) -> int | None:
+    """The draft length an arm's flags run with: its spec type's length flag, else that
+    flag's default; None without one speculative type or a known default."""
+    spec_type = str(flags.get("spec-type") or "none")
+    if spec_type == "none" or "," in spec_type:
+        return None
+    flag = draft_length_flag(spec_type)
+    value = flags.get(flag)
+    if value is None or isinstance(value, bool):
+        return DRAFT_LENGTH_DEFAULTS.get(flag)
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
 def draft_length_flag(spec_type: str) -> str:
     """The flag that sets ``spec_type``'s draft length (``DRAFT_LENGTH_FLAGS``)."""
     return DRAFT_LENGTH_FLAGS.get(spec_type, DRAFT_N_MAX)

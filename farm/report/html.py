@@ -17,6 +17,7 @@ import pandas as pd
 
 from farm.report import cells, plots
 from farm.report.headline import headlines, provenance
+from farm.report.sheet import Sheet
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
@@ -189,6 +190,18 @@ def jobs_table(jobs: pd.DataFrame) -> str:
     note = (f'<p class="narrow-note">This window hides {escape(", ".join(hidden))} (widen '
             "it, or run <code>farm report --wide</code>).</p>")
     return _table(jobs, columns, "No jobs.", _JOB_RANKS) + ("" if jobs.empty else note)
+
+
+def sheet_table(sheet: Sheet) -> str:
+    """A text report's sheet (``farm report --group-by``'s) as an HTML table with its title:
+    the same cells, its lower-ranked columns hidden in a narrow window as the jobs' are."""
+    ranks = {column.header: min(column.rank, 2) for column in sheet.columns}
+    frame = pd.DataFrame({column.header: list(texts)
+                          for column, texts in zip(sheet.columns, sheet.texts, strict=True)})
+    columns = [(column.header, _plain(column.header), column.numeric)
+               for column in sheet.columns]
+    return (f"<h2>{escape(sheet.title[:1].upper() + sheet.title[1:])}</h2>\n"
+            + _table(frame, columns, "No rows.", ranks))
 
 
 def categories_table(categories: pd.DataFrame) -> str:
@@ -377,10 +390,12 @@ def _headline(jobs: pd.DataFrame, runs: pd.DataFrame) -> str:
 def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: pd.DataFrame,
                 notes: list[str] | None = None, generated_at: datetime | None = None,
                 curve: EngineCurve | None = None,
-                recommendation: Recommendation | None = None) -> str:
+                recommendation: Recommendation | None = None,
+                groups: Sheet | None = None) -> str:
     """Render the whole report as one self-contained HTML document, opening with its
-    answer (``farm.report.headline``) and where it was measured; a ``curve`` adds its
-    section, a ``recommendation`` (``farm recommend``'s) its own."""
+    answer (``farm.report.headline``) and where it was measured; ``groups`` (``--group-by``)
+    comes before the jobs, a ``curve`` adds its section, a ``recommendation`` (``farm
+    recommend``'s) its own."""
     when = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -397,6 +412,7 @@ def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: 
 {_headline(jobs, runs)}
 </header>
 {_notes(notes)}
+{f"<section>{sheet_table(groups)}</section>" if groups is not None else ""}
 <section>
 <h2>Jobs</h2>
 {jobs_table(jobs)}

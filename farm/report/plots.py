@@ -140,7 +140,8 @@ def speedup_intervals(jobs: pd.DataFrame, path: Path | str | None = None) -> byt
 
 
 def speedup_vs_draft_length(jobs: pd.DataFrame, path: Path | str | None = None) -> bytes:
-    """Speedup (with interval) against draft_n_max, one line per (model, spec_type)."""
+    """Speedup (with interval) against the draft length each job ran with (``draft_n_max``:
+    its spec type's length flag, else that flag's default), one line per (model, spec_type)."""
     title = "Speedup vs draft length"
     if not _has(jobs, "speedup", "draft_n_max"):
         return _no_data(title, path)
@@ -165,7 +166,8 @@ def speedup_vs_draft_length(jobs: pd.DataFrame, path: Path | str | None = None) 
         ax.plot(trend.index, trend.to_numpy(), "-", color=colour,
                 label=_short(" · ".join(p for p in (str(model), str(spec)) if p) or "?", 50))
     ax.axhline(1.0, color="black", linestyle=":", linewidth=1)
-    ax.set_xlabel("draft length: most tokens drafted per step (--spec-draft-n-max)")
+    ax.set_xlabel("draft length: most tokens drafted per step (its spec type's length flag, else "
+                  "its default)")
     ax.set_ylabel("speedup (\u00d7)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title)

@@ -69,14 +69,17 @@ def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
     return _pooled(report, keys, "speedup").merge(totals, on=keys)
 
 
-def with_design_columns(report: pd.DataFrame) -> pd.DataFrame:
-    """The report plus what plots sweep over: the spec type and the draft length."""
+def with_design_columns(report: pd.DataFrame, lengths: Mapping[str, int] | None = None
+                        ) -> pd.DataFrame:
+    """The report plus what plots sweep over: the spec type and the draft length (from the
+    varying flags, else ``lengths``: the job's own, ``farm.results.runs.job_draft_lengths``)."""
     import pandas as pd
 
     spec_type = report["varying"].map(lambda v: v.get("spec-type") or "")
-    draft = report["varying"].map(draft_length)
-    return report.assign(spec_type=spec_type,
-                         draft_n_max=pd.to_numeric(draft, errors="coerce"))
+    draft = pd.to_numeric(report["varying"].map(draft_length), errors="coerce")
+    if lengths:
+        draft = draft.fillna(pd.to_numeric(report["job_key"].map(lengths), errors="coerce"))
+    return report.assign(spec_type=spec_type, draft_n_max=draft)
 
 
 def category_report(runs: pd.DataFrame, report: pd.DataFrame,

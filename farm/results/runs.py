@@ -17,6 +17,7 @@ from farm.store.campaigns import campaign_id
 if TYPE_CHECKING:
     import pandas as pd
 
+    from farm.matrix.spec import JobSpec
     from farm.stats.design import Design
 
 # What a job's statistics read of each run (farm.stats): its place in the design, the
@@ -72,6 +73,23 @@ def job_designs(engine: Engine, campaign: str | None = None) -> dict[str, Design
     """Each job's design by job key (``JobSpec.design``; None for a spec this farm cannot
     read, whose interval is then made as a fixed design's): what its per-category intervals
     are made with, as its own was (``farm.stats.speedup.job_estimate``)."""
+    return {key: None if spec is None else spec.design
+            for key, spec in _job_specs(engine, campaign).items()}
+
+
+def job_draft_lengths(engine: Engine, campaign: str | None = None) -> dict[str, int]:
+    """The draft length each job's variant ran with, by job key, where it has one: its
+    length flag, wherever the matrix set it, else the flag's default
+    (``farm.matrix.flags.arm_draft_length``)."""
+    from farm.matrix.flags import arm_draft_length
+
+    lengths = {key: arm_draft_length(dict(spec.variant.flags))
+               for key, spec in _job_specs(engine, campaign).items() if spec is not None}
+    return {key: length for key, length in lengths.items() if length is not None}
+
+
+def _job_specs(engine: Engine, campaign: str | None) -> dict[str, JobSpec | None]:
+    """Each job's spec by job key; None for one this farm cannot read."""
     from pydantic import ValidationError
 
     from farm.matrix.spec import JobSpec
@@ -80,14 +98,14 @@ def job_designs(engine: Engine, campaign: str | None = None) -> dict[str, Design
     jobs = select(Job.job_key, Job.spec)
     if campaign is not None:
         jobs = jobs.where(Job.campaign_id == campaign_id(engine, campaign))
-    designs: dict[str, Design | None] = {}
+    specs: dict[str, JobSpec | None] = {}
     with engine.connect() as connection:
         for job_key, spec in connection.execute(jobs):
             try:
-                designs[str(job_key)] = JobSpec.model_validate(spec).design
+                specs[str(job_key)] = JobSpec.model_validate(spec)
             except ValidationError:
-                designs[str(job_key)] = None
-    return designs
+                specs[str(job_key)] = None
+    return specs
 
 
 def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:

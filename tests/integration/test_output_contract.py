@@ -85,6 +85,45 @@ def test_report_csv_writes_nested_cells_as_json(store: dict[str, str]) -> None:
     assert {"spec-type": "ngram-simple", "spec-draft-n-max": "4"} in varying
 
 
+def test_csv_and_json_rows_carry_the_headline_the_table_opens_with(store: dict[str, str]
+                                                                   ) -> None:
+    answer = "today \u00b7 qwen3-8b \u00b7 rtx4090: mtp 1.51\u00d7 [1.50, 1.53], best of 5"
+    assert answer in run_cli("report", env=store).stdout
+    rows = list(csv.DictReader(io.StringIO(run_cli("report", "--format", "csv",
+                                                   env=store).stdout)))
+    printed = json.loads(run_cli("report", "--format", "json", env=store).stdout)
+    for found in (rows, printed):
+        said = {row["headline"] for row in found if row["gpu_class"] == "rtx4090"}
+        assert said == {answer}, said
+
+
+def test_html_has_the_group_by_table_and_plots_every_draft_length(store: dict[str, str],
+                                                                  tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    from farm.results.groups import with_design_columns
+    from farm.results.rows import job_report
+    from farm.results.runs import job_draft_lengths
+
+    page = tmp_path / "r.html"
+    assert run_cli("report", "--group-by", "model", "--format", "html", "-o", str(page),
+                   env=store).exit_code == 0
+    html = page.read_text(encoding="utf-8")
+    assert "<h2>By model</h2>" in html and html.index("By model") < html.index("<h2>Jobs</h2>")
+    assert ">qwen3-8b<" in html
+    # The n-gram jobs vary --spec-draft-n-max, which ngram-simple does not read: their
+    # varying flags give no draft length (once dropped from the plot), their specs do
+    # (--spec-ngram-simple-size-m's default, 48).
+    engine = sa.create_engine(store["FARM_DATABASE_URL"])
+    report = job_report(engine, "today")
+    jobs = with_design_columns(report, job_draft_lengths(engine, "today"))
+    engine.dispose()
+    ngram = report["variant"].str.startswith("ngram[")
+    assert ngram.any() and with_design_columns(report)["draft_n_max"][ngram].isna().all()
+    assert set(jobs["draft_n_max"][ngram]) == {48}
+    assert set(jobs["draft_n_max"][jobs["variant"] == "mtp"]) == {3}
+
+
 def test_a_narrow_terminal_gets_the_fitted_table_and_the_note(store: dict[str, str],
                                                               monkeypatch: pytest.MonkeyPatch
                                                               ) -> None:

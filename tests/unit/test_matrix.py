@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from farm.errors import ConfigError
-from farm.matrix.flags import draft_length
+from farm.matrix.flags import arm_draft_length, draft_length
 from farm.matrix.load import load_matrix
 from farm.matrix.spec import JobSpec
 from tests.helpers import matrix_dict, write_matrix
@@ -273,6 +273,19 @@ def test_engine_curve_sits_beside_variants_and_takes_flags(files: dict[str, Any]
         "flags": {"spec-ngram-simple-size-n": 2}}})
     assert [job.kind for job in jobs] == ["variant", "synthetic"]
     assert ("spec-ngram-simple-size-n", "2") in jobs[1].variant.flags
+
+
+def test_an_arms_draft_length_is_its_flag_else_the_flags_default() -> None:
+    assert arm_draft_length({"spec-type": "draft-mtp", "spec-draft-n-max": "5"}) == 5
+    # Set nowhere: llama.cpp's defaults, 3 for the draft types, 48 for ngram-simple, which
+    # does not read --spec-draft-n-max.
+    assert arm_draft_length({"spec-type": "draft-mtp"}) == 3
+    assert arm_draft_length({"spec-type": "ngram-simple", "spec-draft-n-max": "4"}) == 48
+    assert arm_draft_length({"spec-type": "ngram-simple", "spec-ngram-simple-size-m": 8}) == 8
+    # No speculation, several types at once, a default not known here: none.
+    for flags in ({}, {"spec-type": "none"}, {"spec-type": "draft-mtp,ngram-simple"},
+                  {"spec-type": "ngram-mod"}):
+        assert arm_draft_length(flags) is None, flags
 
 
 def test_an_n_gram_curve_sets_the_draft_length_its_type_reads(files: dict[str, Any]) -> None:
