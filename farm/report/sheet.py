@@ -4,7 +4,9 @@ The fitter never cuts a number and never shortens a name without a mark. On a na
 terminal it drops the least needed columns first (each column's ``rank``: 0 always stays,
 then 1, 2, ... while they fit) and says which in one line under the table; text wraps at
 spaces, and a word still longer than its column ends in "…". When even the columns that
-always stay cannot fit, the table is printed wider than the terminal rather than cut.
+always stay cannot fit, the table is printed wider than the terminal rather than cut. A
+hidden column that says where a row belongs (model, GPU class) splits the table into one
+per value, so rows that look alike are never left unexplained.
 
 rich loads where a table is drawn, not with this module.
 """
@@ -31,6 +33,7 @@ _WRAP_MIN = 20
 # A name is shortened (with "…") to no fewer characters than this.
 _NAME_MIN = 10
 ELLIPSIS = "\u2026"
+_DOT = " \u00b7 "  # between a split table's title and the values it holds
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,9 @@ class Column:
     cell: Callable[[Row], str]
     numeric: bool = False  # right-justified, never wrapped, never cut
     rank: int = 0  # a narrow terminal shows rank 0, then ranks 1, 2, ... while they fit
+    # Names where a row belongs (its model, its GPU class): hidden while rows differ in it,
+    # the table splits into one per value, its title naming the value.
+    splits: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,22 +97,49 @@ def terminal_width() -> int | None:
     return None
 
 
-def fit(sheet: Sheet, width: int | None = None) -> Table:
+def fit(sheet: Sheet, width: int | None = None, *, note: bool = True) -> Table:
     """``sheet`` as a rich table within ``width`` columns of terminal (every column at its
-    natural width if None)."""
-    needs = [_need(column, texts) for column, texts in zip(sheet.columns, sheet.texts,
-                                                          strict=True)]
-    shown = list(range(len(sheet.columns)))
-    if width is not None:
-        # A column of the next rank shows only where the ones before it keep their need:
-        # names are not wrapped word by word, nor shortened, to make room for it.
-        shown = _ranked(sheet.columns, needs, width)
+    natural width if None); ``note``: name the hidden columns under it."""
+    needs = _needs(sheet)
+    shown = _shown(sheet, needs, width)
     hidden = [column.header for i, column in enumerate(sheet.columns) if i not in shown]
     notes = [sheet.caption] if sheet.caption else []
-    if hidden:
+    if hidden and note:
         notes.append(f"hidden at {width} columns: {', '.join(hidden)} (--wide shows them)")
     widths = None if width is None else _widths(sheet, shown, needs, width)
     return _table(sheet, shown, widths, "\n".join(notes) or None)
+
+
+def _needs(sheet: Sheet) -> list[int]:
+    return [_need(column, texts) for column, texts in zip(sheet.columns, sheet.texts,
+                                                         strict=True)]
+
+
+def _shown(sheet: Sheet, needs: Sequence[int], width: int | None) -> list[int]:
+    """The columns shown at ``width``: every one without a width. A column of the next rank
+    shows only where the ones before it keep their need: names are not wrapped word by
+    word, nor shortened, to make room for it."""
+    if width is None:
+        return list(range(len(sheet.columns)))
+    return _ranked(sheet.columns, needs, width)
+
+
+def split(sheet: Sheet, width: int | None) -> list[Sheet]:
+    """``sheet`` as one table per value of the ``splits`` columns ``width`` hides while its
+    rows differ in them (in the order rows first show each value), each titled with its
+    values and only the last keeping the caption; else ``sheet`` alone."""
+    shown = _shown(sheet, _needs(sheet), width)
+    keys = [i for i, column in enumerate(sheet.columns)
+            if column.splits and i not in shown and len(set(sheet.texts[i])) > 1]
+    if not keys:
+        return [sheet]
+    parts: dict[tuple[str, ...], list[int]] = {}
+    for row in range(len(sheet.rows)):
+        parts.setdefault(tuple(sheet.texts[i][row] for i in keys), []).append(row)
+    last = len(parts) - 1
+    return [Sheet(_DOT.join((sheet.title, *values)), sheet.columns,
+                  [sheet.rows[row] for row in rows], sheet.caption if n == last else None)
+            for n, (values, rows) in enumerate(parts.items())]
 
 
 def _ranked(columns: Sequence[Column], needs: Sequence[int], width: int) -> list[int]:
@@ -211,8 +244,10 @@ def table_text(sheets: Sequence[Sheet], width: int | None) -> str:
     from rich.console import Console
 
     out = io.StringIO()
-    for sheet in sheets:
-        table = fit(sheet, width)
+    parts = [(part, n == len(split_up) - 1) for sheet in sheets
+             for split_up in [split(sheet, width)] for n, part in enumerate(split_up)]
+    for sheet, last in parts:
+        table = fit(sheet, width, note=last)
         console = Console(file=out, width=10_000, color_system=None, highlight=False)
         natural = console.measure(table).maximum
         console.width = max(width or 0, natural)

@@ -112,10 +112,10 @@ def _aggregate_cell(row: Row) -> str:
 # The order of the wide table; `rank` says what a narrow console keeps first.
 JOB_COLUMNS = (
     Column("job", lambda row: str(row["job_key"])[:10], rank=10),
-    Column("model", lambda row: str(row["model"]), rank=1),
+    Column("model", lambda row: str(row["model"]), rank=1, splits=True),
     Column("variant", cells.variant),
     Column("varying flags", lambda row: str(row["varying_flags"]), rank=4),
-    Column("class", lambda row: str(row["gpu_class"]), rank=7),
+    Column("class", lambda row: str(row["gpu_class"]), rank=7, splits=True),
     Column("state", lambda row: str(row["state"]), rank=5),
     Column("base tok/s", lambda row: cells.number(row["baseline_tok_s"]), True, rank=3),
     Column("var tok/s", lambda row: cells.number(row["variant_tok_s"]), True, rank=3),
@@ -192,7 +192,7 @@ def compare_sheet(frame: pd.DataFrame, a: str, b: str) -> Sheet:
     """Matching jobs of A and B: both speedups, the change with its interval, its q value
     (Benjamini-Hochberg) and the verdict."""
     columns = (
-        Column("model", lambda row: str(row["model"]), rank=1),
+        Column("model", lambda row: str(row["model"]), rank=1, splits=True),
         Column("variant", lambda row: str(row["variant"])),
         Column("varying flags", lambda row: str(row["varying_flags"]), rank=4),
         Column("build", _builds, rank=3),
@@ -269,7 +269,7 @@ def recommendation_sheets(chosen: pd.DataFrame, candidates: pd.DataFrame,
     )
     options = (
         Column("GPU class", lambda row: str(row["gpu_class"]), rank=1),
-        Column("model", lambda row: str(row["model"]), rank=1),
+        Column("model", lambda row: str(row["model"]), rank=1, splits=True),
         Column("category", lambda row: str(row["category"]), rank=1),
         Column("setting", lambda row: str(row["setting"])),
         Column("n-max", lambda row: str(row["draft_n_max"]), True),

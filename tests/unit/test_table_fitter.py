@@ -165,6 +165,28 @@ def test_a_column_of_a_later_rank_never_squeezes_the_names_of_rank_0() -> None:
     assert max(map(len, printed.splitlines())) <= 200
 
 
+def test_a_hidden_model_or_class_splits_the_table_one_per_value() -> None:
+    # Three jobs of one variant name on two models and two GPU classes: at 80 columns the
+    # model and class columns do not fit, so each (model, class) gets its own table, named
+    # in its title; the note on what is hidden comes once, under the last.
+    frame = pd.DataFrame([_row("c", "mtp"), _row("c", "mtp", gpu_class="h100"),
+                          _row("c", "mtp", model="gemma-3-1b")]).astype({"pairs": "Int64"})
+    sheet = text.job_sheet(frame, "campaign c")
+    printed = table_text([sheet], 80)
+    lines = printed.splitlines()
+    assert [line for line in lines if line.startswith("campaign c")] == [
+        "campaign c \u00b7 qwen3.6-35b-a3b-mtp-oracle-q4_k_m \u00b7 rtx3090",
+        "campaign c \u00b7 qwen3.6-35b-a3b-mtp-oracle-q4_k_m \u00b7 h100",
+        "campaign c \u00b7 gemma-3-1b \u00b7 rtx3090"]
+    [note] = [n for n, line in enumerate(lines) if line.startswith("hidden at 80 columns")]
+    assert note > max(n for n, line in enumerate(lines) if line.startswith("\u2514"))
+    assert max(map(len, lines)) <= 80
+    # Wide enough for the model and the class: one table; no width (a pipe): one table.
+    assert table_text([sheet], None).splitlines()[0] == "campaign c"
+    one = text.job_sheet(frame.iloc[:1], "campaign c")
+    assert table_text([one], 80).splitlines()[0] == "campaign c"
+
+
 def test_rows_of_several_campaigns_get_a_campaign_column_and_one_campaign_none() -> None:
     several = text.job_sheet(_frame(), "all campaigns")
     one = text.job_sheet(_frame().assign(campaign="only"), "campaign only")
