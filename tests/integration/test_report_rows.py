@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from farm.matrix.load import load_matrix
 from farm.matrix.spec import JobSpec
 from farm.report import cells
+from farm.report.headline import with_headlines
 from farm.report.text import rows_to_json, to_json
 from farm.results.rows import REPORT_COLUMNS, job_report, job_rows, run_facts
 from farm.results.runs import job_runs
@@ -168,7 +169,7 @@ def test_json_rows_are_the_report_frames_rows(engine: Engine, tmp_path: Path) ->
 def test_report_json_loads_neither_pandas_nor_numpy(sqlite_engine: Engine,
                                                     tmp_path: Path) -> None:
     _fill(sqlite_engine, tmp_path)
-    expected = json.loads(rows_to_json(job_rows(sqlite_engine, "rows")))
+    expected = json.loads(rows_to_json(with_headlines(job_rows(sqlite_engine, "rows"))))
     # A fresh interpreter on this tree, as the `farm` command starts.
     script = ("import sys\nfrom farm.cli import main\n"
               "sys.argv = ['farm', 'report', 'rows', '--format', 'json']\n"
