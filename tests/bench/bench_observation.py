@@ -7,17 +7,25 @@ llama-server with the user's flags against one with each addition the farm makes
                 /metrics before and after each run, /tokenize of each run's text
     farm        all of them, as the farm starts its servers
 
-A round runs one block of each (a fresh server, a warm-up, ``--runs`` requests of
-``--tokens`` tokens, the same client), raw first on even rounds and last on odd ones, the
-others rotated, so that a drift favours none. Each addition's cost is the geometric mean
-over rounds of raw / addition decode tok/s, less 1, with its 95% t interval over rounds. A
-round with a busy block (other processes' CPU over the block at or above
-``farm.stats.busy.BUSY_CORES``) is left out and counted. Both arms of a job: the baseline's
-flags, and the variant's (n-gram for SmolLM2, draft-mtp for the MTP oracle). It asserts
+``--per block`` (the default): a round runs one block of each (a fresh server, a warm-up,
+``--runs`` requests of ``--tokens`` tokens, the same client), raw first on even rounds and
+last on odd ones, the others rotated, so that a drift favours none. ``--per request``: every
+configuration's server is started once and stays up, idle between its requests (one
+decodes at a time, after a pause that lets the last one's threads go quiet), and a round
+sends one request to each, the order rotated each round: the configurations being
+compared are then seconds apart instead of a block apart, so the machine's slow drift
+(about ±10% between blocks here) falls out of each round's ratios.
+
+Each addition's cost is the geometric mean over rounds of raw / addition decode tok/s,
+less 1, with its 95% t interval over rounds. A round with a busy block or round (other
+processes' CPU over it at or above ``farm.stats.busy.BUSY_CORES``) is left out and
+counted. Both arms of a job: the baseline's flags, and the variant's (n-gram for SmolLM2,
+draft-mtp for the MTP oracle). It asserts
 nothing; run it alone on the CPU:
 
     flock /tmp/farm-cpu.lock .venv/bin/python tests/bench/bench_observation.py \\
         --model smollm2 --arm baseline --rounds 8
+    ... --per request --rounds 40
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ import math
 import os
 import statistics
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 from farm.settings import load_settings
@@ -67,30 +78,86 @@ class RawServer(LlamaServer):
                 "--parallel", "1", *self.arm_argv]
 
 
+SAMPLING = {"temperature": 0.0, "seed": 1}
+PAUSE = 0.3  # seconds before each request of --per request: the last server's threads idle
+
+
+def _warm(client: ServerClient, calls: bool) -> None:
+    """A server's first request (and its /slots call where the farm makes it)."""
+    if calls:
+        client.slot_speculative()
+    client.generate(PROMPT, mode="completion", n_predict=8, sampling=SAMPLING,
+                    ignore_eos=True)
+
+
+def _run(client: ServerClient, calls: bool, tokens: int) -> float:
+    """One request of ``tokens``, with the farm's calls around it where it makes them: its
+    decode tok/s."""
+    if calls:
+        client.spec_counters()
+    generation = client.generate(PROMPT, mode="completion", n_predict=tokens,
+                                 sampling=SAMPLING, ignore_eos=True)
+    if calls:
+        client.spec_counters()
+        client.tokenize(generation.text)
+    return generation.decode_tok_s
+
+
 def block(binary: Path, model: Path, flags: list[str], calls: bool, runs: int, tokens: int,
           log: Path) -> tuple[float, float]:
     """One block: the median decode tok/s of its runs, and the other work beside it."""
     watch = NodeWatch([os.getpid()])
     watch.begin()
-    speeds = []
     with RawServer(str(binary), str(model), flags, log) as server, \
             ServerClient(server.base_url) as client:
-        if calls:
-            client.slot_speculative()
-        sampling = {"temperature": 0.0, "seed": 1}
-        client.generate(PROMPT, mode="completion", n_predict=8, sampling=sampling,
-                        ignore_eos=True)
-        for _ in range(runs):
-            if calls:
-                client.spec_counters()
-            generation = client.generate(PROMPT, mode="completion", n_predict=tokens,
-                                         sampling=sampling, ignore_eos=True)
-            if calls:
-                client.spec_counters()
-                client.tokenize(generation.text)
-            speeds.append(generation.decode_tok_s)
+        _warm(client, calls)
+        speeds = [_run(client, calls, tokens) for _ in range(runs)]
     other = watch.end()
     return statistics.median(speeds), other.cores if other else math.nan
+
+
+def block_rounds(binary: Path, model: Path, user: list[str], names: list[str],
+                 args: argparse.Namespace, scratch: Path
+                 ) -> Iterator[tuple[dict[str, float], float]]:
+    """Rounds of one block per configuration: each round's tok/s per name, and the most
+    other work beside one of its blocks."""
+    for round_ in range(args.rounds):
+        turn = round_ % (len(names) - 1)
+        others = names[1:][turn:] + names[1:][:turn]
+        order = ["raw", *others] if round_ % 2 == 0 else [*others, "raw"]
+        found: dict[str, float] = {}
+        cores: list[float] = []
+        for name in order:
+            flags, calls = ADDITIONS[name]
+            found[name], used = block(binary, model, [*user, *flags], calls, args.runs,
+                                      args.tokens, scratch / f"{name}.log")
+            cores.append(used)
+        yield found, max(cores)
+
+
+def request_rounds(binary: Path, model: Path, user: list[str], names: list[str],
+                   args: argparse.Namespace, scratch: Path
+                   ) -> Iterator[tuple[dict[str, float], float]]:
+    """Every configuration's server up at once, a round one request to each in rotated
+    order: each round's tok/s per name, and the other work over the round."""
+    with ExitStack() as stack:
+        clients = {}
+        for name in names:
+            flags, calls = ADDITIONS[name]
+            server = stack.enter_context(RawServer(str(binary), str(model), [*user, *flags],
+                                                   scratch / f"{name}.log"))
+            clients[name] = stack.enter_context(ServerClient(server.base_url))
+            _warm(clients[name], calls)
+        for round_ in range(args.rounds):
+            turn = round_ % len(names)
+            watch = NodeWatch([os.getpid()])
+            watch.begin()
+            found: dict[str, float] = {}
+            for name in names[turn:] + names[:turn]:
+                time.sleep(PAUSE)
+                found[name] = _run(clients[name], ADDITIONS[name][1], args.tokens)
+            other = watch.end()
+            yield found, other.cores if other else math.nan
 
 
 def interval(logs: list[float]) -> tuple[float, float, float]:
@@ -110,6 +177,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--additions", default="verbosity,metrics,calls,farm")
+    parser.add_argument("--per", choices=("block", "request"), default="block",
+                        help="what a round interleaves: fresh servers' blocks, or requests "
+                        "to servers that stay up")
     args = parser.parse_args()
     provisioned = provision(NodePaths.of(load_settings()))
     model, user = provisioned.models[args.model], ARMS[args.model][args.arm]
@@ -117,22 +187,14 @@ def main() -> None:
     ratios: dict[str, list[float]] = {name: [] for name in names[1:]}
     speeds: dict[str, list[float]] = {name: [] for name in names}
     busy_rounds = 0
+    rounds = block_rounds if args.per == "block" else request_rounds
     with tempfile.TemporaryDirectory(prefix="bench-observation-") as scratch:
-        for round_ in range(args.rounds):
-            turn = round_ % (len(names) - 1)
-            others = names[1:][turn:] + names[1:][:turn]
-            order = ["raw", *others] if round_ % 2 == 0 else [*others, "raw"]
-            found: dict[str, float] = {}
-            cores: list[float] = []
-            for name in order:
-                flags, calls = ADDITIONS[name]
-                found[name], used = block(provisioned.server, model, [*user, *flags], calls,
-                                          args.runs, args.tokens, Path(scratch) / f"{name}.log")
-                cores.append(used)
-            busy = max(cores) >= BUSY_CORES
-            print(f"round {round_ + 1}: " + ", ".join(f"{name} {found[name]:.1f}"
-                                                     for name in names)
-                  + f" tok/s; other work up to {max(cores):.2f} cores"
+        for number, (found, cores) in enumerate(rounds(provisioned.server, model, user, names,
+                                                       args, Path(scratch)), 1):
+            busy = cores >= BUSY_CORES
+            print(f"round {number}: " + ", ".join(f"{name} {found[name]:.1f}"
+                                                  for name in names)
+                  + f" tok/s; other work up to {cores:.2f} cores"
                   + (" (busy: left out)" if busy else ""), flush=True)
             if busy:
                 busy_rounds += 1
@@ -142,8 +204,8 @@ def main() -> None:
             for name in names[1:]:
                 ratios[name].append(math.log(found["raw"] / found[name]))
     kept = args.rounds - busy_rounds
-    print(f"\n{args.model} {args.arm}: {kept} rounds kept, {busy_rounds} left out as busy "
-          f"(other processes >= {BUSY_CORES} core); raw "
+    print(f"\n{args.model} {args.arm}, per {args.per}: {kept} rounds kept, {busy_rounds} "
+          f"left out as busy (other processes >= {BUSY_CORES} core); raw "
           f"{statistics.median(speeds['raw']) if kept else math.nan:.1f} tok/s")
     print("| addition | cost (raw / with - 1) | 95% interval |")
     print("|---|---|---|")
