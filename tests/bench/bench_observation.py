@@ -14,7 +14,10 @@ configuration's server is started once and stays up, idle between its requests (
 decodes at a time, after a pause that lets the last one's threads go quiet), and a round
 sends one request to each, the order rotated each round: the configurations being
 compared are then seconds apart instead of a block apart, so the machine's slow drift
-(about ±10% between blocks here) falls out of each round's ratios.
+(about ±10% between blocks here) falls out of each round's ratios. One server per
+configuration leaves out what differs between server processes (where the model's pages
+and the code land); ``--blocks B`` starts every server afresh B times and takes the
+interval over those blocks, so that it holds the process-to-process spread too.
 
 Each addition's cost is the geometric mean over rounds of raw / addition decode tok/s,
 less 1, with its 95% t interval over rounds. A round with a busy block or round (other
@@ -139,29 +142,34 @@ def request_rounds(binary: Path, model: Path, user: list[str], names: list[str],
                    args: argparse.Namespace, scratch: Path
                    ) -> Iterator[tuple[dict[str, float], float]]:
     """Every configuration's server up at once, a round one request to each in rotated
-    order: each round's tok/s per name, and the other work over the round."""
-    with ExitStack() as stack:
-        clients = {}
-        for name in names:
-            flags, calls = ADDITIONS[name]
-            server = stack.enter_context(RawServer(str(binary), str(model), [*user, *flags],
-                                                   scratch / f"{name}.log"))
-            clients[name] = stack.enter_context(ServerClient(server.base_url))
-            _warm(clients[name], calls)
-        for round_ in range(args.rounds):
-            turn = round_ % len(names)
-            watch = NodeWatch([os.getpid()])
-            watch.begin()
-            found: dict[str, float] = {}
+    order: each round's tok/s per name, and the other work over the round. With
+    ``--blocks``, every server is started afresh (in rotated order) that many times,
+    ``--rounds`` rounds each."""
+    for block_ in range(args.blocks):
+        with ExitStack() as stack:
+            clients = {}
+            turn = block_ % len(names)
             for name in names[turn:] + names[:turn]:
-                time.sleep(PAUSE)
-                found[name] = _run(clients[name], ADDITIONS[name][1], args.tokens)
-            other = watch.end()
-            yield found, other.cores if other else math.nan
+                flags, calls = ADDITIONS[name]
+                server = stack.enter_context(RawServer(
+                    str(binary), str(model), [*user, *flags], scratch / f"{name}.log"))
+                clients[name] = stack.enter_context(ServerClient(server.base_url))
+                _warm(clients[name], calls)
+            for round_ in range(args.rounds):
+                turn = round_ % len(names)
+                watch = NodeWatch([os.getpid()])
+                watch.begin()
+                found: dict[str, float] = {}
+                for name in names[turn:] + names[:turn]:
+                    time.sleep(PAUSE)
+                    found[name] = _run(clients[name], ADDITIONS[name][1], args.tokens)
+                other = watch.end()
+                yield found, other.cores if other else math.nan
 
 
 def interval(logs: list[float]) -> tuple[float, float, float]:
-    """Cost (raw / addition - 1) with its 95% interval, from per-round log ratios."""
+    """Cost (raw / addition - 1) with its 95% interval, from each unit's mean log ratio (a
+    round's, or a block's with ``--blocks``)."""
     mean = statistics.fmean(logs)
     if len(logs) < 2:
         return math.expm1(mean), math.nan, math.nan
@@ -180,11 +188,17 @@ def main() -> None:
     parser.add_argument("--per", choices=("block", "request"), default="block",
                         help="what a round interleaves: fresh servers' blocks, or requests "
                         "to servers that stay up")
+    parser.add_argument("--blocks", type=int, default=1,
+                        help="--per request: start every server afresh this many times, "
+                        "--rounds rounds each; the interval is then over these blocks")
     args = parser.parse_args()
+    if args.per == "block":
+        args.blocks = 1
     provisioned = provision(NodePaths.of(load_settings()))
     model, user = provisioned.models[args.model], ARMS[args.model][args.arm]
     names = ["raw", *args.additions.split(",")]
-    ratios: dict[str, list[float]] = {name: [] for name in names[1:]}
+    # Log ratios by unit: each round, or (several blocks) each block of rounds.
+    ratios: dict[str, dict[int, list[float]]] = {name: {} for name in names[1:]}
     speeds: dict[str, list[float]] = {name: [] for name in names}
     busy_rounds = 0
     rounds = block_rounds if args.per == "block" else request_rounds
@@ -201,19 +215,22 @@ def main() -> None:
                 continue
             for name in names:
                 speeds[name].append(found[name])
+            unit = (number - 1) // args.rounds if args.blocks > 1 else number
             for name in names[1:]:
-                ratios[name].append(math.log(found["raw"] / found[name]))
-    kept = args.rounds - busy_rounds
+                ratios[name].setdefault(unit, []).append(math.log(found["raw"] / found[name]))
+    kept = args.rounds * args.blocks - busy_rounds
     print(f"\n{args.model} {args.arm}, per {args.per}: {kept} rounds kept, {busy_rounds} "
           f"left out as busy (other processes >= {BUSY_CORES} core); raw "
-          f"{statistics.median(speeds['raw']) if kept else math.nan:.1f} tok/s")
+          f"{statistics.median(speeds['raw']) if kept else math.nan:.1f} tok/s"
+          + (f"; interval over {args.blocks} blocks of fresh servers" if args.blocks > 1
+             else ""))
     print("| addition | cost (raw / with - 1) | 95% interval |")
     print("|---|---|---|")
     for name in names[1:]:
         if not ratios[name]:
             print(f"| {name} | - | - |")
             continue
-        cost, low, high = interval(ratios[name])
+        cost, low, high = interval([statistics.fmean(logs) for logs in ratios[name].values()])
         print(f"| {name} | {cost:+.2%} | [{low:+.2%}, {high:+.2%}] |")
 
 
