@@ -31,7 +31,7 @@ from farm.report.text import (
 )
 from farm.results.groups import category_report, category_summary, group_report, with_design_columns
 from farm.results.rows import job_report, job_rows, report_frame
-from farm.results.runs import job_designs, job_draft_lengths, runs_frame
+from farm.results.runs import designs_of, draft_lengths_of, job_specs, runs_frame
 from farm.settings import Settings
 from farm.store.campaigns import latest_campaign
 from farm.store.db import open_store
@@ -56,8 +56,9 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         name = None if all_campaigns else (campaign or latest_campaign(engine))
         rows = job_rows(engine, name)
         runs = runs_frame(engine, name) if by_category or fmt == "html" else None
-        designs = job_designs(engine, name) if runs is not None else {}
-        lengths = job_draft_lengths(engine, name) if fmt == "html" else {}
+        # Each spec read once: the HTML wants the designs and the draft lengths of them.
+        specs = job_specs(engine, name) if runs is not None else {}
+        designs, lengths = designs_of(specs), draft_lengths_of(specs)
         recommendation = _recommendation(engine, name) if fmt == "html" else None
     if fmt == "json" and group_by is None and not by_category:
         # Every row carries its campaign x model x GPU class's answer, as the table opens.

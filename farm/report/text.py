@@ -269,7 +269,7 @@ def recommendation_sheets(chosen: pd.DataFrame, candidates: pd.DataFrame,
     )
     options = (
         Column("GPU class", lambda row: str(row["gpu_class"]), rank=1),
-        Column("model", lambda row: str(row["model"]), rank=1, splits=True),
+        Column("model", lambda row: str(row["model"]), rank=1),
         Column("category", lambda row: str(row["category"]), rank=1),
         Column("setting", lambda row: str(row["setting"])),
         Column("n-max", lambda row: str(row["draft_n_max"]), True),

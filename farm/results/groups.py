@@ -72,7 +72,7 @@ def group_report(report: pd.DataFrame, by: str) -> pd.DataFrame:
 def with_design_columns(report: pd.DataFrame, lengths: Mapping[str, int] | None = None
                         ) -> pd.DataFrame:
     """The report plus what plots sweep over: the spec type and the draft length (from the
-    varying flags, else ``lengths``: the job's own, ``farm.results.runs.job_draft_lengths``)."""
+    varying flags, else ``lengths``: the job's own, ``farm.results.runs.draft_lengths_of``)."""
     import pandas as pd
 
     spec_type = report["varying"].map(lambda v: v.get("spec-type") or "")

@@ -70,25 +70,29 @@ def runs_frame(engine: Engine, campaign: str | None = None) -> pd.DataFrame:
 
 
 def job_designs(engine: Engine, campaign: str | None = None) -> dict[str, Design | None]:
+    """Each job's design by job key (``designs_of``)."""
+    return designs_of(job_specs(engine, campaign))
+
+
+def designs_of(specs: Mapping[str, JobSpec | None]) -> dict[str, Design | None]:
     """Each job's design by job key (``JobSpec.design``; None for a spec this farm cannot
     read, whose interval is then made as a fixed design's): what its per-category intervals
     are made with, as its own was (``farm.stats.speedup.job_estimate``)."""
-    return {key: None if spec is None else spec.design
-            for key, spec in _job_specs(engine, campaign).items()}
+    return {key: None if spec is None else spec.design for key, spec in specs.items()}
 
 
-def job_draft_lengths(engine: Engine, campaign: str | None = None) -> dict[str, int]:
+def draft_lengths_of(specs: Mapping[str, JobSpec | None]) -> dict[str, int]:
     """The draft length each job's variant ran with, by job key, where it has one: its
     length flag, wherever the matrix set it, else the flag's default
     (``farm.matrix.flags.arm_draft_length``)."""
     from farm.matrix.flags import arm_draft_length
 
     lengths = {key: arm_draft_length(dict(spec.variant.flags))
-               for key, spec in _job_specs(engine, campaign).items() if spec is not None}
+               for key, spec in specs.items() if spec is not None}
     return {key: length for key, length in lengths.items() if length is not None}
 
 
-def _job_specs(engine: Engine, campaign: str | None) -> dict[str, JobSpec | None]:
+def job_specs(engine: Engine, campaign: str | None) -> dict[str, JobSpec | None]:
     """Each job's spec by job key; None for one this farm cannot read."""
     from pydantic import ValidationError
 

@@ -103,7 +103,7 @@ def test_html_has_the_group_by_table_and_plots_every_draft_length(store: dict[st
 
     from farm.results.groups import with_design_columns
     from farm.results.rows import job_report
-    from farm.results.runs import job_draft_lengths
+    from farm.results.runs import draft_lengths_of, job_specs
 
     page = tmp_path / "r.html"
     assert run_cli("report", "--group-by", "model", "--format", "html", "-o", str(page),
@@ -116,7 +116,7 @@ def test_html_has_the_group_by_table_and_plots_every_draft_length(store: dict[st
     # (--spec-ngram-simple-size-m's default, 48).
     engine = sa.create_engine(store["FARM_DATABASE_URL"])
     report = job_report(engine, "today")
-    jobs = with_design_columns(report, job_draft_lengths(engine, "today"))
+    jobs = with_design_columns(report, draft_lengths_of(job_specs(engine, "today")))
     engine.dispose()
     ngram = report["variant"].str.startswith("ngram[")
     assert ngram.any() and with_design_columns(report)["draft_n_max"][ngram].isna().all()
