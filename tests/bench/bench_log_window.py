@@ -32,8 +32,9 @@ def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def _decode_window(lines: list[str]) -> list[str]:
-    """The lines between the prompt's sampler set-up and the server's "eval time" line."""
+def decode_window(lines: list[str]) -> list[str]:
+    """The lines between the prompt's sampler set-up and the server's "eval time" line
+    (tests/integration/test_server.py checks the farm's own servers with it)."""
     opened = max(i for i, line in enumerate(lines)
                  if "init_sampler" in line or "create_check" in line or "launch_slot_" in line)
     closed = min(i for i, line in enumerate(lines) if "prompt eval time" in line)
@@ -76,7 +77,7 @@ def main() -> None:
                     log = Path(scratch) / f"{model}-{arm}-{verbosity}.log"
                     tok_s, lines = request_log(provisioned.server, provisioned.models[model],
                                                [*flags, *extra], log)
-                    inside = _decode_window(lines)
+                    inside = decode_window(lines)
                     print(f"{model} {arm} verbosity {verbosity or 'default'}: {tok_s:.1f} tok/s; "
                           f"{len(lines)} log lines in the request, {len(inside)} in its decode "
                           f"window" + (f" ({'; '.join(line[:70] for line in inside)})"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
 
 from farm.errors import ServerStartError
+from tests.bench.bench_log_window import decode_window
 from workers.job.runtime import server as server_module
 from workers.job.runtime.client import ServerClient
 from workers.job.runtime.server import LlamaServer
@@ -69,3 +71,30 @@ def test_a_lost_port_race_is_retried_on_another_port(
     finally:
         taken.close()
     assert (tmp_path / "race.log").read_text().count("$ ") == 2
+
+
+@pytest.mark.parametrize(("model", "spec"), [
+    ("smollm2", []), ("smollm2", ["--spec-type", "ngram-simple"]),
+    ("qwen35-mtp-oracle-cpu", ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3"])],
+    ids=["smollm2-baseline", "smollm2-ngram", "mtp-oracle-draft-mtp"])
+def test_the_farms_log_verbosity_writes_nothing_inside_the_decode_window(
+        provisioned: Provisioned, tmp_path: Path, model: str, spec: list[str]) -> None:
+    """The farm's ``--log-verbosity 4`` costs a run's decode tok/s nothing only because
+    llama.cpp writes its trace lines before a request's first decoded token and after its
+    last, none per token or per draft (docs/busy-node.md). A build that logged per token at
+    this level would slow every run the farm times; this pins that b11434 does not."""
+    server = LlamaServer(str(provisioned.server), str(provisioned.models[model]),
+                         [*ARGS, *spec], tmp_path / "s.log")
+    sampling = {"temperature": 0.0, "seed": 1}
+    with server, ServerClient(server.base_url) as client:
+        client.generate("Count from one to ten.", mode="completion", n_predict=8,
+                        sampling=sampling)
+        time.sleep(0.3)  # the warm-up's last lines are written
+        before = len(server.log_text())
+        client.generate("Count from one to ten.", mode="completion", n_predict=64,
+                        sampling=sampling)
+        time.sleep(0.3)
+        lines = [line for line in server.log_text()[before:].splitlines() if line.strip()]
+    assert len(lines) >= 15, lines  # the trace level took: the default writes about 7
+    assert any("prompt eval time" in line for line in lines), lines
+    assert decode_window(lines) == []
