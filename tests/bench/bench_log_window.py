@@ -19,7 +19,7 @@ from pathlib import Path
 from farm.settings import load_settings
 from tests.bench.bench_observation import ARMS, PROMPT, RawServer
 from workers.job.runtime.client import ServerClient
-from workers.job.runtime.server import LOG_VERBOSITY
+from workers.job.runtime.server import LOG_VERBOSITY, LlamaServer
 from workers.job.telemetry import Sampler
 from workers.paths import NodePaths
 from workers.setup.provision import provision
@@ -33,29 +33,34 @@ def _lines(text: str) -> list[str]:
 
 
 def decode_window(lines: list[str]) -> list[str]:
-    """The lines between the prompt's sampler set-up and the server's "eval time" line
-    (tests/integration/test_server.py checks the farm's own servers with it)."""
+    """The lines between the prompt's sampler set-up and the server's "eval time" line."""
     opened = max(i for i, line in enumerate(lines)
                  if "init_sampler" in line or "create_check" in line or "launch_slot_" in line)
     closed = min(i for i, line in enumerate(lines) if "prompt eval time" in line)
     return lines[opened + 1:closed]
 
 
+def logged_request(server: LlamaServer, client: ServerClient, tokens: int
+                   ) -> tuple[float, list[str]]:
+    """On a started server, one warm-up, then one request of ``tokens``: its decode tok/s
+    and the log lines it wrote (tests/integration/test_server.py runs it on the farm's own
+    servers)."""
+    sampling = {"temperature": 0.0, "seed": 1}
+    client.generate(PROMPT, mode="completion", n_predict=8, sampling=sampling, ignore_eos=True)
+    time.sleep(0.3)  # the warm-up's last lines are written
+    before = len(server.log_text())
+    generation = client.generate(PROMPT, mode="completion", n_predict=tokens,
+                                 sampling=sampling, ignore_eos=True)
+    time.sleep(0.3)
+    return generation.decode_tok_s, _lines(server.log_text()[before:])
+
+
 def request_log(server: Path, model: Path, flags: list[str], log: Path
                 ) -> tuple[float, list[str]]:
-    """One warm-up, then one request of ``TOKENS``: its decode tok/s and the log it wrote."""
+    """A raw server's ``logged_request`` of ``TOKENS``."""
     with RawServer(str(server), str(model), flags, log) as raw, \
             ServerClient(raw.base_url) as client:
-        sampling = {"temperature": 0.0, "seed": 1}
-        client.generate(PROMPT, mode="completion", n_predict=8, sampling=sampling,
-                        ignore_eos=True)
-        time.sleep(0.3)  # the warm-up's last lines are written
-        before = len(log.read_bytes())
-        generation = client.generate(PROMPT, mode="completion", n_predict=TOKENS,
-                                     sampling=sampling, ignore_eos=True)
-        time.sleep(0.3)
-        written = log.read_bytes()[before:].decode(errors="replace")
-    return generation.decode_tok_s, _lines(written)
+        return logged_request(raw, client, TOKENS)
 
 
 def poll_cost() -> float:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from pathlib import Path
 
 import pytest
 
 from farm.errors import ServerStartError
-from tests.bench.bench_log_window import decode_window
+from tests.bench.bench_log_window import decode_window, logged_request
 from workers.job.runtime import server as server_module
 from workers.job.runtime.client import ServerClient
 from workers.job.runtime.server import LlamaServer
@@ -85,16 +84,8 @@ def test_the_farms_log_verbosity_writes_nothing_inside_the_decode_window(
     this level would slow every run the farm times; this pins that b11434 does not."""
     server = LlamaServer(str(provisioned.server), str(provisioned.models[model]),
                          [*ARGS, *spec], tmp_path / "s.log")
-    sampling = {"temperature": 0.0, "seed": 1}
     with server, ServerClient(server.base_url) as client:
-        client.generate("Count from one to ten.", mode="completion", n_predict=8,
-                        sampling=sampling)
-        time.sleep(0.3)  # the warm-up's last lines are written
-        before = len(server.log_text())
-        client.generate("Count from one to ten.", mode="completion", n_predict=64,
-                        sampling=sampling)
-        time.sleep(0.3)
-        lines = [line for line in server.log_text()[before:].splitlines() if line.strip()]
+        _, lines = logged_request(server, client, 64)
     assert len(lines) >= 15, lines  # the trace level took: the default writes about 7
     assert any("prompt eval time" in line for line in lines), lines
     assert decode_window(lines) == []
