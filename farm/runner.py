@@ -9,7 +9,7 @@ worker would (``farm submit --dry-run``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -25,6 +25,7 @@ from farm.store import repo
 from farm.store.db import connected, upgrade
 from farm.store.models import JobState
 from farm.words import plural
+from workers.job.admission import admit
 from workers.job.checks import Preflight, check_arms, preflight
 from workers.job.executor import RunResult, execute_job
 from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_builds
@@ -69,6 +70,16 @@ def checked_jobs(path: Path, matrix: Matrix, specs: list[JobSpec], node: NodeFil
         except ConfigError as exc:
             raise type(exc)(f"{_where(path, matrix, spec, exc)}: {exc}", role=exc.role) from exc
     return checked
+
+
+def _admitted(path: Path, matrix: Matrix, specs: list[JobSpec], node: NodeFiles) -> None:
+    """Every job admitted as a worker admits a row (``workers.job.admission.admit``),
+    before anything is downloaded or built; errors name the file and the place in it."""
+    for spec in specs:
+        try:
+            admit(spec, node, None)
+        except ConfigError as exc:
+            raise type(exc)(f"{_where(path, matrix, spec, exc)}: {exc}", role=exc.role) from exc
 
 
 def _flags_checked(path: Path, matrix: Matrix, spec: JobSpec, node: NodeFiles) -> JobSpec:
@@ -246,6 +257,7 @@ def _models_here(path: Path, specs: list[JobSpec], settings: Settings,
 
 def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None,
                  allow_options: frozenset[str] = frozenset(), allow_build_path: bool = False,
+                 allow_paths: tuple[Path, ...] = (),
                  make_builds: bool = True, ref: str | None = None,
                  pair_with: str | None = None,
                  pick: Callable[[Matrix, list[JobSpec]], tuple[Matrix, list[JobSpec]]]
@@ -254,7 +266,9 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
     """Validate, resolve and check a matrix's jobs of one GPU class on this machine:
     everything a run checks, no job written or server started. ``allow_options``:
     harmless options beyond the allow-list (``farm run --allow-option``);
-    ``allow_build_path``: the matrix's own build binaries may run; ``make_builds``: the
+    ``allow_build_path``: the matrix's own build binaries may run; ``allow_paths``:
+    folders beyond the models dir whose files the matrix's flags may name (``farm run
+    --allow-path``); ``make_builds``: the
     matrix's source builds are made and its Hub and URL models downloaded here first
     (``say`` tells the progress; a dry run shows commits and what it would download
     instead). Hub revisions are pinned to commits either way. ``ref``: every source build
@@ -269,10 +283,11 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
         matrix, specs = pick(matrix, specs)
     chosen = _one_class(path, matrix, gpu_class)
     paths = NodePaths.of(settings)
-    node = built_here(paths, path.parent, allow_options=allow_options,
-                       allow_build_path=allow_build_path)
-    specs, notes = _models_here(path, [s for s in specs if s.gpu_class == chosen], settings,
-                                say, make_builds)
+    node = replace(built_here(paths, path.parent, allow_options=allow_options,
+                               allow_build_path=allow_build_path), allow_paths=allow_paths)
+    specs = [s for s in specs if s.gpu_class == chosen]
+    _admitted(path, matrix, specs, node)
+    specs, notes = _models_here(path, specs, settings, say, make_builds)
     unbuilt = []
     if make_builds:
         gpus = all_gpus()

@@ -1,5 +1,6 @@
 """Where builds, downloads and models live on a node (outside any repository), and how
-they are fingerprinted."""
+they are fingerprinted. Every path under a node folder that a name from a job, a matrix
+or a build makes is made by ``farm.matrix.files.under``: resolved and proven to stay there."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm.errors import ConfigError
+from farm.matrix.files import under
 from farm.matrix.spec import ModelRef, RemoteFile
 from farm.settings import Settings
 
@@ -35,7 +37,7 @@ class NodePaths:
 
     def server_binary(self, build_name: str) -> Path:
         """Where a named build keeps its ``llama-server``."""
-        return self.builds_dir / build_name / "bin" / "llama-server"
+        return under(self.builds_dir, build_name, "bin", "llama-server", what="build")
 
 
 # Downloaded models, inside the models dir (docs/models.md): a Hub file at
@@ -47,12 +49,13 @@ HUB_DIR, URL_DIR = "hub", "url"
 
 def hub_file(models_dir: Path, repo: str, commit: str, file: str) -> Path:
     """Where a Hub repository's file at a commit lives on this node."""
-    return models_dir / HUB_DIR / repo.replace("/", "--") / commit / file
+    return under(models_dir, HUB_DIR, repo.replace("/", "--"), commit, file,
+                 what=f"file of {repo}")
 
 
 def url_file(models_dir: Path, sha256: str, file: str) -> Path:
     """Where a URL model's file (by its sha256) lives on this node."""
-    return models_dir / URL_DIR / sha256 / file
+    return under(models_dir, URL_DIR, sha256, file, what="file of a URL model")
 
 
 def downloaded_files(model: ModelRef, models_dir: Path) -> list[tuple[RemoteFile, Path]]:

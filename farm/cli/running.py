@@ -37,8 +37,13 @@ def sigterm_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
 @click.option("--allow-build-path", is_flag=True,
               help="Run the llama-server binaries the matrix names by `build: {path: ...}` "
                    "(they run code: only for matrices you trust).")
+@click.option("--allow-path", "allow_paths", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Let the matrix's flags (draft model, LoRA, control vector, projector) "
+                   "name files under DIR as well as the models dir (repeatable; only for "
+                   "matrices you trust).")
 def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple[str, ...],
-        allow_build_path: bool) -> None:
+        allow_build_path: bool, allow_paths: tuple[Path, ...]) -> None:
     """Run MATRIX on this machine against real llama-server processes."""
     from farm.cli.dry_run import measured_speeds, print_dry_run
     from farm.matrix.options import check_allowances
@@ -49,7 +54,8 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     allowed = check_allowances(allow_options, "--allow-option")
     checked = check_matrix(matrix, settings, gpu_class=gpu_class, allow_options=allowed,
-                           allow_build_path=allow_build_path, make_builds=not dry_run,
+                           allow_build_path=allow_build_path, allow_paths=allow_paths,
+                           make_builds=not dry_run,
                            say=lambda line: console.print(line, markup=False, soft_wrap=True))
     if dry_run:
         console = Console()

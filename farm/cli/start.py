@@ -15,6 +15,7 @@ from rich.console import Console
 from farm.cli.base import cli
 from farm.cli.running import run_checked, sigterm_as_interrupt
 from farm.errors import ConfigError
+from farm.matrix.files import under
 from farm.settings import Settings, load_settings, redact_url
 
 
@@ -116,7 +117,7 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
                        _baseline(ngl, ctx, threads, flash_attn, args),
                        flag_map(shlex.join(variant), "the variant's flags (after --)"),
                        design=design, build=build)
-    path = output or settings.data_dir / "ab" / f"{matrix['campaign']}.yaml"
+    path = output or under(settings.data_dir, "ab", f"{matrix['campaign']}.yaml", what="matrix")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# Written by `farm ab`; `farm run {path}` runs it again.\n"
                     + yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from farm.errors import ConfigError
+from farm.matrix.files import relative_file
 from farm.matrix.flags import FlagMap, FlagValue, parse_args, scalar
 from farm.matrix.options import FILE_TYPES, admit_name, canonical, check_flag, value_type
 from farm.matrix.schema import BuildEntry, FlagSpec, Matrix, ModelEntry, PromptEntry, Variant
@@ -284,11 +285,13 @@ def _tier(prompts: tuple[Prompt, ...], length: int, path: Path) -> tuple[Prompt,
                           f"{document_tokens()}") from exc
 
 
-def _model_ref(model: ModelEntry) -> ModelRef:
+def _model_ref(model: ModelEntry, path: Path) -> ModelRef:
     """A model entry as a job names it: a Hub model with its revision as written (pinned
     to a commit by `farm submit` / `farm run`), a URL model with its one file's sha256."""
     if model.url is not None and model.sha256 is not None:
-        file = model.file or PurePosixPath(urlsplit(model.url).path).name
+        file = model.file or relative_file(
+            PurePosixPath(urlsplit(model.url).path).name,
+            f"{path}: model {model.name!r}: the file name its `url` ends in (or give `file:`)")
         return ModelRef(name=model.name, file=file, url=model.url,
                         files=(RemoteFile(name=file, sha256=model.sha256),))
     if model.hf is not None:
@@ -308,7 +311,7 @@ def _drafts_named(drafts: dict[str, ModelRef], *arms: FlagMap) -> tuple[ModelRef
 def _models(matrix: Matrix, path: Path) -> list[ModelRef]:
     """Models as written: a ``file`` name, or a ``path`` the node that runs the job resolves
     (``workers.job.resolve.resolve``), or a Hub or URL source each node downloads."""
-    refs = [_model_ref(model) for model in matrix.models]
+    refs = [_model_ref(model, path) for model in matrix.models]
     names = [ref.name for ref in refs]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: models: model names must be unique, got {names}")
@@ -391,7 +394,7 @@ def expand(matrix: Matrix, path: Path, allow: frozenset[str] = frozenset(),
     commits = commits or {}
     prompts = _prompts(matrix, path)
     models = _models(matrix, path)
-    drafts = {entry.name: _model_ref(entry) for entry in matrix.draft_models}
+    drafts = {entry.name: _model_ref(entry, path) for entry in matrix.draft_models}
     if len(drafts) != len(matrix.draft_models):
         raise ConfigError(f"{path}: draft-models: names must be unique, got "
                           f"{[entry.name for entry in matrix.draft_models]}")

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_snake
 
+from farm.matrix.files import RelativeFile
 from farm.matrix.flags import NGRAM_SIMPLE_SIZE_N, draft_length_flag
 from farm.matrix.sources import REF_PATTERN
 from farm.stats.design import MIN_SECOND_STAGE
@@ -27,7 +28,8 @@ class Strict(BaseModel):
 
 
 # The bounds a matrix and a stored job share: a node validates the job it reads from the
-# database with these (farm.matrix.spec.JobSpec), as a matrix load does.
+# database with these (farm.matrix.spec.JobSpec), as a matrix load does. A Name is one
+# file name component (a build's folder is named by it): no '/', no leading '.' or '-'.
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
 ClassName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
 NPredict = Annotated[int, Field(ge=2, le=32768)]
@@ -87,7 +89,7 @@ class ModelEntry(Strict):
     name: Annotated[Name, Field(description="Name used in job keys and reports.")]
     path: str | None = Field(None, description="GGUF file; relative to the matrix file "
                                                "(`farm run` only).")
-    file: str | None = Field(None, description="GGUF file name inside the models dir "
+    file: RelativeFile | None = Field(None, description="GGUF file name inside the models dir "
                                                "(default NAME.gguf), or inside the `hf` "
                                                "repository (a split GGUF: its first shard).")
     hf: HubRepo | None = Field(None, description="Hugging Face Hub repository (owner/name) "

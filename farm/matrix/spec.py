@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from farm.errors import ConfigError
+from farm.matrix.files import RelativeFile
 from farm.matrix.flags import FlagValue, to_argv, varying_text
 from farm.matrix.schema import (
     COMMIT_PATTERN,
@@ -68,7 +69,7 @@ class RemoteFile(Frozen):
     """One file a node downloads for a model (a split GGUF has several): its name in the
     repository (or the URL's), its size and its sha256 as the source states them."""
 
-    name: Annotated[str, Field(min_length=1, max_length=500)]
+    name: RelativeFile
     sha256: Sha256
     size: Annotated[int, Field(ge=0)] | None = None
 
@@ -82,8 +83,8 @@ class ModelRef(Frozen):
     """
 
     name: Name
-    file: str | None = None
-    path: str | None = None
+    file: RelativeFile | None = None
+    path: str | None = None  # as the matrix wrote it (`farm run`), or the file resolved
     hf: HubRepo | None = None
     revision: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     url: str | None = None

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import ConfigError
+from farm.matrix.files import file_problem, under
 from farm.matrix.flags import FlagValue, parse_args
 from farm.matrix.schema import FlagScalar
 
@@ -84,8 +85,8 @@ def model_entry(model: str, models_dir: Path) -> dict[str, str]:
     ``file`` of the models dir where it lies there (a fleet finds it the same way), else
     its absolute ``path``."""
     given = Path(model).expanduser()
-    if not given.is_file() and (models_dir / model).is_file():
-        given = models_dir / model
+    if not given.is_file() and file_problem(model) is None:
+        given = under(models_dir, model, what="model")
     if not given.is_file():
         raise ConfigError(f"{model}: no such GGUF file, here or in the models dir "
                           f"{models_dir} (FARM_MODELS_DIR); give its path")

@@ -65,7 +65,10 @@ HELP: dict[tuple[str, ...], Help] = {
                                 "programs, reach the network or touch files are never "
                                 "allowed.",
          "--allow-build-path": "Run the llama-server binaries the matrix names by `build: "
-                               "{path: ...}` (they run code: only for matrices you trust)."}),
+                               "{path: ...}` (they run code: only for matrices you trust).",
+         "--allow-path DIR": "Let the matrix's flags (draft model, LoRA, control vector, "
+                             "projector) name files under DIR as well as the models dir "
+                             "(repeatable; only for matrices you trust)."}),
     ("prepare",): Help(
         "farm prepare [OPTIONS] MATRIX",
         "Download MATRIX's Hub and URL models and make its source builds on this node, ahead "

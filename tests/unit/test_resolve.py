@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from farm.errors import ConfigError
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
@@ -47,7 +49,6 @@ def test_names_resolve_inside_the_models_dir(config: WorkerConfig) -> None:
 
 
 @pytest.mark.parametrize(("model", "build", "message"), [
-    ("/etc/hostname", "master", "outside"),
     ("missing.gguf", "master", "not found"),
     ("target.gguf", "turboquant", "build 'turboquant' is not on worker rtx@"),
 ])
@@ -55,6 +56,19 @@ def test_worker_refuses_what_a_matrix_must_not_do(
         config: WorkerConfig, model: str, build: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         resolve(_spec((), model, build), config.files())
+
+
+def test_a_model_path_a_worker_is_given_is_a_name_inside_its_models_dir(
+        config: WorkerConfig, tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="is an absolute path"):
+        ModelRef(name="target", file="/etc/hostname")
+    spec = _spec(()).model_copy(update={"model": ModelRef(name="m", path="/etc/hostname")})
+    with pytest.raises(ConfigError, match="'/etc/hostname' is an absolute path"):
+        resolve(spec, config.files())
+    # A symlink in the models dir that leads out is no way out either.
+    (config.models_dir / "link.gguf").symlink_to(tmp_path / "llama-server")
+    with pytest.raises(ConfigError, match="leads out of"):
+        resolve(_spec((), "link.gguf"), config.files())
 
 
 @pytest.mark.parametrize(("flag", "value"), [
@@ -65,8 +79,26 @@ def test_worker_refuses_what_a_matrix_must_not_do(
 def test_every_file_a_flag_names_stays_inside_the_models_dir(
         config: WorkerConfig, flag: str, value: str) -> None:
     arm = _spec(((flag, value),)).variant
-    with pytest.raises(ConfigError, match="outside the models dir"):
+    with pytest.raises(ConfigError, match=r"is an absolute path|climbs out of its folder"):
         resolve_flag_files(arm, config.files())
+
+
+def test_farm_run_reads_flag_files_outside_the_models_dir_only_under_an_allowed_folder(
+        config: WorkerConfig, tmp_path: Path) -> None:
+    arm = _spec((("control-vector-scaled", "/etc/passwd:1.0"),)).variant
+    with pytest.raises(ConfigError, match=r"outside the models dir .* pass --allow-path /etc"):
+        resolve_flag_files(arm, _local(config, tmp_path))
+    allowed = replace(_local(config, tmp_path), allow_paths=(Path("/etc"),))
+    assert resolve_flag_files(arm, allowed).flags == (
+        ("control-vector-scaled", "/etc/passwd:1.0"),)
+    # Beside the matrix is outside too; the models dir's own names need nothing.
+    (tmp_path / "beside.gguf").write_bytes(b"GGUF")
+    beside = _spec((("lora", "beside.gguf,draft.gguf"),)).variant
+    with pytest.raises(ConfigError, match="--allow-path"):
+        resolve_flag_files(beside, _local(config, tmp_path))
+    assert resolve_flag_files(beside, replace(_local(config, tmp_path), allow_paths=(
+        tmp_path,))).flags == (("lora", f"{tmp_path / 'beside.gguf'},"
+                                        f"{config.models_dir.resolve() / 'draft.gguf'}"),)
 
 
 def test_worker_config_file_with_command_line_on_top(tmp_path: Path,

@@ -26,6 +26,7 @@ from tests.e2e.test_source_builds import git_daemon
 from tests.helpers import run_cli
 from tests.unit.test_telemetry import MIB, Device, FakeClock, FakeNvml
 from workers.fleet.task import job_clock
+from workers.job.admission import check_allowed
 from workers.job.telemetry import gpus_for_devices
 from workers.paths import NodePaths
 from workers.setup.builds import (
@@ -35,7 +36,7 @@ from workers.setup.builds import (
     configure_argv,
     resolve_source,
 )
-from workers.setup.ondemand import building, check_allowed, measuring, source_request
+from workers.setup.ondemand import building, measuring, source_request
 
 
 def _git(repo: Path, *args: str) -> str:

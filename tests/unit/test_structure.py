@@ -75,3 +75,79 @@ def test_every_job_column_is_the_workers_or_the_submitters() -> None:
                 "variant_name", "varying", "spec", "gpu_class", "max_attempts"}
     assert not set(JOB_STATE_COLUMNS) & identity
     assert set(JOB_STATE_COLUMNS) | identity == set(Job.__table__.columns.keys())
+
+
+# A node's folders: a name joined onto one of them goes through farm.matrix.files.under.
+NODE_DIRS = frozenset({"models_dir", "cache_dir", "builds_dir", "logs_dir", "data_dir"})
+UNDER_MODULE = ROOT / "farm" / "matrix" / "files.py"
+
+
+def _dir_name(node: ast.expr) -> str | None:
+    """The node folder an expression is (``paths.models_dir``, ``models_dir``), if one."""
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+    return name if name in NODE_DIRS else None
+
+
+def _constant(node: ast.expr) -> bool:
+    """A string literal or a module constant (UPPER_CASE): no job or user chose it."""
+    if isinstance(node, ast.Constant):
+        return True
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+    return bool(name) and name.isupper()
+
+
+def _joins(node: ast.AST) -> tuple[ast.expr, list[ast.expr]] | None:
+    """A path join, as its leftmost operand and the parts joined onto it: a chain of
+    ``/``, or ``.joinpath(...)``, or ``os.path.join(...)``."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        parts = [node.right]
+        left = node.left
+        while isinstance(left, ast.BinOp) and isinstance(left.op, ast.Div):
+            parts.append(left.right)
+            left = left.left
+        return left, parts
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if node.func.attr == "joinpath":
+            return node.func.value, list(node.args)
+        if node.func.attr == "join" and ast.unparse(node.func.value) == "os.path" and node.args:
+            return node.args[0], list(node.args[1:])
+    return None
+
+
+def node_dir_joins(path: Path) -> list[str]:
+    """Each place in ``path`` that joins a non-constant onto a node folder, as
+    ``LINE: SOURCE``."""
+    tree = ast.parse(path.read_text())
+    inner = {id(node.left) for node in ast.walk(tree) if isinstance(node, ast.BinOp)}
+    found = []
+    for node in ast.walk(tree):
+        join = None if id(node) in inner else _joins(node)
+        if isinstance(node, ast.expr) and join is not None and _dir_name(join[0]) \
+                and not all(map(_constant, join[1])):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+# Modules another change of issue 35 is rewriting (the sandbox's builds): they move to
+# `under` with it. A module leaves this list once it joins nothing (the test says so).
+PENDING = {"workers/setup/builds.py": "its build folders move with the sandbox change"}
+
+
+def test_only_the_one_function_joins_a_name_onto_a_node_folder() -> None:
+    joins = {str(path.relative_to(ROOT)): found for path in SOURCES
+             if path != UNDER_MODULE and (found := node_dir_joins(path))}
+    assert not set(joins) - set(PENDING), (
+        "join names onto a node folder with farm.matrix.files.under (it proves the path "
+        f"stays inside): { {k: v for k, v in joins.items() if k not in PENDING} }")
+    assert set(PENDING) <= set(joins), f"remove from PENDING: {set(PENDING) - set(joins)}"
+
+
+def test_the_join_check_finds_a_planted_join(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("def place(paths, settings, spec, name):\n"
+                       "    a = paths.models_dir / 'hub' / name\n"
+                       "    b = settings.cache_dir.joinpath('git', spec.build.name)\n"
+                       "    c = os.path.join(logs_dir, f'{name}.log')\n"
+                       "    d = paths.models_dir / HUB_DIR / 'pins'\n"  # constants: fine
+                       "    return a, b, c, d\n")
+    assert [line.split(":")[0] for line in node_dir_joins(planted)] == ["2", "3", "4"]

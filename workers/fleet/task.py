@@ -42,6 +42,7 @@ from farm.store import leases, registry
 from farm.store.db import make_engine
 from farm.store.models import Job, JobState
 from workers.fleet.config import WorkerConfig
+from workers.job.admission import admit
 from workers.job.executor import Outcome, execute_job, host_name
 from workers.job.resolve import resolve
 from workers.job.sinks import LeasedRunSink, finish_values
@@ -220,9 +221,12 @@ def job_clock(seconds: int) -> Iterator[None]:
 
 def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
              keeper: LeaseKeeper) -> tuple[Outcome, float]:
-    """Make the job's source builds (under the lease, the node's build lock, outside the
-    job's time limit), then run it with the lock shared: no build beside a measurement."""
+    """Admit the stored row (flags, paths, sources: before anything is downloaded or
+    built), make the job's source builds (under the lease, the node's build lock, outside
+    the job's time limit), then run it with the lock shared: no build beside a
+    measurement."""
     settings, paths = worker.settings, NodePaths.of(worker.settings)
+    admit(spec, worker.config.files(), worker.config.sources)
     # A Hub or URL model is downloaded first, also outside the time limit (one download
     # per box: a second worker waits for it, then finds it there).
     fetch_models([spec], worker.config.models_dir, HubAccess.of(settings),

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from farm.errors import ConfigError
+from farm.matrix.files import under
 from farm.matrix.spec import ArmRole, JobSpec, Prompt
 from farm.stats.design import StopDecision
 from farm.stats.frame import tidy_runs
@@ -254,7 +255,8 @@ def execute_job(spec: JobSpec, sink: RunSink, *, node: NodeFiles, paths: NodePat
             todo = [(prompt, rep) for prompt in spec.prompts for rep in range(spec.repetitions)
                     if RunKey(slot.role, slot.block, prompt.id, rep) not in measured]
             if todo:
-                log_path = paths.logs_dir / spec.job_key[:16] / f"block{slot.block}-{slot.role}.log"
+                log_path = under(paths.logs_dir, spec.job_key[:16],
+                                 f"block{slot.block}-{slot.role}.log", what="log")
                 roots = [os.getpid(), *siblings()]
                 waited = settle(spec, slot.block, roots)
                 _run_block(Block(spec, slot, todo, log_path, roots, waited), sink, checked,

