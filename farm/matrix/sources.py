@@ -1,5 +1,6 @@
 """Builds a matrix names by source (a git URL or repository, a ref, a backend, cmake options):
-what a source build may ask for, and its ref resolved to a commit once, at load.
+what a source build may ask for (its cmake options: ``farm.matrix.cmake_options``), and its
+ref resolved to a commit once, at load.
 
 The commit is what every worker builds; resolving it here (``farm run``, ``farm submit``,
 ``--dry-run``) and storing it in the job spec means a moving ref (``master``) names one
@@ -15,32 +16,14 @@ from pathlib import Path
 
 from farm.errors import ConfigError
 
+# Callers check a build's cmake options with its source, here (the allow-list: its module).
+from farm.matrix.cmake_options import check_cmake_option as check_cmake_option
+
 # A ref as git spells branches, tags, pull/N/head and master~1: no option (a leading
 # '-'), no reflog ('@{'); a range ('..') is refused by resolve_commit.
 REF_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_./~^-]*$"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
-# The cmake options a build may not set: the farm builds statically, without downloads, TLS
-# and subprocesses (workers.setup.builds.SAFE_FLAGS), so that no server it starts reaches
-# the network, runs a program, or runs another build's libraries.
-FIXED_OPTIONS = re.compile(r"^-D\s*(LLAMA_CURL|LLAMA_OPENSSL|LLAMA_SUBPROCESS|"
-                           r"LLAMA_USE_PREBUILT_UI|LLAMA_BUILD_UI|BUILD_SHARED_LIBS)\b",
-                           re.IGNORECASE)
-CMAKE_OPTION = re.compile(r"^-D[A-Za-z_][A-Za-z0-9_]*(:[A-Z]+)?=\S*$")
 _GIT_TIMEOUT = 120
-
-
-def check_cmake_option(arg: str, where: str) -> str:
-    """``arg`` if it is a ``-DNAME=VALUE`` a build may set, else a ConfigError at ``where``."""
-    if FIXED_OPTIONS.match(arg):
-        raise ConfigError(f"{where}: cmake option {arg!r}: the farm builds llama.cpp "
-                          "statically, without downloads, TLS and subprocesses, so that no "
-                          "server it starts reaches the network, runs a program or another "
-                          "build's libraries; remove it")
-    if not CMAKE_OPTION.match(arg):
-        raise ConfigError(f"{where}: cmake option {arg!r}: give -DNAME=VALUE (e.g. "
-                          "-DGGML_CUDA_FA_ALL_QUANTS=ON); other cmake arguments are not build "
-                          "options")
-    return arg
 
 
 def source_location(git: str, base: Path) -> str:
