@@ -21,9 +21,11 @@ from sqlalchemy.orm import Session
 
 from farm.store.models import Job
 from tests.e2e.test_fleet import FARM, Fleet, shared_redis_fleet, wait_for
+from tests.hub_standin import COMMIT, FILE, REPO, HubStandin, hub, shards, smol_gguf
 from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
+__all__ = ["hub", "shards", "smol_gguf"]  # the stand-in's fixtures, used here
 
 
 @pytest.fixture
@@ -41,8 +43,10 @@ def worker_role(postgres_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, postgres_url: str, smollm2: Path) -> Iterator[Fleet]:
+def fleet(tmp_path: Path, postgres_url: str, smollm2: Path, hub: HubStandin,
+          ) -> Iterator[Fleet]:
     with shared_redis_fleet(tmp_path, smollm2, postgres_url) as fleet:
+        fleet.env["HF_ENDPOINT"] = hub.url
         yield fleet
 
 
@@ -65,6 +69,10 @@ def _start_worker(fleet: Fleet, database_url: str, server: Path) -> subprocess.P
     return process
 
 
+_BAD_FILES = {"dotdot": "../../../cache/builds/master/bin/llama-server", "absolute": "/x.gguf",
+              "backslash": "a\\..\\x.gguf", "control": "x\x00.gguf", "dash": "-rf.gguf"}
+
+
 def _crafted(root: Path) -> dict[str, tuple[dict[str, Any], str]]:
     """name -> (what to change in a valid spec, what the failure must say)."""
     mcp = json.dumps({"pwn": {"command": "/bin/sh",
@@ -78,7 +86,19 @@ def _crafted(root: Path) -> dict[str, tuple[dict[str, Any], str]]:
         "model-url": ({"flags": [["mu", "http://127.0.0.1:1/x.gguf"]]},
                       "--model-url reaches the network"),
         "short-name-escape": ({"flags": [["mm", "/etc/hostname"]]},
-                              "is outside the models dir"),
+                              "--mmproj '/etc/hostname' is an absolute path"),
+        "flag-climbs": ({"flags": [["lora-scaled", "a.gguf:1,../../x.gguf:2"]]},
+                        "--lora-scaled '../../x.gguf' climbs out of its folder"),
+        "model-path-outside": ({"model": {"name": "m", "path": "/etc/hostname"}},
+                               "model 'm' '/etc/hostname' is outside the models dir"),
+        **{f"model-file-{name}": ({"model": {"name": "m", "file": file}}, "model.file: ")
+           for name, file in _BAD_FILES.items()},
+        **{f"url-file-{name}": ({"model": {"name": "m", "url": "http://127.0.0.1:1/x",
+                                           "files": [{"name": file, "sha256": "0" * 64}]}},
+                                "model.files.0.name: ") for name, file in _BAD_FILES.items()},
+        **{f"draft-file-{name}": ({"draft_models": [{"name": "d", "hf": "o/n", "revision": "0"
+                                                     * 40, "file": file}]},
+                                  "draft_models.0.file: ") for name, file in _BAD_FILES.items()},
         "control-character": ({"flags": [["alias", "a\x1bb"]]}, "control character"),
         "fork-option": ({"flags": [["turbo-knob", "3"]]}, "not on the farm's list"),
         "sampling": ({"sampling": {"temperature": 0.0, "seed": 1, "grammar": "root ::= x"}},
@@ -124,6 +144,43 @@ def test_crafted_job_rows_fail_as_config_and_start_nothing(
     # The valid job ran its servers (its block logs), and under the worker role.
     assert (fleet.root / "data" / "logs" / valid.job_key[:16]).is_dir()
     assert valid.lease_owner == "guarded"
+
+
+def _hub_row(spec: dict[str, Any], hub: HubStandin, flags: list[list[Any]]) -> dict[str, Any]:
+    """``spec`` on the stand-in's SmolLM2, pinned (so a worker downloads it), with ``flags``
+    added to its variant."""
+    model = {"name": "hubbed", "hf": REPO, "revision": COMMIT, "file": FILE,
+             "files": [{"name": FILE, "sha256": hub.sha256(REPO, FILE)}]}
+    return {**spec, "model": model,
+            "variant": {**spec["variant"], "flags": [*spec["variant"]["flags"], *flags]}}
+
+
+def test_a_refused_row_downloads_nothing_and_the_same_row_admitted_downloads(
+        fleet: Fleet, provisioned: Provisioned, postgres_url: str, hub: HubStandin) -> None:
+    _start_worker(fleet, postgres_url, provisioned.server)
+    assert fleet.farm("submit", str(fleet.matrix("guarded", ["guarded"]))).returncode == 0
+    wait_for(lambda: fleet.jobs()[0].state == "done", 180, "the valid job to finish")
+    [valid] = fleet.jobs()
+    rows = {"refused": [["tools", "exec_shell_command"]], "admitted": []}
+    for name, flags in rows.items():
+        with Session(fleet.engine) as session, session.begin():
+            row = session.get_one(Job, valid.id)
+            session.execute(insert(Job).values(
+                campaign_id=row.campaign_id, job_key=f"hub-{name}",
+                spec=_hub_row(row.spec, hub, flags), comparable_key=None,
+                model_name="hubbed", build_name=row.build_name, variant_name=name,
+                varying=row.varying, gpu_class=row.gpu_class, state="queued", attempt=0,
+                max_attempts=3, translations=[]))
+        wait_for(lambda: all(job.state in ("done", "failed") for job in fleet.jobs()), 240,
+                 f"the {name} row to end")
+        job = next(job for job in fleet.jobs() if job.variant_name == name)
+        if name == "refused":
+            assert (job.state, job.failure_class, job.attempt) == ("failed", "config", 1)
+            assert job.error is not None and "--tools runs programs" in job.error
+            assert not hub.gets and not hub.sent  # not a byte asked of the Hub
+        else:
+            assert job.state == "done", job.error
+            assert hub.gets == {f"{REPO}/{FILE}": 1}
 
 
 def test_the_worker_role_cannot_create_or_change_jobs(fleet: Fleet, postgres_url: str,

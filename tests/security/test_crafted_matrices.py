@@ -81,7 +81,8 @@ def test_a_short_name_is_canonical_in_the_argv_and_confined_as_its_long_name(
         "escape.yaml")
     result = run_cli("submit", "--dry-run", str(escape))
     assert result.exit_code == 2, result.output
-    assert "--mmproj '../../../etc/hostname' is outside the models dir" in result.stderr
+    assert "--mmproj '../../../etc/hostname' climbs out of its folder with '..'" \
+        in result.stderr
 
 
 def test_an_operator_allowed_option_passes_and_a_dangerous_one_cannot_be_allowed(
@@ -97,3 +98,75 @@ def test_an_operator_allowed_option_passes_and_a_dangerous_one_cannot_be_allowed
     assert refused.stderr == ("error: --allow-option: --tools runs programs (built-in tools for "
                               "agents, a shell among them, served on the server's port without "
                               "authentication); it cannot be allowed\n")
+
+
+SHA = "0" * 64
+# A `file:` that would climb out of the download's folder, and what the one line must say.
+CRAFTED_FILES: list[tuple[str, str]] = [
+    ("../../../../var/cache/specfarm/builds/master/bin/llama-server.gguf",
+     "climbs out of its folder with '..'"),
+    ("/home/me/.ssh/authorized_keys.gguf", "is an absolute path"),
+    ("sub\\..\\..\\x.gguf", "holds a backslash"),
+    ("x\nmodel.gguf", "holds a control character"),
+    ("--model-url.gguf", "has a component starting with '-'"),
+    ("Q4_K_M//x.gguf", "has an empty or '.' component"),
+]
+SOURCES = {"url": {"url": "https://host.example/x.gguf", "sha256": SHA},
+           "hf": {"hf": "owner/repo"}}
+
+
+@pytest.mark.parametrize(("file", "message"), CRAFTED_FILES,
+                         ids=[message.split()[-1] for _, message in CRAFTED_FILES])
+@pytest.mark.parametrize("source", sorted(SOURCES))
+@pytest.mark.parametrize("key", ["models", "draft-models"])
+def test_a_download_named_to_climb_out_is_refused_at_load(
+        tmp_path: Path, smollm2: Path, file: str, message: str, source: str, key: str) -> None:
+    entry = {"name": "crafted", **SOURCES[source], "file": file}
+    matrix = matrix_dict(smollm2)
+    if key == "models":
+        matrix["models"] = [entry]
+    else:
+        matrix |= {"draft-models": [entry], "variants": [{"name": "v", "flags": {
+            "spec-type": "draft-simple", "spec-draft-model": "crafted"}}]}
+    result = run_cli("run", "--dry-run", str(write_matrix(tmp_path, matrix)))
+    assert result.exit_code == 2, result.output
+    assert f"{key}[0].file" in result.stderr and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_url_that_ends_in_no_file_name_needs_file(tmp_path: Path, smollm2: Path) -> None:
+    matrix = matrix_dict(smollm2, models=[{"name": "m", "url": "https://host.example/-rf",
+                                           "sha256": SHA}])
+    result = run_cli("run", "--dry-run", str(write_matrix(tmp_path, matrix)))
+    assert result.exit_code == 2
+    assert "model 'm': the file name its `url` ends in (or give `file:`) '-rf' has a " \
+           "component starting with '-'" in result.stderr
+
+
+def test_a_symlink_in_the_models_dir_that_leads_out_is_refused_before_a_download(
+        tmp_path: Path, smollm2: Path) -> None:
+    models, outside = tmp_path / "models", tmp_path / "outside"
+    (models / "url").mkdir(parents=True)
+    outside.mkdir()
+    (models / "url" / SHA).symlink_to(outside)
+    matrix = matrix_dict(smollm2, models=[{"name": "m", "url": "http://127.0.0.1:9/x.gguf",
+                                           "sha256": SHA}])
+    result = run_cli("run", str(write_matrix(tmp_path, matrix)),
+                     env={"FARM_MODELS_DIR": str(models)})
+    assert result.exit_code == 2, result.output
+    assert "leads out of" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert list(outside.iterdir()) == []  # no .partial, no file, no folder
+
+
+def test_farm_run_reads_a_flag_file_outside_the_models_dir_only_with_allow_path(
+        tmp_path: Path, smollm2: Path) -> None:
+    path = write_matrix(tmp_path, matrix_dict(smollm2, variants=[{"name": "v", "flags": {
+        "spec-type": "ngram-simple", "control-vector-scaled": "/etc/passwd:1.0"}}]))
+    refused = run_cli("run", "--dry-run", str(path))
+    assert refused.exit_code == 2, refused.output
+    assert "--control-vector-scaled '/etc/passwd' (/etc/passwd) is outside the models dir" \
+        in refused.stderr and "pass --allow-path /etc" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    allowed = run_cli("run", "--dry-run", "--allow-path", "/etc", str(path))
+    assert allowed.exit_code == 0, allowed.output
+    assert "--control-vector-scaled /etc/passwd:1.0" in allowed.stdout

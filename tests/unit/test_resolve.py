@@ -63,8 +63,11 @@ def test_a_model_path_a_worker_is_given_is_a_name_inside_its_models_dir(
     with pytest.raises(ValidationError, match="is an absolute path"):
         ModelRef(name="target", file="/etc/hostname")
     spec = _spec(()).model_copy(update={"model": ModelRef(name="m", path="/etc/hostname")})
-    with pytest.raises(ConfigError, match="'/etc/hostname' is an absolute path"):
+    with pytest.raises(ConfigError, match="'/etc/hostname' is outside the models dir"):
         resolve(spec, config.files())
+    inside = str(config.models_dir / "target.gguf")  # a matrix's absolute path, inside
+    assert resolve(spec.model_copy(update={"model": ModelRef(name="m", path=inside)}),
+                   config.files()).model.path == str(config.models_dir.resolve() / "target.gguf")
     # A symlink in the models dir that leads out is no way out either.
     (config.models_dir / "link.gguf").symlink_to(tmp_path / "llama-server")
     with pytest.raises(ConfigError, match="leads out of"):

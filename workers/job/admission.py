@@ -14,11 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from farm.errors import BuildUnavailable, ConfigError
-from farm.matrix.files import under
 from farm.matrix.options import FILE_TYPES, ValueType, check_flag, value_type
 from farm.matrix.sources import source_allowed
 from farm.matrix.spec import BuildSource, JobSpec
-from workers.job.resolve import NodeFiles, flag_items, flag_path
+from workers.job.resolve import NodeFiles, flag_items, flag_path, model_place
 from workers.paths import downloaded_files
 
 
@@ -60,8 +59,8 @@ def admit(spec: JobSpec, node: NodeFiles, sources: Sequence[str] | None) -> None
         if model.remote and (model.pinned or node.matrix_dir is None):
             downloaded_files(model, node.models_dir)  # each place inside the models dir
         elif not model.remote and node.matrix_dir is None:  # `farm run`: path: as written
-            under(node.models_dir, model.path or model.file or f"{model.name}.gguf",
-                  what=f"model {model.name!r}")
+            model_place(node, model.path or model.file or f"{model.name}.gguf",
+                        f"model {model.name!r}")
     for arm in (spec.baseline, spec.variant):
         if arm.build.source is not None:
             check_allowed(arm.build.source, sources)

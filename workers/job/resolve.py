@@ -53,9 +53,10 @@ def _existing(path: Path, what: str, fix: str) -> str:
     return str(path.resolve())
 
 
-def _inside(node: NodeFiles, value: str, what: str) -> str:
+def _inside(node: NodeFiles, value: str, what: str, place: Path | None = None) -> str:
+    """The file ``value`` names in the models dir (``place``, when already made)."""
     root = node.models_dir
-    candidate = under(root, value, what=what)
+    candidate = place or under(root, value, what=what)
     if not candidate.is_file():
         raise NotOnThisNode(f"{what} {value!r} not found in the models dir {root} of "
                             f"{node.name}; run `farm provision`, set FARM_MODELS_DIR, or put "
@@ -63,11 +64,24 @@ def _inside(node: NodeFiles, value: str, what: str) -> str:
     return str(candidate)
 
 
+def model_place(node: NodeFiles, value: str, what: str) -> Path:
+    """Where a worker looks for a model the matrix gives by ``path:``: a name inside its
+    models dir, or an absolute path that lies there (resolved); ConfigError otherwise."""
+    given = Path(value)
+    if given.is_absolute():
+        if not inside(given, node.models_dir):
+            raise ConfigError(f"{what} {value!r} is outside the models dir {node.models_dir} "
+                              f"of {node.name}; jobs read models from there only (give a "
+                              "name inside it)")
+        value = str(given.resolve().relative_to(node.models_dir.resolve()))
+    return under(node.models_dir, value, what=what)
+
+
 def _model_path(node: NodeFiles, value: str, what: str) -> str:
     """A model the matrix gives by ``path:``: as written on `farm run` (relative to the
     matrix file), inside the models dir on a worker."""
     if node.matrix_dir is None:
-        return _inside(node, value, what)
+        return _inside(node, value, what, model_place(node, value, what))
     return _existing(node.matrix_dir / Path(value).expanduser(), what,
                      "fix the path (relative paths start at the matrix file)")
 
