@@ -29,6 +29,7 @@ from workers.job.admission import admit
 from workers.job.checks import Preflight, check_arms, preflight
 from workers.job.executor import RunResult, execute_job
 from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_builds
+from workers.job.runtime.sandbox import Sandbox
 from workers.job.sinks import DbRunSink, finish_values
 from workers.job.telemetry import GpuInfo, all_gpus
 from workers.paths import NodePaths, downloaded_files
@@ -82,10 +83,11 @@ def _admitted(path: Path, matrix: Matrix, specs: list[JobSpec], node: NodeFiles)
             raise type(exc)(f"{_where(path, matrix, spec, exc)}: {exc}", role=exc.role) from exc
 
 
-def _flags_checked(path: Path, matrix: Matrix, spec: JobSpec, node: NodeFiles) -> JobSpec:
+def _flags_checked(path: Path, matrix: Matrix, spec: JobSpec, node: NodeFiles,
+                   paths: NodePaths) -> JobSpec:
     """The job's arms resolved and checked against their builds, its model left as written."""
     try:
-        return check_arms(resolve_builds(spec, node), node)[0]
+        return check_arms(resolve_builds(spec, node), node, Sandbox(paths.sandbox))[0]
     except NotOnThisNode:
         raise
     except ConfigError as exc:
@@ -198,7 +200,7 @@ def check_as_worker(path: Path, matrix: Matrix, specs: list[JobSpec], paths: Nod
         except NotOnThisNode as exc:
             missing = exc
         try:
-            found.shown.append((_flags_checked(path, matrix, spec, node), None))
+            found.shown.append((_flags_checked(path, matrix, spec, node, paths), None))
             found.unchecked.append(f"job {spec.job_key[:12]}: flags checked against the "
                                    f"build; not checked on this machine: {missing}")
         except NotOnThisNode:

@@ -10,13 +10,17 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from farm.errors import ConfigError
+
+# Whether a commit's builds and servers run in the sandbox (docs/security.md): the node
+# operator's choice, never a job's.
+SandboxMode = Literal["on", "off"]
 
 
 def _data_home() -> Path:
@@ -98,6 +102,9 @@ class Settings(BaseSettings):
         "FARM_HF_TOKEN", "HF_TOKEN"), description="Token for gated or private repositories.")
     hf_offline: bool = Field(False, validation_alias=AliasChoices(
         "FARM_HF_OFFLINE", "HF_HUB_OFFLINE"), description="Use downloaded models only.")
+    sandbox: SandboxMode = Field("on", description=(
+        "Run every build and server of a commit in bubblewrap (no network, no secrets); "
+        "`off` only where this node's operator trusts every source it builds."))
 
     @model_validator(mode="before")
     @classmethod

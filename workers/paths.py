@@ -11,7 +11,7 @@ from pathlib import Path
 from farm.errors import ConfigError
 from farm.matrix.files import under
 from farm.matrix.spec import ModelRef, RemoteFile
-from farm.settings import Settings
+from farm.settings import SandboxMode, Settings
 
 
 @dataclass(frozen=True)
@@ -23,12 +23,16 @@ class NodePaths:
     cache_dir: Path  # builds, sources, downloads, model hashes
     models_dir: Path
     logs_dir: Path  # one llama-server log per block
+    # Whether a commit's builds and servers run in the sandbox (workers.job.runtime.sandbox):
+    # the operator's choice for the node, beside its folders since everything that builds,
+    # probes or starts a server is handed these.
+    sandbox: SandboxMode = "on"
 
     @classmethod
     def of(cls, settings: Settings) -> NodePaths:
-        """The node's folders as the settings name them."""
+        """The node's folders and sandbox as the settings name them."""
         return cls(cache_dir=settings.cache_dir, models_dir=settings.models_dir,
-                   logs_dir=settings.logs_dir)
+                   logs_dir=settings.logs_dir, sandbox=settings.sandbox)
 
     @property
     def builds_dir(self) -> Path:

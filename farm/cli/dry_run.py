@@ -31,11 +31,12 @@ def _model_place(spec: JobSpec) -> str:
 
 def arm_command(spec: JobSpec, role: ArmRole, checked: Preflight | None) -> list[str]:
     """The argv an arm's server runs with (``server_argv``, as each block starts it), the
-    port the farm picks shown as ``PORT``; ``--offline`` where the checked build knows it."""
+    UNIX socket the farm makes for it shown as ``SOCKET``; ``--offline`` where the checked
+    build knows it."""
     arm = spec.arm(role)
     offline = checked is not None and checked.probe(role).option("offline") is not None
     return server_argv(arm.build.path or f"<build {arm.build.name}>",
-                       spec.model.path or _model_place(spec), arm.argv, port="PORT",
+                       spec.model.path or _model_place(spec), arm.argv, socket="SOCKET",
                        parallel=spec.concurrency, offline=offline)
 
 

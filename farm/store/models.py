@@ -211,6 +211,9 @@ class Run(Base):
     model_sha256: Mapped[str] = mapped_column(String(64))
     host: Mapped[str] = mapped_column(String(255))
     argv: Mapped[list[Any]] = mapped_column()
+    # Whether the server ran in the node's sandbox (workers.job.runtime.sandbox): its
+    # operator may turn it off per node, and every run says which. Null before 0019.
+    sandboxed: Mapped[bool | None] = mapped_column()
     server_log: Mapped[str | None] = mapped_column(Text)
     slot_speculative: Mapped[bool | None] = mapped_column()  # /slots of the arm's server
     tokens: Mapped[list[Any] | None] = mapped_column()  # the text's token ids (/tokenize)

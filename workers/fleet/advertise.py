@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from workers.fleet.config import WorkerConfig
 from workers.job.runtime.probe import probe_binary
+from workers.job.runtime.sandbox import Sandbox
 
 
 @dataclass(frozen=True)
@@ -19,9 +20,10 @@ class Advertisement:
     sources: list[str]  # git sources it makes jobs' source builds from
 
 
-def advertise(config: WorkerConfig) -> Advertisement:
-    """This worker's host, each build's ``--version``, and the GGUF files in its models dir."""
-    builds = {name: probe_binary(path).version for name, path in config.builds.items()}
+def advertise(config: WorkerConfig, sandbox: Sandbox) -> Advertisement:
+    """This worker's host, each build's ``--version`` (asked in ``sandbox``), and the GGUF
+    files in its models dir."""
+    builds = {name: probe_binary(path, sandbox).version for name, path in config.builds.items()}
     root = config.models_dir
     models = sorted(str(p.relative_to(root)) for p in root.rglob("*.gguf")) if root.is_dir() \
         else []

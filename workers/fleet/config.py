@@ -12,6 +12,7 @@ from farm.matrix.load import read_yaml
 from farm.matrix.options import check_allowances
 from farm.matrix.schema import Strict
 from farm.matrix.spec import SOURCE_BUILD_PREFIX
+from farm.settings import SandboxMode
 from workers.job.resolve import NodeFiles
 from workers.paths import NodePaths
 from workers.setup.builds import all_manifests
@@ -33,8 +34,13 @@ class WorkerConfig(Strict):
         "or reads files.")
     sources: list[str] = Field(
         default_factory=list, description="Git URLs or repositories this worker builds "
-        "jobs' source builds from (`build: {git, ref}`); building code is running it, so "
-        "list only sources whose every submitter you trust. Empty: no source builds.")
+        "jobs' source builds from (`build: {git, ref}`), each commit in the sandbox. "
+        "Empty: no source builds.")
+    sandbox: SandboxMode | None = Field(
+        None, description="`on`: every build and server of a commit runs in bubblewrap (no "
+        "network, none of this worker's secrets, writes only to its build folder); `off` "
+        "only where you trust every commit of every source, recorded on every run. "
+        "Default: FARM_SANDBOX (on).")
 
     def files(self) -> NodeFiles:
         """What the worker runs jobs with: its builds and models dir, no matrix paths."""

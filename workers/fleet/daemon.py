@@ -24,6 +24,7 @@ from farm.store.db import make_engine, require_current_schema
 from workers.fleet import task
 from workers.fleet.advertise import advertise
 from workers.fleet.config import WorkerConfig
+from workers.job.runtime.sandbox import Sandbox, sandbox_status
 from workers.job.telemetry import cpu_info, gpus_for_devices
 
 log = logging.getLogger("farm.worker")
@@ -102,10 +103,14 @@ def _forward_stop(worker: WorkController) -> None:
 def run_worker(settings: Settings, config: WorkerConfig) -> None:
     """Serve the class's queue until stopped; llama-server children die with the worker."""
     require_fleet(settings)
+    if config.sandbox is not None:  # the worker's config decides for its node
+        settings = settings.model_copy(update={"sandbox": config.sandbox})
+    sandbox = Sandbox(settings.sandbox)
+    log.info("%s", sandbox_status(sandbox))
     engine = make_engine(settings.database_url)
     require_current_schema(engine)
     app = make_app(settings)
-    advertisement = advertise(config)
+    advertisement = advertise(config, sandbox)
     gpus = gpus_for_devices(config.devices)
     registry.register(engine, config.worker_name, {
         **asdict(advertisement), "gpu_class": config.gpu_class, "devices": config.devices,

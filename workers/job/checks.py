@@ -21,6 +21,7 @@ from farm.matrix.spec import Arm, JobSpec
 from workers.job.model_info import ModelInfo, inspect_model
 from workers.job.resolve import NodeFiles, draft_files, resolve_flag_files
 from workers.job.runtime.probe import BinaryProbe, Option, probe_binary
+from workers.job.runtime.sandbox import Sandbox
 from workers.paths import NodePaths
 
 # Flags whose value is a comma-separated list of enumerated items.
@@ -179,7 +180,7 @@ def _check_draft(arm: Arm, target: ModelInfo, draft: ModelInfo) -> None:
             "same tokens: pick a draft model of the same family", role=arm.role)
 
 
-def check_arms(spec: JobSpec, node: NodeFiles,
+def check_arms(spec: JobSpec, node: NodeFiles, sandbox: Sandbox,
                ) -> tuple[JobSpec, dict[str, BinaryProbe], list[str]]:
     """Probe both arms' builds, check and translate their flags, then resolve the files
     they name on ``node``: the job as it will run, the probes and the renames applied;
@@ -189,7 +190,7 @@ def check_arms(spec: JobSpec, node: NodeFiles,
     translations: list[str] = []
     drafts = draft_files(spec, node)
     for arm in (spec.baseline, spec.variant):
-        probes[arm.role] = probe_binary(arm.build.local_path)
+        probes[arm.role] = probe_binary(arm.build.local_path, sandbox)
         try:
             arms[arm.role], notes = check_arm(probes[arm.role], arm, node.allow_options)
         except ConfigError as exc:
@@ -204,7 +205,7 @@ def preflight(spec: JobSpec, node: NodeFiles, paths: NodePaths) -> Preflight:
     """Probe the builds, check and translate both arms, check the model; ConfigError if
     unfit. ``spec`` has its builds and model resolved on ``node``
     (``workers.job.resolve.resolve``)."""
-    checked, probes, translations = check_arms(spec, node)
+    checked, probes, translations = check_arms(spec, node, Sandbox(paths.sandbox))
     model = inspect_model(spec.model.local_path, paths)
     _check_model(checked, model, paths)
     return Preflight(spec=checked, probes=probes, model=model, translations=translations)

@@ -28,8 +28,9 @@ from farm.stats.speedup import pair_log_ratios, pair_orders
 from farm.stats.twostage import stop_decision
 from workers.job.checks import Preflight, preflight
 from workers.job.quiet import settle
-from workers.job.resolve import NodeFiles
+from workers.job.resolve import NodeFiles, flag_files
 from workers.job.runtime.client import Generation, ServerClient, SpecCounters
+from workers.job.runtime.sandbox import Sandbox
 from workers.job.runtime.server import LlamaServer
 from workers.job.runtime.server_log import (
     ContextMemory,
@@ -82,6 +83,7 @@ class RunResult:
     spec_stats: SpecStats | None
     memory: ContextMemory | None  # its contexts' sizes, from its log
     argv: list[str]
+    sandboxed: bool  # whether the server ran in the node's sandbox
     server_log: str
     started_at: datetime
     telemetry: RunTelemetry
@@ -260,7 +262,7 @@ def execute_job(spec: JobSpec, sink: RunSink, *, node: NodeFiles, paths: NodePat
                 roots = [os.getpid(), *siblings()]
                 waited = settle(spec, slot.block, roots)
                 _run_block(Block(spec, slot, todo, log_path, roots, waited), sink, checked,
-                           list(gpus), record)
+                           list(gpus), Sandbox(paths.sandbox), record)
         decision = stop_rule(spec, measured, pair + 1)
         if decision.stop:
             return Outcome(checked, pair + 1, decision.reason)
@@ -301,14 +303,16 @@ def run_streams(client: ServerClient, spec: JobSpec, prompt: str, n_predict: int
 
 
 def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuInfo],
-               on_run: ProgressFn) -> None:
+               sandbox: Sandbox, on_run: ProgressFn) -> None:
     spec, arm = block.spec, block.spec.arm(block.slot.role)
     width = spec.concurrency
     server = LlamaServer(arm.build.local_path, spec.model.local_path, arm.argv, block.log_path,
                          parallel=width, env=cuda_env(gpus) if gpus else None,
-                         offline=checked.probe(arm.role).option("offline") is not None)
-    with server, ServerClient(server.base_url) as client, Sampler(gpus, server.pid) as sampler:
-        argv = server.argv(server.port)
+                         offline=checked.probe(arm.role).option("offline") is not None,
+                         sandbox=sandbox, gpu=bool(gpus), reads=flag_files(arm))
+    with server, ServerClient(server.http_transport()) as client, \
+            Sampler(gpus, server.pid) as sampler:
+        argv = server.argv
         speculative = client.slot_speculative()
         started_log = server.log_text()
         spilled, memory = weights_spilled(started_log), context_memory(started_log)
@@ -337,7 +341,8 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
                 generation=generation, streams=tuple(streams),
                 seeds=tuple(sampling["seed"] for sampling in samplings),
                 counters=counters, spec_stats=spec_log.request(request * width, width),
-                memory=memory, argv=argv, server_log=str(block.log_path), started_at=started,
+                memory=memory, argv=argv, sandboxed=sandbox.on, server_log=str(block.log_path),
+                started_at=started,
                 telemetry=sampler.summarize(began, sampler.mark()),
                 slot_speculative=speculative, weights_spilled=spilled,
                 tokens=client.tokenize(generation.text), gpu_name=gpus[0].name if gpus else None,

@@ -244,3 +244,16 @@ def resolve(spec: JobSpec, node: NodeFiles) -> JobSpec:
     return resolve_builds(spec, node).model_copy(update={
         "model": model.model_copy(update={"path": path})})
 
+
+def flag_files(arm: Arm) -> list[Path]:
+    """The files the arm's resolved file-typed flags name (a draft model, LoRAs, control
+    vectors, a projector): what its server reads besides its binary and model."""
+    found: list[Path] = []
+    for name, value in arm.flags:
+        kind = value_type(name)
+        if kind not in FILE_TYPES or not isinstance(value, str):
+            continue
+        for item in value.split(","):
+            path = item.rpartition(":")[0] if kind is ValueType.MODEL_FILES_SCALED else item
+            found.append(Path(path))
+    return found

@@ -128,8 +128,10 @@ class _StaleConnection(Exception):
 class ServerClient:
     """A client for one server; timeouts are explicit because generations can be long."""
 
-    def __init__(self, base_url: str, *, request_timeout: float = 600.0) -> None:
-        self._http = httpx.Client(base_url=base_url,
+    def __init__(self, transport: httpx.BaseTransport, *,
+                 request_timeout: float = 600.0) -> None:
+        """A client over ``transport`` (a server's UNIX socket: ``LlamaServer.http_transport``)."""
+        self._http = httpx.Client(transport=transport, base_url="http://localhost",
                                   timeout=httpx.Timeout(request_timeout, connect=10.0))
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from farm.errors import ConfigError
 from farm.versions import parse_version
+from workers.job.runtime.sandbox import Sandbox
 from workers.job.runtime.server import child_env
 
 _HELP_COLUMN = 40
@@ -83,10 +84,13 @@ class BinaryProbe:
         return option.choices if option else ()
 
 
-def _run(path: str, flag: str) -> subprocess.CompletedProcess[str]:
+def _run(path: str, flag: str, sandbox: Sandbox) -> subprocess.CompletedProcess[str]:
+    """``path flag`` in the node's sandbox (a probe runs the build's code too)."""
+    env = child_env(None)
     try:
-        return subprocess.run([path, flag], capture_output=True, text=True, timeout=60,
-                              check=False, env=child_env(None))
+        return subprocess.run(sandbox.command([path, flag], env, read=[Path(path)]),
+                              capture_output=True, text=True, timeout=60, check=False, env=env,
+                              stdin=subprocess.DEVNULL)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot execute llama-server: {exc.strerror}") from exc
     except subprocess.TimeoutExpired as exc:
@@ -176,10 +180,10 @@ def parse_help(text: str) -> dict[str, Option]:
 
 
 @lru_cache(maxsize=32)
-def _probe_cached(path: str, _size: int, _mtime_ns: int) -> BinaryProbe:
-    version = _run(path, "--version")
+def _probe_cached(path: str, _size: int, _mtime_ns: int, sandbox: Sandbox) -> BinaryProbe:
+    version = _run(path, "--version", sandbox)
     version_text = (version.stderr + version.stdout).strip()
-    help_run = _run(path, "--help")
+    help_run = _run(path, "--help", sandbox)
     if help_run.returncode != 0 or "--spec-type" not in help_run.stdout:
         raise ConfigError(f"{path}: `--help` did not list llama-server options; is this "
                           "a llama-server binary?")
@@ -188,11 +192,11 @@ def _probe_cached(path: str, _size: int, _mtime_ns: int) -> BinaryProbe:
                        options=parse_help(help_run.stdout))
 
 
-def probe_binary(path: str | Path) -> BinaryProbe:
-    """Probe a llama-server binary once per (path, size, mtime)."""
+def probe_binary(path: str | Path, sandbox: Sandbox) -> BinaryProbe:
+    """Probe a llama-server binary in ``sandbox``, once per (path, size, mtime)."""
     binary = str(Path(path).resolve())
     try:
         stat = os.stat(binary)
     except OSError as exc:
         raise ConfigError(f"{binary}: llama-server binary not found: {exc.strerror}") from exc
-    return _probe_cached(binary, stat.st_size, stat.st_mtime_ns)
+    return _probe_cached(binary, stat.st_size, stat.st_mtime_ns, sandbox)

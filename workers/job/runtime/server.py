@@ -1,14 +1,16 @@
-"""Start and stop one ``llama-server`` process: argv only, loopback, own process group."""
+"""Start and stop one ``llama-server`` process: argv only, a UNIX socket, own process
+group, in the node's sandbox (``workers.job.runtime.sandbox``)."""
 
 from __future__ import annotations
 
 import ctypes
 import errno
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,8 +21,15 @@ import httpx
 
 from farm.errors import ProcessNotStarted, ServerStartError
 from workers.job.runtime import server_log
+from workers.job.runtime.sandbox import Sandbox, inner_pid
 
-HOST = "127.0.0.1"
+# The server answers HTTP on a UNIX socket in a folder of its own: with the sandbox on,
+# in a network namespace with nothing but loopback, nothing else can reach it; a path
+# needs no port, so no other process can take it first. Inside the sandbox the folder is
+# bound at SOCKET_DIR, so a run's stored command line is the same on every start.
+SOCKET_DIR = "/run/specfarm"
+SOCKET_NAME = "llama-server.sock"
+SANDBOXED = Sandbox("on")
 # Why exec failed when the binary or its command line is at fault (not a lack of memory or
 # processes, which may pass): it fails the same on every attempt.
 _NOT_STARTABLE = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR,
@@ -60,18 +69,10 @@ def child_env(extra: dict[str, str] | None) -> dict[str, str]:
     return {**inherited, **(extra or {})}
 
 
-def free_port() -> int:
-    """A port the kernel just handed out; the server may still lose a race for it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def server_argv(binary: str, model: str, arm_argv: Sequence[str], *, port: int | str,
+def server_argv(binary: str, model: str, arm_argv: Sequence[str], *, socket: str,
                 parallel: int, offline: bool) -> list[str]:
-    """An arm's server command line: the farm's own flags, then the arm's (``farm run
-    --dry-run`` prints it with the port as ``PORT``)."""
-    return [binary, "--model", model, "--host", HOST, "--port", str(port),
+    """An arm's server command line: the farm's own flags, then the arm's."""
+    return [binary, "--model", model, "--host", socket,
             "--log-verbosity", str(LOG_VERBOSITY), "--parallel", str(parallel),
             "--metrics", *(["--offline"] if offline else []), *arm_argv]
 
@@ -80,18 +81,23 @@ class LlamaServer:
     """One server process for one arm. Use as a context manager: it always stops."""
 
     def __init__(self, binary: str, model: str, arm_argv: list[str], log_path: Path,
-                 *, parallel: int = 1, startup_timeout: float = 180.0, bind_attempts: int = 5,
-                 env: dict[str, str] | None = None, offline: bool = True) -> None:
+                 *, parallel: int = 1, startup_timeout: float = 180.0,
+                 env: dict[str, str] | None = None, offline: bool = True,
+                 sandbox: Sandbox = SANDBOXED, gpu: bool = False,
+                 reads: Sequence[Path] = ()) -> None:
         self.binary, self.model, self.arm_argv = binary, model, arm_argv
         self.parallel = parallel  # slots: one per simultaneous stream
         self.offline = offline  # --offline, where the build knows it
         self.env = child_env(env)
         self.log_path = log_path
         self.startup_timeout = startup_timeout
-        self.bind_attempts = bind_attempts
-        self.port = 0
+        self.sandbox, self.gpu = sandbox, gpu
+        # What the server reads besides its binary and model (draft models, LoRAs...).
+        self.reads = tuple(reads)
         self.log_offset = 0  # where the running server's output begins in its log
+        self._socket_dir: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._pid: int | None = None
 
     def log_text(self) -> str:
         """What the running server has logged so far (not an earlier start's output)."""
@@ -100,14 +106,39 @@ class LlamaServer:
             return log.read().decode(errors="replace")
 
     @property
-    def base_url(self) -> str:
-        """Where the started server answers HTTP."""
-        return f"http://{HOST}:{self.port}"
+    def socket_path(self) -> Path:
+        """Where the started server answers HTTP (a UNIX socket; ``http_transport``)."""
+        assert self._socket_dir is not None, "the server is not started"
+        return self._socket_dir / SOCKET_NAME
 
-    def argv(self, port: int) -> list[str]:
-        """The full command line (``server_argv``)."""
-        return server_argv(self.binary, self.model, self.arm_argv, port=port,
+    def http_transport(self) -> httpx.HTTPTransport:
+        """An httpx transport to the started server (base URL ``http://localhost``)."""
+        return httpx.HTTPTransport(uds=str(self.socket_path))
+
+    @property
+    def socket_arg(self) -> str:
+        """The socket as the server names it: its path inside the sandbox, or where it is
+        with the sandbox off."""
+        where = SOCKET_DIR if self.sandbox.on or self._socket_dir is None \
+            else str(self._socket_dir)
+        return f"{where}/{SOCKET_NAME}"
+
+    @property
+    def argv(self) -> list[str]:
+        """The server's command line as it runs it (``server_argv``)."""
+        return server_argv(self.binary, self.model, self.arm_argv, socket=self.socket_arg,
                            parallel=self.parallel, offline=self.offline)
+
+    def command(self) -> list[str]:
+        """What is executed: ``argv`` in the node's sandbox, the binary, model and other
+        files it reads bound read-only, its socket's folder writable."""
+        assert self._socket_dir is not None
+        if not self.sandbox.on:
+            return self.argv
+        reads = [Path(self.binary).resolve(), Path(self.model).resolve(), *self.reads]
+        wrapped = self.sandbox.command(self.argv, self.env, read=reads, gpu=self.gpu)
+        cut = wrapped.index("--")
+        return [*wrapped[:cut], "--bind", str(self._socket_dir), SOCKET_DIR, *wrapped[cut:]]
 
     def __enter__(self) -> LlamaServer:
         self.start()
@@ -120,33 +151,37 @@ class LlamaServer:
     def start(self) -> None:
         """Launch the server and wait until /health answers; ``ServerStartError`` if not."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(self.bind_attempts):
-            self.port = free_port()
-            if self._launch_and_wait():
-                return
-        raise self._failed(f"llama-server could not bind a port after {self.bind_attempts} "
-                           "attempts")
+        # Short (a socket path has at most 107 bytes) and private to this server.
+        self._socket_dir = Path(tempfile.mkdtemp(prefix="specfarm-"))
+        try:
+            self._launch_and_wait()
+        except BaseException:
+            self.stop()
+            raise
 
-    def _launch_and_wait(self) -> bool:
-        """True once healthy; False on a lost port race; raises on any other failure."""
+    def _launch_and_wait(self) -> None:
         with self.log_path.open("ab") as log:
             self.log_offset = log.tell()
-            log.write(("$ " + " ".join(self.argv(self.port)) + "\n").encode(errors="replace"))
+            log.write(("$ " + " ".join(self.argv) + "\n").encode(errors="replace"))
             log.flush()
             self._process = self._popen(log)
         deadline = time.monotonic() + self.startup_timeout
-        with httpx.Client(timeout=2.0) as client:
+        with httpx.Client(transport=self.http_transport(), base_url="http://localhost",
+                          timeout=2.0) as client:
             while time.monotonic() < deadline:
                 code = self._process.poll()
                 if code is not None:
-                    return self._exited(code)
+                    self._process = None
+                    raise self._failed(f"llama-server exited with code {code} while starting")
                 try:
-                    if client.get(f"{self.base_url}/health").status_code == 200:
-                        return True
+                    if client.get("/health").status_code == 200:
+                        # The server's own process, inside the sandbox's process tree.
+                        self._pid = inner_pid(self._process.pid, self.binary) \
+                            if self.sandbox.on else self._process.pid
+                        return
                 except httpx.TransportError:
                     pass
                 time.sleep(0.1)
-        self.stop()
         raise self._failed(f"llama-server did not answer /health within "
                            f"{self.startup_timeout:.0f} s", timed_out=True)
 
@@ -155,7 +190,7 @@ class LlamaServer:
         fault (``config``), never an exception that leaves a job running."""
         try:
             return subprocess.Popen(
-                self.argv(self.port), stdin=subprocess.DEVNULL, stdout=log,
+                self.command(), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True, env=self.env,
                 # Only a prctl call on an already loaded libc: safe between fork and exec.
                 preexec_fn=_die_with_parent)
@@ -168,13 +203,6 @@ class LlamaServer:
             raise server_log.start_error(f"llama-server could not be started: {exc.strerror}",
                                          "") from exc
 
-    def _exited(self, code: int) -> bool:
-        self._process = None
-        tail = server_log.tail(self.log_path)
-        if server_log.lost_port_race(tail):
-            return False
-        raise self._failed(f"llama-server exited with code {code} while starting", tail)
-
     def _failed(self, message: str, tail: str | None = None, *,
                 timed_out: bool = False) -> ServerStartError:
         """The start failure, its log's failure lines, and where the whole log is."""
@@ -183,20 +211,30 @@ class LlamaServer:
             server_log.tail(self.log_path) if tail is None else tail, timed_out=timed_out)
 
     def stop(self, grace: float = 10.0) -> None:
-        """Terminate the whole process group, then kill it if it lingers."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        except ProcessLookupError:
-            pass
+        """Terminate the server, then kill its process group if it lingers; its socket's
+        folder goes with it."""
+        process, self._process, self._pid = self._process, None, None
+        if process is not None and process.poll() is None:
+            # bubblewrap passes no signal on: the server's own process gets SIGTERM, and
+            # the sandbox ends with it.
+            target = inner_pid(process.pid, self.binary) if self.sandbox.on else process.pid
+            try:
+                if target == process.pid:
+                    os.killpg(process.pid, signal.SIGTERM)
+                else:
+                    os.kill(target, signal.SIGTERM)
+                process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            except ProcessLookupError:
+                pass
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
 
     @property
     def pid(self) -> int | None:
-        """The running server's pid (also its process group), None when stopped."""
-        return self._process.pid if self._process else None
+        """The running server's own pid (inside the sandbox's tree; telemetry reads it),
+        None when stopped."""
+        return self._pid

@@ -22,8 +22,6 @@ from farm.errors import (
     ServerUnsupportedByBuild,
 )
 
-# The port free_port() handed out was taken before the server bound it.
-_BIND_FAILURES = ("couldn't bind", "address already in use", "failed to bind")
 # Why a start failed, in lower case, most specific first (first match wins): llama.cpp
 # names a speculative or cache type it lacks inside its generic "error while handling
 # argument" line.
@@ -50,12 +48,6 @@ def tail(path: Path, lines: int = 30) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
-
-
-def lost_port_race(log_tail: str) -> bool:
-    """Whether the server exited because another process took its port first."""
-    text = log_tail.lower()
-    return any(marker in text for marker in _BIND_FAILURES)
 
 
 # The lines of a failed start's log that say why. The rest (at --log-verbosity 4 the

@@ -1,0 +1,184 @@
+"""Where a commit's code runs: every process of a build (configure, compile, link) and of
+its binaries (the ``--version``/``--help`` probes, ``llama-server``) in a bubblewrap
+sandbox (docs/security.md).
+
+Inside: no network (a namespace with only loopback: the server answers on a UNIX socket
+in a folder bound in), a cleared environment (the allow-list of ``child_env``, with
+``HOME`` and ``TMPDIR`` on a private ``/tmp``), the system read-only (``/usr`` and the
+dynamic linker's files of ``/etc``), the folders a caller names bound read-only or
+writable, GPU device nodes only for a job that uses a GPU, no capabilities, its own
+process, IPC, UTS and cgroup namespaces, a new session, killed with the worker
+(``--die-with-parent``). Not inside: the worker's home, config, data, cache and model
+folders (except what is bound), its database URL, broker password, Hub token.
+
+An operator may turn it off per node (``FARM_SANDBOX=off``, ``sandbox: off`` in a worker
+config), never a job; every run records which. Where bubblewrap cannot run, a node with
+the sandbox on starts nothing of a commit's and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from farm.errors import BuildUnavailable
+from farm.settings import SandboxMode
+
+BWRAP = "bwrap"
+# The system a build or server needs, read-only: programs, libraries, compilers, CUDA
+# (/usr/local/cuda), and the dynamic linker's cache and the compiler's alternatives.
+_SYSTEM = (Path("/usr"), Path("/etc/ld.so.cache"), Path("/etc/ld.so.conf"),
+           Path("/etc/ld.so.conf.d"), Path("/etc/alternatives"))
+_TOP_LINKS = (Path("/bin"), Path("/sbin"), Path("/lib"), Path("/lib32"), Path("/lib64"))
+# GPU device nodes, bound only for a job on a GPU; /proc is the sandbox's own, and NVML
+# reads the driver's files there (/proc/driver/nvidia comes with a fresh procfs).
+_GPU_DEVICES = ("nvidia*", "nvidia-caps", "dri", "kfd")
+# Inside the sandbox: the private /tmp is also its home.
+INSIDE_HOME = "/tmp"
+
+
+def _system_binds() -> list[str]:
+    """The read-only system, merged-/usr links as links (``/lib -> usr/lib``)."""
+    args: list[str] = []
+    for path in _SYSTEM:
+        if path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+    for link in _TOP_LINKS:
+        if link.is_symlink():
+            args += ["--symlink", os.readlink(link), str(link)]
+        elif link.is_dir():
+            args += ["--ro-bind", str(link), str(link)]
+    return args
+
+
+def _gpu_binds() -> list[str]:
+    args: list[str] = []
+    for pattern in _GPU_DEVICES:
+        for device in sorted(Path("/dev").glob(pattern)):
+            args += ["--dev-bind", str(device), str(device)]
+    return args
+
+
+def _binds(option: str, paths: Iterable[Path]) -> list[str]:
+    args: list[str] = []
+    for path in paths:
+        args += [option, str(path), str(path)]
+    return args
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How this node runs a commit's code: in bubblewrap (``on``) or as the worker (``off``)."""
+
+    mode: SandboxMode = "on"
+
+    @property
+    def on(self) -> bool:
+        """Whether a commit's processes run sandboxed."""
+        return self.mode == "on"
+
+    def command(self, argv: Sequence[str], env: Mapping[str, str], *,
+                read: Iterable[Path] = (), write: Iterable[Path] = (),
+                gpu: bool = False) -> list[str]:
+        """``argv`` as this node runs it: wrapped in bubblewrap with ``read`` bound
+        read-only and ``write`` writable (each at its own path, in that order, so a
+        writable folder may sit inside a read-only one), ``env`` as its whole environment
+        and the GPU device nodes with ``gpu``; as it is with the sandbox off (``env`` is
+        then passed to the process by the caller)."""
+        if not self.on:
+            return list(argv)
+        check_available()
+        environment: list[str] = []
+        for name, value in {**env, "HOME": INSIDE_HOME, "TMPDIR": INSIDE_HOME}.items():
+            environment += ["--setenv", name, value]
+        return [BWRAP, *_namespaces(), "--new-session", "--clearenv", *environment,
+                *(_gpu_binds() if gpu else []), "--tmpfs", INSIDE_HOME,
+                *_binds("--ro-bind", read), *_binds("--bind", write),
+                "--chdir", "/", "--", *argv]
+
+
+@lru_cache(maxsize=1)
+def _unavailable() -> str | None:
+    """Why bubblewrap cannot run here (not installed, no user or network namespaces), or
+    None: asked once per process."""
+    if shutil.which(BWRAP) is None:
+        return ("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap; "
+                "Fedora: dnf install bubblewrap)")
+    try:
+        argv = [BWRAP, *_namespaces(), "--", "/usr/bin/true"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap did not run: {exc}"
+    if done.returncode != 0:
+        detail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return (f"bubblewrap cannot make its namespaces here ({detail}); a kernel without "
+                "user namespaces, or a systemd unit with RestrictNamespaces=yes, forbids it")
+    return None
+
+
+def _namespaces() -> list[str]:
+    """The namespaces and system every sandbox has (what the availability check runs)."""
+    return ["--unshare-all", "--die-with-parent", "--cap-drop", "ALL", *_system_binds(),
+            "--proc", "/proc", "--dev", "/dev"]
+
+
+def check_available() -> None:
+    """BuildUnavailable naming why, when this node cannot sandbox a commit's code: it then
+    runs none (its operator may set ``sandbox: off`` and say so)."""
+    reason = _unavailable()
+    if reason is not None:
+        raise BuildUnavailable(f"the sandbox cannot run on this node: {reason}; this node "
+                               "runs no commit's code unsandboxed unless its operator sets "
+                               "FARM_SANDBOX=off (`sandbox: off` in a worker config)")
+
+
+def sandbox_status(sandbox: Sandbox) -> str:
+    """One line for a worker's or `farm run`'s start: the sandbox and whether it runs."""
+    if not sandbox.on:
+        return ("sandbox: off (set by this node's operator): builds and servers of commits "
+                "run with this worker's rights, network and environment")
+    reason = _unavailable()
+    if reason is not None:
+        return f"sandbox: on, but it cannot run here: {reason}; no commit's code will run"
+    return "sandbox: on (bubblewrap: no network, no secrets, writes only to its build folder)"
+
+
+def inner_pid(outer: int, binary: str) -> int:
+    """The pid (in this namespace) of the process running ``binary`` under the sandbox
+    process ``outer`` (bubblewrap forks its namespace's init, which forks the command), so
+    that telemetry reads the server's own figures; ``outer`` where none is found yet."""
+    frontier, seen = [outer], {outer}
+    while frontier:
+        pid = frontier.pop(0)
+        for child in _children(pid):
+            if child in seen:
+                continue
+            seen.add(child)
+            try:
+                if Path(os.readlink(f"/proc/{child}/exe")).name == Path(binary).name:
+                    return child
+            except OSError:
+                pass
+            frontier.append(child)
+    return outer
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            text = Path(f"/proc/{pid}/task/{task}/children").read_text()
+        except OSError:
+            continue
+        found += [int(item) for item in text.split()]
+    return found
