@@ -128,18 +128,11 @@ def node_dir_joins(path: Path) -> list[str]:
     return found
 
 
-# Modules another change of issue 35 is rewriting (the sandbox's builds): they move to
-# `under` with it. A module leaves this list once it joins nothing (the test says so).
-PENDING = {"workers/setup/builds.py": "its build folders move with the sandbox change"}
-
-
 def test_only_the_one_function_joins_a_name_onto_a_node_folder() -> None:
     joins = {str(path.relative_to(ROOT)): found for path in SOURCES
              if path != UNDER_MODULE and (found := node_dir_joins(path))}
-    assert not set(joins) - set(PENDING), (
-        "join names onto a node folder with farm.matrix.files.under (it proves the path "
-        f"stays inside): { {k: v for k, v in joins.items() if k not in PENDING} }")
-    assert set(PENDING) <= set(joins), f"remove from PENDING: {set(PENDING) - set(joins)}"
+    assert not joins, ("join names onto a node folder with farm.matrix.files.under (it "
+                       f"proves the path stays inside): {joins}")
 
 
 def test_the_join_check_finds_a_planted_join(tmp_path: Path) -> None:

@@ -21,16 +21,20 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from collections import deque
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
-from farm.errors import BuildFailed, BuildUnavailable, ConfigError, RuntimeFarmError
+from farm.errors import BuildUnavailable, ConfigError, RuntimeFarmError
+from farm.matrix.files import under
 from farm.matrix.sources import check_cmake_option
 from workers.job.resolve import NodeFiles
 from workers.job.runtime.probe import probe_binary
+from workers.job.runtime.sandbox import Sandbox
+from workers.job.runtime.server import child_env
 from workers.paths import NodePaths, file_sha256
+from workers.setup.steps import compile_step, say
 
 Backend = Literal["cpu", "cuda", "metal", "vulkan"]
 BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
@@ -41,8 +45,6 @@ BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
 }
 _PYPI = re.compile(r"^pypi:(?P<package>[A-Za-z0-9_.-]+)==(?P<version>[A-Za-z0-9_.+-]+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-# Lines of a failed compile step kept for the job's error: the compiler's message.
-TAIL_LINES = 30
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,10 @@ class BuildRequest:
     cmake_args: tuple[str, ...] = ()
     targets: tuple[str, ...] = ("llama-server",)
     build_number: int | None = None  # for trees without git history (sdists)
+    # The operator's own build (`farm build`, `farm provision`), not a job's commit: it
+    # keeps one build folder per configuration and the operator's ccache. A job's commit
+    # builds in a fresh folder, with the jobs' ccache (one cache per trust level).
+    trusted: bool = True
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,17 @@ class SourceTree:
     identity: str  # what makes two trees the same source
     commit: str | None = None
     sdist_sha256: str | None = None
+
+    @property
+    def reads(self) -> list[Path]:
+        """What its build reads: the tree, and the repository a git worktree's ``.git``
+        file points to (llama.cpp's configure asks git for the commit and build number)."""
+        dot_git = self.path / ".git"
+        if not dot_git.is_file():
+            return [self.path]
+        pointer = dot_git.read_text().strip().removeprefix("gitdir:").strip()
+        gitdir = (self.path / pointer).resolve()  # REPO/.git/worktrees/NAME
+        return [self.path, gitdir.parent.parent]
 
 
 @dataclass(frozen=True)
@@ -89,14 +106,10 @@ class BuildManifest:
     cache_types: list[str] = field(default_factory=list)
 
 
-def _say(message: str) -> None:
-    print(f"[build] {message}", file=sys.stderr, flush=True)
-
-
 def run_command(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
                 capture: bool = False) -> str:
     """Run a build step with its command echoed; a failure is one RuntimeFarmError."""
-    _say("$ " + " ".join(argv))
+    say("$ " + " ".join(argv))
     try:
         result = subprocess.run(argv, cwd=cwd, env=env, check=True, text=True,
                                 stdout=subprocess.PIPE if capture else None)
@@ -108,51 +121,14 @@ def run_command(argv: list[str], cwd: Path | None = None, env: dict[str, str] | 
     return (result.stdout or "").strip()
 
 
-def compile_step(argv: list[str], env: dict[str, str], what: str, log: Path) -> None:
-    """Run a configure or compile step, its output to ``log`` and, on a terminal, one
-    status line that rewrites itself; a failure is BuildFailed with the step's last lines
-    (the compiler's error), or BuildUnavailable when the disk is full (another node, or
-    later, may build it)."""
-    _say("$ " + " ".join(argv))
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
-    status = sys.stderr.isatty()
-    lines = 0
-    try:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("a", encoding="utf-8") as out, subprocess.Popen(
-                argv, env=env, text=True, errors="replace", stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT) as process:
-            assert process.stdout is not None  # piped above
-            out.write("$ " + " ".join(argv) + "\n")
-            for line in process.stdout:
-                out.write(line)
-                tail.append(line.rstrip())
-                lines += 1
-                if status:
-                    sys.stderr.write(f"\r\033[K[build] {what}: {line.strip()[:70]}")
-        code = process.returncode
-    except FileNotFoundError as exc:
-        raise BuildUnavailable(f"{argv[0]} is not installed on this node: {exc}") from exc
-    except OSError as exc:
-        raise BuildUnavailable(f"{what}: {exc}") from exc
-    if status:
-        sys.stderr.write("\r\033[K")
-    if code != 0:
-        text = "\n".join(tail)
-        if "No space left on device" in text:
-            raise BuildUnavailable(f"{what}: no space left on device (log: {log})\n{text}")
-        raise BuildFailed(f"{what} failed (exit {code}); its last lines (all in {log}):\n{text}")
-    _say(f"{what}: done, {lines} lines in {log}")
-
-
 def _unpack_sdist(archive: Path, paths: NodePaths) -> SourceTree:
     digest = file_sha256(archive)
-    root = paths.cache_dir / "src" / f"sdist-{digest[:16]}"
+    root = under(paths.cache_dir, "src", f"sdist-{digest[:16]}", what="source")
     if not root.is_dir():
         partial = root.with_name(root.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
-        _say(f"unpacking {archive.name}")
+        say(f"unpacking {archive.name}")
         with tarfile.open(archive) as tar:
             tar.extractall(partial, filter="data")
         partial.rename(root)
@@ -189,7 +165,7 @@ def _git_tree(url: str, ref: str, paths: NodePaths) -> SourceTree:
     """Fetch ``ref`` (branch, tag, commit, pull/N/head) and check it out in the source's one
     working tree (callers hold the node's build lock: ``workers.setup.ondemand``)."""
     name = hashlib.sha256(url.encode()).hexdigest()[:16]
-    repo = paths.cache_dir / "git" / name
+    repo = under(paths.cache_dir, "git", name, what="source")
     commit: str | None = None
     try:
         if not (repo / ".git").is_dir():
@@ -209,7 +185,7 @@ def _git_tree(url: str, ref: str, paths: NodePaths) -> SourceTree:
         except RuntimeFarmError as exc:
             raise ConfigError(f"{url}: no ref {ref!r} (a branch, tag, commit or "
                               "pull/N/head)") from exc
-    tree = paths.cache_dir / "src" / f"git-{name}"
+    tree = under(paths.cache_dir, "src", f"git-{name}", what="source")
     if not tree.is_dir():
         _git(repo, "worktree", "prune")
         _git(repo, "worktree", "add", "--detach", str(tree), commit)
@@ -263,13 +239,14 @@ SAFE_FLAGS = ("-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_SUBPROCESS=OFF
 
 
 def configure_argv(request: BuildRequest, tree: Path, build: Path) -> list[str]:
-    """The exact cmake configure command for a request: backend flags, targets' needs."""
+    """The exact cmake configure command for a request: backend flags, targets' needs, the
+    request's options, then the farm's own (SAFE_FLAGS, the ccache launcher), which no
+    option before them overrides."""
     for arg in request.cmake_args:
         check_cmake_option(arg, "--cmake-arg")
     tests = "ON" if any(target.startswith("test-") for target in request.targets) else "OFF"
     argv = ["cmake", "-S", str(tree), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-            "-DGGML_NATIVE=OFF", *SAFE_FLAGS,
-            "-DLLAMA_BUILD_EXAMPLES=OFF", f"-DLLAMA_BUILD_TESTS={tests}",
+            "-DGGML_NATIVE=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", f"-DLLAMA_BUILD_TESTS={tests}",
             *BACKEND_FLAGS[request.backend]]
     if request.backend == "cuda":
         argv.append(f"-DCMAKE_CUDA_ARCHITECTURES={request.cuda_architectures or 'native'}")
@@ -277,11 +254,12 @@ def configure_argv(request: BuildRequest, tree: Path, build: Path) -> list[str]:
         raise ConfigError("--cuda-arch only applies to --backend cuda")
     if request.build_number is not None:
         argv.append(f"-DLLAMA_BUILD_NUMBER={request.build_number}")
+    argv += [*request.cmake_args, *SAFE_FLAGS]
     if shutil.which("ccache"):
         argv += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
         if request.backend == "cuda":
             argv.append("-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache")
-    return [*argv, *request.cmake_args]
+    return argv
 
 
 def build_argv(build: Path, targets: tuple[str, ...]) -> list[str]:
@@ -306,16 +284,37 @@ def build_key(request: BuildRequest, source: SourceTree) -> str:
     return _sha256({"source": source.identity, **_configuration(request)})
 
 
-def build_env(paths: NodePaths, tree: Path) -> dict[str, str]:
-    """The compile steps' environment: ccache keyed on paths relative to the tree, its
-    cache in the node's cache dir unless the operator set ``CCACHE_DIR``."""
-    return {**os.environ, "CCACHE_BASEDIR": str(tree), "CCACHE_NOHASHDIR": "1",
-            "CCACHE_DIR": os.environ.get("CCACHE_DIR", str(paths.cache_dir / "ccache"))}
+def ccache_dir(paths: NodePaths, trusted: bool) -> Path:
+    """The ccache a build writes: the operator's (``CCACHE_DIR``, else the node's cache
+    dir) for the operator's builds, the jobs' for a job's commit, so that nothing a commit's
+    build writes is read by the operator's builds. The jobs' cache starts as a copy of the
+    operator's (what is trusted may serve what is not)."""
+    operator = Path(os.environ.get("CCACHE_DIR", str(paths.cache_dir / "ccache")))
+    if trusted:
+        return operator
+    jobs = paths.cache_dir / "ccache-jobs"
+    if not jobs.is_dir():
+        partial = jobs.with_name(jobs.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        if operator.is_dir():
+            shutil.copytree(operator, partial, symlinks=True)
+        else:
+            partial.mkdir(parents=True)
+        partial.rename(jobs)
+    return jobs
+
+
+def build_env(paths: NodePaths, tree: Path, trusted: bool) -> dict[str, str]:
+    """The compile steps' whole environment: the allow-list llama-server gets (no farm
+    setting, URL or token), ccache keyed on paths relative to the tree, in the cache of the
+    build's trust level (``ccache_dir``)."""
+    return {**child_env(None), "CCACHE_BASEDIR": str(tree), "CCACHE_NOHASHDIR": "1",
+            "CCACHE_DIR": str(ccache_dir(paths, trusted))}
 
 
 def manifest_path(name: str, paths: NodePaths) -> Path:
     """Where the build called ``name`` keeps its manifest."""
-    return paths.builds_dir / name / "build.json"
+    return under(paths.builds_dir, name, "build.json", what="build")
 
 
 def load_manifest(name: str, paths: NodePaths) -> BuildManifest | None:
@@ -336,7 +335,7 @@ def all_manifests(paths: NodePaths) -> list[BuildManifest]:
 def _write_manifest(manifest: BuildManifest, binaries: list[Path], paths: NodePaths) -> None:
     """The manifest, and (for a build the farm made) copies of its binaries in ``bin``:
     the build's own, whatever is built in its source tree later."""
-    home = paths.builds_dir / manifest.name
+    home = under(paths.builds_dir, manifest.name, what="build")
     home.mkdir(parents=True, exist_ok=True)
     link = home / "bin"
     if link.is_symlink():
@@ -365,7 +364,7 @@ def register_binary(name: str, binary: Path, paths: NodePaths) -> BuildManifest:
     server = binary.expanduser().resolve()
     if not server.is_file():
         raise ConfigError(f"--binary {binary}: no such file")
-    probe = probe_binary(server)
+    probe = probe_binary(server, Sandbox(paths.sandbox))
     manifest = BuildManifest(
         name=name, key=file_sha256(server), source=f"binary:{server}", ref=None,
         commit=probe.commit, sdist_sha256=None, backend="unknown", configure=[], targets=[],
@@ -384,20 +383,31 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
     key = build_key(request, source)
     cached = load_manifest(request.name, paths)
     if cached and cached.key == key and Path(cached.server).is_file():
-        _say(f"{request.name}: already built ({cached.version.splitlines()[0]})")
+        say(f"{request.name}: already built ({cached.version.splitlines()[0]})")
         return cached
-    # One build directory per configuration in the tree: another commit of it rebuilds only
-    # what changed (the binaries are copied out, so earlier builds keep theirs).
-    build_dir = source.path / f"build-specfarm-{_sha256(_configuration(request))[:12]}"
-    env = build_env(paths, source.path)
+    if request.trusted:
+        # One build directory per configuration in the tree: another commit of it rebuilds
+        # only what changed (the binaries are copied out, so earlier builds keep theirs).
+        build_dir = source.path / f"build-specfarm-{_sha256(_configuration(request))[:12]}"
+    else:
+        # A job's commit builds in a fresh folder of its own, removed once its binaries are
+        # copied out: nothing one commit's build wrote is read by another's.
+        build_dir = source.path / f"build-specfarm-{key[:12]}"
+        shutil.rmtree(build_dir, ignore_errors=True)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    env = build_env(paths, source.path, request.trusted)
+    sandbox = Sandbox(paths.sandbox)
+    # The sandbox reads the tree and writes only the build folder and the ccache.
+    step = partial(compile_step, sandbox=sandbox, read=source.reads, bound=build_dir,
+                   write=[build_dir, Path(env["CCACHE_DIR"])])
     configure = configure_argv(request, source.path, build_dir)
     log = source.path / f"{build_dir.name}.log"
     log.unlink(missing_ok=True)
-    compile_step(configure, env, "cmake configure", log)
-    compile_step(build_argv(build_dir, request.targets), env, "the build", log)
+    step(configure, env, "cmake configure", log)
+    step(build_argv(build_dir, request.targets), env, "the build", log)
     binaries = [build_dir / "bin" / target for target in request.targets
                 if (build_dir / "bin" / target).is_file()]
-    probe = probe_binary(build_dir / "bin" / "llama-server")
+    probe = probe_binary(build_dir / "bin" / "llama-server", sandbox)
     manifest = BuildManifest(
         name=request.name, key=key, source=request.source, ref=request.ref,
         commit=source.commit, sdist_sha256=source.sdist_sha256, backend=request.backend,
@@ -407,7 +417,9 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
         spec_types=list(probe.choices("spec-type")),
         cache_types=list(probe.choices("cache-type-k")))
     _write_manifest(manifest, binaries, paths)
-    _say(f"{request.name}: {probe.version.splitlines()[0]}")
+    if not request.trusted:
+        shutil.rmtree(build_dir, ignore_errors=True)
+    say(f"{request.name}: {probe.version.splitlines()[0]}")
     return manifest
 
 

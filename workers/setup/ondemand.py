@@ -97,7 +97,7 @@ def source_request(source: BuildSource, gpus: Sequence[GpuInfo]) -> BuildRequest
                                 if arch and source.cuda_arch is None else "")
     return BuildRequest(name=name, source=source.git, ref=source.commit,
                         backend=source.backend, cuda_architectures=arch,
-                        cmake_args=source.cmake, targets=("llama-server",))
+                        cmake_args=source.cmake, targets=("llama-server",), trusted=False)
 
 
 @dataclass(frozen=True)
