@@ -59,7 +59,7 @@ def request_log(server: Path, model: Path, flags: list[str], log: Path
                 ) -> tuple[float, list[str]]:
     """A raw server's ``logged_request`` of ``TOKENS``."""
     with RawServer(str(server), str(model), flags, log) as raw, \
-            ServerClient(raw.base_url) as client:
+            ServerClient(raw.http_transport()) as client:
         return logged_request(raw, client, TOKENS)
 
 

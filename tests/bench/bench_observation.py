@@ -6,6 +6,10 @@ llama-server with the user's flags against one with each addition the farm makes
     calls       --metrics, and the farm's calls around each run: /slots once per block,
                 /metrics before and after each run, /tokenize of each run's text
     farm        all of them, as the farm starts its servers
+    sandbox     the raw server in the farm's sandbox (bubblewrap, a UNIX socket in a
+                namespace with only loopback: docs/security.md); every other one runs
+                with the sandbox off
+    farm-sandboxed  all of the farm's additions, in the sandbox: the farm's servers today
 
 ``--per block`` (the default): a round runs one block of each (a fresh server, a warm-up,
 ``--runs`` requests of ``--tokens`` tokens, the same client), raw first on even rounds and
@@ -47,7 +51,8 @@ from farm.settings import load_settings
 from farm.stats.busy import BUSY_CORES
 from farm.stats.intervals import t_margin
 from workers.job.runtime.client import ServerClient
-from workers.job.runtime.server import HOST, LOG_VERBOSITY, LlamaServer
+from workers.job.runtime.sandbox import Sandbox
+from workers.job.runtime.server import LOG_VERBOSITY, LlamaServer
 from workers.job.telemetry.node import NodeWatch
 from workers.paths import NodePaths
 from workers.setup.provision import provision
@@ -63,21 +68,26 @@ ARMS = {
                                           "--spec-type", "draft-mtp", "--spec-draft-n-max",
                                           "2"]},
 }
-ADDITIONS: dict[str, tuple[list[str], bool]] = {  # flags, whether the farm's calls are made
-    "raw": ([], False),
-    "verbosity": (["--log-verbosity", str(LOG_VERBOSITY)], False),
-    "metrics": (["--metrics"], False),
-    "calls": (["--metrics"], True),
-    "farm": (["--log-verbosity", str(LOG_VERBOSITY), "--metrics"], True),
+FARM_FLAGS = ["--log-verbosity", str(LOG_VERBOSITY), "--metrics"]
+# Flags, whether the farm's calls are made, whether the server runs in the sandbox.
+ADDITIONS: dict[str, tuple[list[str], bool, bool]] = {
+    "raw": ([], False, False),
+    "verbosity": (["--log-verbosity", str(LOG_VERBOSITY)], False, False),
+    "metrics": (["--metrics"], False, False),
+    "calls": (["--metrics"], True, False),
+    "farm": (FARM_FLAGS, True, False),
+    "sandbox": ([], False, True),
+    "farm-sandboxed": (FARM_FLAGS, True, True),
 }
 
 
 class RawServer(LlamaServer):
     """llama-server with only the given flags (no farm-owned ones)."""
 
-    def argv(self, port: int) -> list[str]:
+    @property
+    def argv(self) -> list[str]:
         """The binary, the model, where to listen, and the arm's flags."""
-        return [self.binary, "--model", self.model, "--host", HOST, "--port", str(port),
+        return [self.binary, "--model", self.model, "--host", self.socket_arg,
                 "--parallel", "1", *self.arm_argv]
 
 
@@ -106,13 +116,18 @@ def _run(client: ServerClient, calls: bool, tokens: int) -> float:
     return generation.decode_tok_s
 
 
-def block(binary: Path, model: Path, flags: list[str], calls: bool, runs: int, tokens: int,
-          log: Path) -> tuple[float, float]:
+def _server(binary: Path, model: Path, user: list[str], name: str, log: Path) -> RawServer:
+    flags, _, sandboxed = ADDITIONS[name]
+    return RawServer(str(binary), str(model), [*user, *flags], log,
+                     sandbox=Sandbox("on" if sandboxed else "off"))
+
+
+def block(server: RawServer, calls: bool, runs: int, tokens: int) -> tuple[float, float]:
     """One block: the median decode tok/s of its runs, and the other work beside it."""
     watch = NodeWatch([os.getpid()])
     watch.begin()
-    with RawServer(str(binary), str(model), flags, log) as server, \
-            ServerClient(server.base_url) as client:
+    with server, \
+            ServerClient(server.http_transport()) as client:
         _warm(client, calls)
         speeds = [_run(client, calls, tokens) for _ in range(runs)]
     other = watch.end()
@@ -131,9 +146,9 @@ def block_rounds(binary: Path, model: Path, user: list[str], names: list[str],
         found: dict[str, float] = {}
         cores: list[float] = []
         for name in order:
-            flags, calls = ADDITIONS[name]
-            found[name], used = block(binary, model, [*user, *flags], calls, args.runs,
-                                      args.tokens, scratch / f"{name}.log")
+            found[name], used = block(_server(binary, model, user, name,
+                                              scratch / f"{name}.log"),
+                                      ADDITIONS[name][1], args.runs, args.tokens)
             cores.append(used)
         yield found, max(cores)
 
@@ -150,11 +165,10 @@ def request_rounds(binary: Path, model: Path, user: list[str], names: list[str],
             clients = {}
             turn = block_ % len(names)
             for name in names[turn:] + names[:turn]:
-                flags, calls = ADDITIONS[name]
-                server = stack.enter_context(RawServer(
-                    str(binary), str(model), [*user, *flags], scratch / f"{name}.log"))
-                clients[name] = stack.enter_context(ServerClient(server.base_url))
-                _warm(clients[name], calls)
+                server = stack.enter_context(_server(binary, model, user, name,
+                                                     scratch / f"{name}.log"))
+                clients[name] = stack.enter_context(ServerClient(server.http_transport()))
+                _warm(clients[name], ADDITIONS[name][1])
             for round_ in range(args.rounds):
                 turn = round_ % len(names)
                 watch = NodeWatch([os.getpid()])

@@ -108,7 +108,7 @@ def test_the_dry_runs_argv_is_the_argv_the_run_stores(streams: int, tmp_path: Pa
                                                      smollm2: Path,
                                                      isolated_data_dir: Path) -> None:
     """Farm-owned flags included (--parallel per stream, --log-verbosity, --offline where
-    the build knows it); the port the run picks is the dry run's PORT. Once the store holds
+    the build knows it); the socket the run makes is the dry run's SOCKET. Once the store holds
     runs of the build on the model, the dry run also says about how long the jobs take."""
     import shlex
     import sqlite3
@@ -125,7 +125,7 @@ def test_the_dry_runs_argv_is_the_argv_the_run_stores(streams: int, tmp_path: Pa
         stored = dict(db.execute("select arm, argv from run group by arm").fetchall())
     for arm, argv in stored.items():
         ran = json.loads(argv)
-        ran[ran.index("--port") + 1] = "PORT"
+        ran[ran.index("--host") + 1] = "SOCKET"
         assert printed[arm] == ran, arm
         assert ran[ran.index("--parallel") + 1] == str(streams) and "--log-verbosity" in ran
     again = run_cli("run", "--dry-run", str(matrix))

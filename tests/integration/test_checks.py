@@ -13,6 +13,7 @@ from farm.matrix.options import REFUSED, Reason, refusal
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef, Prompt
 from workers.job.checks import check_arm, preflight
 from workers.job.runtime.probe import BinaryProbe, Option, probe_binary
+from workers.job.runtime.sandbox import Sandbox
 from workers.paths import NodePaths
 from workers.setup.builds import built_here
 from workers.setup.provision import Provisioned
@@ -24,7 +25,7 @@ NUMERIC_DEFAULT = re.compile(r"\(default: (-?[\d.]+)[,)]")
 
 @pytest.fixture(scope="module")
 def probe(provisioned: Provisioned) -> BinaryProbe:
-    return probe_binary(provisioned.server)
+    return probe_binary(provisioned.server, Sandbox())
 
 
 def options(probe: BinaryProbe) -> list[Option]:

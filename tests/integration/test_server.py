@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
 
 from farm.errors import ServerStartError
 from tests.bench.bench_log_window import decode_window, logged_request
-from workers.job.runtime import server as server_module
 from workers.job.runtime.client import ServerClient
 from workers.job.runtime.server import LlamaServer
 from workers.setup.provision import Provisioned
@@ -30,7 +28,7 @@ def _alive(pid: int) -> bool:
 def test_server_answers_a_fixed_length_streamed_generation(
         provisioned: Provisioned, smollm2: Path, tmp_path: Path) -> None:
     server = LlamaServer(str(provisioned.server), str(smollm2), ARGS, tmp_path / "s.log")
-    with server, ServerClient(server.base_url) as client:
+    with server, ServerClient(server.http_transport()) as client:
         pid = server.pid
         assert pid is not None
         generation = client.generate("Count from one to ten.", mode="chat", n_predict=24,
@@ -54,24 +52,6 @@ def test_server_that_exits_on_start_raises_with_its_log_tail(
     assert "q9_9" in caught.value.log_tail
 
 
-def test_a_lost_port_race_is_retried_on_another_port(
-        provisioned: Provisioned, smollm2: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    ports = iter([taken.getsockname()[1]])
-    real_free_port = server_module.free_port
-    monkeypatch.setattr(server_module, "free_port", lambda: next(ports, None) or real_free_port())
-    server = LlamaServer(str(provisioned.server), str(smollm2), ARGS, tmp_path / "race.log")
-    try:
-        with server:
-            assert server.port != taken.getsockname()[1]
-    finally:
-        taken.close()
-    assert (tmp_path / "race.log").read_text().count("$ ") == 2
-
-
 @pytest.mark.parametrize(("model", "spec"), [
     ("smollm2", []), ("smollm2", ["--spec-type", "ngram-simple"]),
     ("qwen35-mtp-oracle-cpu", ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3"])],
@@ -84,7 +64,7 @@ def test_the_farms_log_verbosity_writes_nothing_inside_the_decode_window(
     this level would slow every run the farm times; this pins that b11434 does not."""
     server = LlamaServer(str(provisioned.server), str(provisioned.models[model]),
                          [*ARGS, *spec], tmp_path / "s.log")
-    with server, ServerClient(server.base_url) as client:
+    with server, ServerClient(server.http_transport()) as client:
         _, lines = logged_request(server, client, 64)
     assert len(lines) >= 15, lines  # the trace level took: the default writes about 7
     assert any("prompt eval time" in line for line in lines), lines

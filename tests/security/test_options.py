@@ -32,6 +32,7 @@ from farm.matrix.options import (
 from farm.matrix.spec import Arm, BuildRef
 from workers.job.checks import check_arm
 from workers.job.runtime.probe import BinaryProbe, Option, probe_binary
+from workers.job.runtime.sandbox import Sandbox
 from workers.setup.provision import Provisioned
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ HARMLESS = frozenset(name for name, why in REFUSED.items() if why.reason is Reas
 
 @pytest.fixture(scope="module")
 def probe(provisioned: Provisioned) -> BinaryProbe:
-    return probe_binary(provisioned.server)
+    return probe_binary(provisioned.server, Sandbox())
 
 
 def options(probe: BinaryProbe) -> list[Option]:

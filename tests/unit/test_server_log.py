@@ -72,14 +72,6 @@ def test_a_server_not_ready_in_time_is_a_timeout_unless_its_log_says_why() -> No
     assert server_log.start_error("slow", stuck, timed_out=True).failure_class == "out_of_memory"
 
 
-@pytest.mark.parametrize(("log", "lost"), [
-    ("srv    start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080\n", True),
-    ("error: invalid argument: --no-such-flag\n", False),
-])
-def test_a_lost_port_race_is_told_from_other_exits(log: str, lost: bool) -> None:
-    assert server_log.lost_port_race(log) is lost
-
-
 def test_the_tail_is_the_last_lines_and_empty_without_a_log(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text("".join(f"line {i}\n" for i in range(100)))

@@ -27,16 +27,12 @@ from tests.helpers import run_cli
 from tests.unit.test_telemetry import MIB, Device, FakeClock, FakeNvml
 from workers.fleet.task import job_clock
 from workers.job.admission import check_allowed
+from workers.job.runtime.sandbox import Sandbox
 from workers.job.telemetry import gpus_for_devices
 from workers.paths import NodePaths
-from workers.setup.builds import (
-    TAIL_LINES,
-    BuildRequest,
-    compile_step,
-    configure_argv,
-    resolve_source,
-)
+from workers.setup.builds import BuildRequest, configure_argv, resolve_source
 from workers.setup.ondemand import building, measuring, source_request
+from workers.setup.steps import TAIL_LINES, compile_step
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -215,7 +211,8 @@ def test_a_failed_compile_step_keeps_its_last_lines_and_a_full_disk_is_not_a_fai
     noisy = "for i in range(100): print(f'line {i}')\nprint('x.cpp:1:2: error: boom')\nexit(2)"
     log = tmp_path / "build.log"
     with pytest.raises(BuildFailed) as caught:
-        compile_step([sys.executable, "-c", noisy], {}, "the build", log)
+        compile_step([sys.executable, "-c", noisy], {}, "the build", log,
+                     sandbox=Sandbox("off"))
     lines = str(caught.value).splitlines()
     assert lines[0] == f"the build failed (exit 2); its last lines (all in {log}):"
     assert lines[1:] == [f"line {i}" for i in range(100 - TAIL_LINES + 1, 100)] + [
@@ -226,7 +223,7 @@ def test_a_failed_compile_step_keeps_its_last_lines_and_a_full_disk_is_not_a_fai
     assert "line 5" not in capsys.readouterr().err
     full = "print('ld: final link failed: No space left on device'); exit(1)"
     with pytest.raises(BuildUnavailable, match="no space left on device"):
-        compile_step([sys.executable, "-c", full], {}, "the build", log)
+        compile_step([sys.executable, "-c", full], {}, "the build", log, sandbox=Sandbox("off"))
 
 
 def test_the_jobs_time_limit_starts_when_its_builds_are_made() -> None:
