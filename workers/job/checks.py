@@ -190,7 +190,8 @@ def check_arms(spec: JobSpec, node: NodeFiles, sandbox: Sandbox,
     translations: list[str] = []
     drafts = draft_files(spec, node)
     for arm in (spec.baseline, spec.variant):
-        probes[arm.role] = probe_binary(arm.build.local_path, sandbox)
+        probes[arm.role] = probe_binary(arm.build.local_path, sandbox,
+                                        trusted=arm.build.source is None)
         try:
             arms[arm.role], notes = check_arm(probes[arm.role], arm, node.allow_options)
         except ConfigError as exc:

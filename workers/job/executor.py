@@ -309,7 +309,8 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
     server = LlamaServer(arm.build.local_path, spec.model.local_path, arm.argv, block.log_path,
                          parallel=width, env=cuda_env(gpus) if gpus else None,
                          offline=checked.probe(arm.role).option("offline") is not None,
-                         sandbox=sandbox, gpu=bool(gpus), reads=flag_files(arm))
+                         sandbox=sandbox, trusted=arm.build.source is None, gpu=bool(gpus),
+                         reads=flag_files(arm))
     with server, ServerClient(server.http_transport()) as client, \
             Sampler(gpus, server.pid) as sampler:
         argv = server.argv
@@ -341,8 +342,8 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
                 generation=generation, streams=tuple(streams),
                 seeds=tuple(sampling["seed"] for sampling in samplings),
                 counters=counters, spec_stats=spec_log.request(request * width, width),
-                memory=memory, argv=argv, sandboxed=sandbox.on, server_log=str(block.log_path),
-                started_at=started,
+                memory=memory, argv=argv, sandboxed=server.sandboxed,
+                server_log=str(block.log_path), started_at=started,
                 telemetry=sampler.summarize(began, sampler.mark()),
                 slot_speculative=speculative, weights_spilled=spilled,
                 tokens=client.tokenize(generation.text), gpu_name=gpus[0].name if gpus else None,

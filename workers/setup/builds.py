@@ -364,7 +364,7 @@ def register_binary(name: str, binary: Path, paths: NodePaths) -> BuildManifest:
     server = binary.expanduser().resolve()
     if not server.is_file():
         raise ConfigError(f"--binary {binary}: no such file")
-    probe = probe_binary(server, Sandbox(paths.sandbox))
+    probe = probe_binary(server, Sandbox(paths.sandbox), trusted=True)
     manifest = BuildManifest(
         name=name, key=file_sha256(server), source=f"binary:{server}", ref=None,
         commit=probe.commit, sdist_sha256=None, backend="unknown", configure=[], targets=[],
@@ -398,7 +398,8 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
     env = build_env(paths, source.path, request.trusted)
     sandbox = Sandbox(paths.sandbox)
     # The sandbox reads the tree and writes only the build folder and the ccache.
-    step = partial(compile_step, sandbox=sandbox, read=source.reads, bound=build_dir,
+    step = partial(compile_step, sandbox=sandbox, trusted=request.trusted,
+                   read=source.reads, bound=build_dir,
                    write=[build_dir, Path(env["CCACHE_DIR"])])
     configure = configure_argv(request, source.path, build_dir)
     log = source.path / f"{build_dir.name}.log"
@@ -407,7 +408,7 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
     step(build_argv(build_dir, request.targets), env, "the build", log)
     binaries = [build_dir / "bin" / target for target in request.targets
                 if (build_dir / "bin" / target).is_file()]
-    probe = probe_binary(build_dir / "bin" / "llama-server", sandbox)
+    probe = probe_binary(build_dir / "bin" / "llama-server", sandbox, trusted=request.trusted)
     manifest = BuildManifest(
         name=request.name, key=key, source=request.source, ref=request.ref,
         commit=source.commit, sdist_sha256=source.sdist_sha256, backend=request.backend,

@@ -29,13 +29,14 @@ def say(message: str) -> None:
 
 
 def compile_step(argv: list[str], env: dict[str, str], what: str, log: Path, *,
-                 sandbox: Sandbox, read: Sequence[Path] = (), write: Sequence[Path] = (),
-                 bound: Path | None = None) -> None:
-    """Run a configure or compile step in ``sandbox`` (``read`` bound read-only, ``write``
-    writable), its output to ``log`` and, on a terminal, one status line that rewrites
-    itself; a failure is BuildFailed with the step's last lines (the compiler's error), or
-    BuildUnavailable when the disk is full (another node, or later, may build it). It is
-    killed past STEP_SECONDS, and when ``bound`` (its build folder) holds over BUILD_BYTES."""
+                 sandbox: Sandbox, trusted: bool = False, read: Sequence[Path] = (),
+                 write: Sequence[Path] = (), bound: Path | None = None) -> None:
+    """Run a configure or compile step in ``sandbox`` (``Sandbox.wraps``; ``read`` bound
+    read-only, ``write`` writable), its output to ``log`` and, on a terminal, one status
+    line that rewrites itself; a failure is BuildFailed with the step's last lines (the
+    compiler's error), or BuildUnavailable when the disk is full (another node, or later,
+    may build it). It is killed past STEP_SECONDS, and when ``bound`` (its build folder)
+    holds over BUILD_BYTES."""
     say("$ " + " ".join(argv))
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     status = sys.stderr.isatty()
@@ -43,7 +44,8 @@ def compile_step(argv: list[str], env: dict[str, str], what: str, log: Path, *,
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a", encoding="utf-8") as out, subprocess.Popen(
-                sandbox.command(argv, env, read=read, write=write), env=env, text=True,
+                sandbox.command(argv, env, trusted=trusted, read=read, write=write), env=env,
+                text=True,
                 errors="replace", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=_bounded_files) as process:

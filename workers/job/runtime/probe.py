@@ -84,11 +84,13 @@ class BinaryProbe:
         return option.choices if option else ()
 
 
-def _run(path: str, flag: str, sandbox: Sandbox) -> subprocess.CompletedProcess[str]:
+def _run(path: str, flag: str, sandbox: Sandbox,
+         trusted: bool) -> subprocess.CompletedProcess[str]:
     """``path flag`` in the node's sandbox (a probe runs the build's code too)."""
     env = child_env(None)
     try:
-        return subprocess.run(sandbox.command([path, flag], env, read=[Path(path)]),
+        return subprocess.run(sandbox.command([path, flag], env, trusted=trusted,
+                                              read=[Path(path)]),
                               capture_output=True, text=True, timeout=60, check=False, env=env,
                               stdin=subprocess.DEVNULL)
     except OSError as exc:
@@ -180,10 +182,11 @@ def parse_help(text: str) -> dict[str, Option]:
 
 
 @lru_cache(maxsize=32)
-def _probe_cached(path: str, _size: int, _mtime_ns: int, sandbox: Sandbox) -> BinaryProbe:
-    version = _run(path, "--version", sandbox)
+def _probe_cached(path: str, _size: int, _mtime_ns: int, sandbox: Sandbox,
+                  trusted: bool) -> BinaryProbe:
+    version = _run(path, "--version", sandbox, trusted)
     version_text = (version.stderr + version.stdout).strip()
-    help_run = _run(path, "--help", sandbox)
+    help_run = _run(path, "--help", sandbox, trusted)
     if help_run.returncode != 0 or "--spec-type" not in help_run.stdout:
         raise ConfigError(f"{path}: `--help` did not list llama-server options; is this "
                           "a llama-server binary?")
@@ -192,11 +195,12 @@ def _probe_cached(path: str, _size: int, _mtime_ns: int, sandbox: Sandbox) -> Bi
                        options=parse_help(help_run.stdout))
 
 
-def probe_binary(path: str | Path, sandbox: Sandbox) -> BinaryProbe:
-    """Probe a llama-server binary in ``sandbox``, once per (path, size, mtime)."""
+def probe_binary(path: str | Path, sandbox: Sandbox, *, trusted: bool = False) -> BinaryProbe:
+    """Probe a llama-server binary in ``sandbox`` (``Sandbox.wraps``: ``trusted`` for the
+    operator's own builds), once per (path, size, mtime)."""
     binary = str(Path(path).resolve())
     try:
         stat = os.stat(binary)
     except OSError as exc:
         raise ConfigError(f"{binary}: llama-server binary not found: {exc.strerror}") from exc
-    return _probe_cached(binary, stat.st_size, stat.st_mtime_ns, sandbox)
+    return _probe_cached(binary, stat.st_size, stat.st_mtime_ns, sandbox, trusted)

@@ -12,8 +12,9 @@ process, IPC, UTS and cgroup namespaces, a new session, killed with the worker
 folders (except what is bound), its database URL, broker password, Hub token.
 
 An operator may turn it off per node (``FARM_SANDBOX=off``, ``sandbox: off`` in a worker
-config), never a job; every run records which. Where bubblewrap cannot run, a node with
-the sandbox on starts nothing of a commit's and says why.
+config), never a job; every run records which. Where bubblewrap cannot run (macOS, a
+kernel or unit without user namespaces), a node with the sandbox on runs its operator's
+own builds as they are and builds no job's commit, and says so.
 """
 
 from __future__ import annotations
@@ -82,17 +83,33 @@ class Sandbox:
         """Whether a commit's processes run sandboxed."""
         return self.mode == "on"
 
-    def command(self, argv: Sequence[str], env: Mapping[str, str], *,
+    def wraps(self, trusted: bool) -> bool:
+        """Whether a process of a build runs in bubblewrap: always with the sandbox on and
+        bubblewrap working here. Where it cannot run, the operator's own builds
+        (``trusted``: `farm build`, `farm provision`, a worker's `builds:`) run as they are,
+        and a job's commit runs nowhere: BuildUnavailable naming why."""
+        if not self.on:
+            return False
+        reason = _unavailable()
+        if reason is None:
+            return True
+        if trusted:
+            return False
+        raise BuildUnavailable(f"the sandbox cannot run on this node: {reason}; this node "
+                               "builds and runs no job's commit unsandboxed unless its "
+                               "operator sets FARM_SANDBOX=off (`sandbox: off` in a worker "
+                               "config)")
+
+    def command(self, argv: Sequence[str], env: Mapping[str, str], *, trusted: bool,
                 read: Iterable[Path] = (), write: Iterable[Path] = (),
                 gpu: bool = False) -> list[str]:
-        """``argv`` as this node runs it: wrapped in bubblewrap with ``read`` bound
+        """``argv`` as this node runs it (``wraps``): in bubblewrap with ``read`` bound
         read-only and ``write`` writable (each at its own path, in that order, so a
         writable folder may sit inside a read-only one), ``env`` as its whole environment
-        and the GPU device nodes with ``gpu``; as it is with the sandbox off (``env`` is
-        then passed to the process by the caller)."""
-        if not self.on:
+        and the GPU device nodes with ``gpu``; else as it is (``env`` is then passed to the
+        process by the caller)."""
+        if not self.wraps(trusted):
             return list(argv)
-        check_available()
         environment: list[str] = []
         for name, value in {**env, "HOME": INSIDE_HOME, "TMPDIR": INSIDE_HOME}.items():
             environment += ["--setenv", name, value]
@@ -128,16 +145,6 @@ def _namespaces() -> list[str]:
             "--proc", "/proc", "--dev", "/dev"]
 
 
-def check_available() -> None:
-    """BuildUnavailable naming why, when this node cannot sandbox a commit's code: it then
-    runs none (its operator may set ``sandbox: off`` and say so)."""
-    reason = _unavailable()
-    if reason is not None:
-        raise BuildUnavailable(f"the sandbox cannot run on this node: {reason}; this node "
-                               "runs no commit's code unsandboxed unless its operator sets "
-                               "FARM_SANDBOX=off (`sandbox: off` in a worker config)")
-
-
 def sandbox_status(sandbox: Sandbox) -> str:
     """One line for a worker's or `farm run`'s start: the sandbox and whether it runs."""
     if not sandbox.on:
@@ -145,7 +152,8 @@ def sandbox_status(sandbox: Sandbox) -> str:
                 "run with this worker's rights, network and environment")
     reason = _unavailable()
     if reason is not None:
-        return f"sandbox: on, but it cannot run here: {reason}; no commit's code will run"
+        return (f"sandbox: on, but it cannot run here: {reason}; the operator's own builds "
+                "run unsandboxed and no job's commit is built")
     return "sandbox: on (bubblewrap: no network, no secrets, writes only to its build folder)"
 
 

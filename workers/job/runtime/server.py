@@ -83,7 +83,7 @@ class LlamaServer:
     def __init__(self, binary: str, model: str, arm_argv: list[str], log_path: Path,
                  *, parallel: int = 1, startup_timeout: float = 180.0,
                  env: dict[str, str] | None = None, offline: bool = True,
-                 sandbox: Sandbox = SANDBOXED, gpu: bool = False,
+                 sandbox: Sandbox = SANDBOXED, trusted: bool = False, gpu: bool = False,
                  reads: Sequence[Path] = ()) -> None:
         self.binary, self.model, self.arm_argv = binary, model, arm_argv
         self.parallel = parallel  # slots: one per simultaneous stream
@@ -91,7 +91,10 @@ class LlamaServer:
         self.env = child_env(env)
         self.log_path = log_path
         self.startup_timeout = startup_timeout
-        self.sandbox, self.gpu = sandbox, gpu
+        # In the sandbox (``Sandbox.wraps``): a job's commit always, the operator's own
+        # build (``trusted``) where bubblewrap runs here.
+        self.sandboxed = sandbox.wraps(trusted)
+        self.sandbox, self.trusted, self.gpu = sandbox, trusted, gpu
         # What the server reads besides its binary and model (draft models, LoRAs...).
         self.reads = tuple(reads)
         self.log_offset = 0  # where the running server's output begins in its log
@@ -119,7 +122,7 @@ class LlamaServer:
     def socket_arg(self) -> str:
         """The socket as the server names it: its path inside the sandbox, or where it is
         with the sandbox off."""
-        where = SOCKET_DIR if self.sandbox.on or self._socket_dir is None \
+        where = SOCKET_DIR if self.sandboxed or self._socket_dir is None \
             else str(self._socket_dir)
         return f"{where}/{SOCKET_NAME}"
 
@@ -133,10 +136,11 @@ class LlamaServer:
         """What is executed: ``argv`` in the node's sandbox, the binary, model and other
         files it reads bound read-only, its socket's folder writable."""
         assert self._socket_dir is not None
-        if not self.sandbox.on:
+        if not self.sandboxed:
             return self.argv
         reads = [Path(self.binary).resolve(), Path(self.model).resolve(), *self.reads]
-        wrapped = self.sandbox.command(self.argv, self.env, read=reads, gpu=self.gpu)
+        wrapped = self.sandbox.command(self.argv, self.env, trusted=self.trusted, read=reads,
+                                       gpu=self.gpu)
         cut = wrapped.index("--")
         return [*wrapped[:cut], "--bind", str(self._socket_dir), SOCKET_DIR, *wrapped[cut:]]
 
@@ -177,7 +181,7 @@ class LlamaServer:
                     if client.get("/health").status_code == 200:
                         # The server's own process, inside the sandbox's process tree.
                         self._pid = inner_pid(self._process.pid, self.binary) \
-                            if self.sandbox.on else self._process.pid
+                            if self.sandboxed else self._process.pid
                         return
                 except httpx.TransportError:
                     pass
@@ -217,7 +221,7 @@ class LlamaServer:
         if process is not None and process.poll() is None:
             # bubblewrap passes no signal on: the server's own process gets SIGTERM, and
             # the sandbox ends with it.
-            target = inner_pid(process.pid, self.binary) if self.sandbox.on else process.pid
+            target = inner_pid(process.pid, self.binary) if self.sandboxed else process.pid
             try:
                 if target == process.pid:
                     os.killpg(process.pid, signal.SIGTERM)

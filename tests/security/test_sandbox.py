@@ -1,0 +1,181 @@
+"""The sandbox a commit's code runs in (workers/job/runtime/sandbox.py), for real: bubblewrap
+around a program that tries to leave (network, the worker's files and environment, writes
+outside its folder), and around a real llama-server measured as the farm measures it.
+tests/security/test_hostile_commit.py drives a hostile commit through `farm run` and a
+worker; this file pins each wall on its own, and shows each one can fail."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from farm.errors import BuildUnavailable
+from workers.job.runtime import sandbox as sandbox_module
+from workers.job.runtime.client import ServerClient
+from workers.job.runtime.sandbox import Sandbox, sandbox_status
+from workers.job.runtime.server import LlamaServer, child_env
+from workers.job.telemetry import Sampler
+from workers.setup.provision import Provisioned
+
+# The system's Python (under /usr, which the sandbox binds): the test's own is in .venv.
+PYTHON = "/usr/bin/python3"
+ESCAPE = """
+import os, socket, sys
+port, canary, outside, inside = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+said = []
+try:
+    said.append("read " + open(canary).read())
+except OSError as exc:
+    said.append(f"no read: {exc.strerror}")
+said.append("env " + os.environ.get("FARM_CANARY_SECRET", "-"))
+try:
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+        conn.sendall(b"hello from inside")
+    said.append("connected")
+except OSError as exc:
+    said.append(f"no connection: {exc.strerror or exc}")
+for path in (outside, inside):
+    try:
+        open(path, "w").write("x")
+        said.append("wrote " + path)
+    except OSError as exc:
+        said.append(f"no write {path}: {exc.strerror}")
+print("|".join(said))
+"""
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP listener on 127.0.0.1 and what it received, for a bounded few seconds."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    received: list[bytes] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                received.append(conn.recv(1024) or b"<connected>")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], received
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+def _escape(sandbox: Sandbox, tmp_path: Path, port: int,
+            monkeypatch: pytest.MonkeyPatch) -> str:
+    config = tmp_path / "worker-config"
+    config.mkdir()
+    (config / "canary").write_text("CANARY-7f3a")
+    monkeypatch.setenv("FARM_CANARY_SECRET", "SECRET-9b1c")
+    monkeypatch.setenv("GGML_CANARY", "inherited")  # an allow-listed prefix reaches it
+    folder = tmp_path / "build"
+    folder.mkdir()
+    argv = [PYTHON, "-c", ESCAPE, str(port), str(config / "canary"),
+            str(tmp_path / "outside.txt"), str(folder / "inside.txt")]
+    env = child_env(None)
+    done = subprocess.run(sandbox.command(argv, env, trusted=False, write=[folder]), env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_sandboxed_program_reaches_no_network_secret_or_folder_but_its_own(
+        tmp_path: Path, listener: tuple[int, list[bytes]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    port, received = listener
+    said = _escape(Sandbox("on"), tmp_path, port, monkeypatch).split("|")
+    assert said[0].startswith("no read: No such file"), said
+    assert said[1] == "env -", said
+    assert said[2].startswith("no connection"), said
+    # A write outside lands in the sandbox's private /tmp (bubblewrap made the folders on
+    # the way to its bind there) and is gone with it: nothing appears outside.
+    assert said[4].startswith("wrote"), said
+    assert received == [] and not (tmp_path / "outside.txt").exists()
+    assert (tmp_path / "build" / "inside.txt").read_text() == "x"
+
+
+def test_with_the_sandbox_off_the_same_program_reaches_everything(
+        tmp_path: Path, listener: tuple[int, list[bytes]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walls above are the sandbox's: without it the program gets through (only the
+    environment stays cleared, as it always is)."""
+    port, received = listener
+    said = _escape(Sandbox("off"), tmp_path, port, monkeypatch).split("|")
+    assert said[0] == "read CANARY-7f3a" and said[2] == "connected", said
+    assert (tmp_path / "outside.txt").exists() and received == [b"hello from inside"]
+    assert said[1] == "env -", said  # child_env's allow-list, sandbox or not
+
+
+def test_a_node_without_bubblewrap_runs_its_operators_builds_and_no_jobs_commit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel without user namespaces cannot be made here; a missing bubblewrap can."""
+    monkeypatch.setattr(sandbox_module, "BWRAP", "bwrap-not-installed")
+    sandbox_module._unavailable.cache_clear()  # pylint: disable=protected-access
+    try:
+        on = Sandbox("on")
+        assert on.wraps(trusted=True) is False
+        with pytest.raises(BuildUnavailable, match="bubblewrap is not installed.*FARM_SANDBOX"):
+            on.wraps(trusted=False)
+        assert "no job's commit is built" in sandbox_status(on)
+        assert Sandbox("off").wraps(trusted=False) is False
+    finally:
+        sandbox_module._unavailable.cache_clear()  # pylint: disable=protected-access
+
+
+def _measured(provisioned: Provisioned, smollm2: Path, log: Path,
+              sandbox: Sandbox) -> tuple[float, float, str, dict[str, str]]:
+    server = LlamaServer(str(provisioned.server), str(smollm2),
+                         ["--ctx-size", "512", "--threads", "2"], log, sandbox=sandbox)
+    with server, ServerClient(server.http_transport()) as client, \
+            Sampler([], server.pid, interval=0.05) as sampler:
+        assert server.pid is not None
+        exe = os.readlink(f"/proc/{server.pid}/exe")
+        environ = dict(item.split("=", 1) for item in
+                       Path(f"/proc/{server.pid}/environ").read_text().split("\0") if item)
+        client.generate("Count to five.", mode="completion", n_predict=8,
+                        sampling={"temperature": 0.0, "seed": 1}, ignore_eos=True)
+        began = sampler.mark()
+        client.generate("Write a long story about a lighthouse.", mode="completion",
+                        n_predict=96, sampling={"temperature": 0.0, "seed": 1},
+                        ignore_eos=True)
+        telemetry = sampler.summarize(began, sampler.mark())
+    assert telemetry.rss_mb is not None and telemetry.cpu_seconds is not None
+    return telemetry.rss_mb, telemetry.cpu_seconds, exe, environ
+
+
+@pytest.mark.server
+def test_a_sandboxed_server_is_measured_as_one_without_the_sandbox(
+        provisioned: Provisioned, smollm2: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Telemetry reads the server's own process inside the sandbox (not bubblewrap's):
+    the same RSS and CPU time as the same server without it; its environment holds none of
+    the worker's settings."""
+    monkeypatch.setenv("FARM_DATABASE_URL", "postgresql://farm:SECRET-9b1c@db/farm")
+    on = _measured(provisioned, smollm2, tmp_path / "on.log", Sandbox("on"))
+    off = _measured(provisioned, smollm2, tmp_path / "off.log", Sandbox("off"))
+    print(f"\nsandbox on: RSS {on[0]:.0f} MiB, CPU {on[1]:.2f} s; off: RSS {off[0]:.0f} MiB, "
+          f"CPU {off[1]:.2f} s")
+    assert Path(on[2]).name == Path(off[2]).name == "llama-server"
+    assert not any(name.startswith("FARM_") for name in on[3]), on[3]
+    assert on[3]["HOME"] == "/tmp" and off[3]["HOME"] != "/tmp"
+    assert abs(on[0] - off[0]) / off[0] < 0.15, (on[0], off[0])  # RSS, MiB
+    assert on[1] > 0.2 * off[1] and off[1] > 0.2 * on[1], (on[1], off[1])  # CPU, s
+    assert "--host /run/specfarm/llama-server.sock" in (tmp_path / "on.log").read_text()
