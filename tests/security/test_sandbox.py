@@ -132,7 +132,7 @@ def test_a_node_without_bubblewrap_runs_its_operators_builds_and_no_jobs_commit(
     try:
         on = Sandbox("on")
         assert on.wraps(trusted=True) is False
-        with pytest.raises(BuildUnavailable, match="bubblewrap is not installed.*FARM_SANDBOX"):
+        with pytest.raises(BuildUnavailable, match=r"bubblewrap is not installed.*FARM_SANDBOX"):
             on.wraps(trusted=False)
         assert "no job's commit is built" in sandbox_status(on)
         assert Sandbox("off").wraps(trusted=False) is False
