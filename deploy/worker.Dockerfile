@@ -14,7 +14,7 @@ ARG CUDA_ARCH=86;89;90
 
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv git cmake g++ ccache \
-    ca-certificates \
+    bubblewrap ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 
 ENV FARM_CACHE_DIR=/opt/specfarm/cache \
