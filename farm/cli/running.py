@@ -52,6 +52,7 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
     settings = load_settings()
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
+    say_sandbox(settings, console)
     allowed = check_allowances(allow_options, "--allow-option")
     checked = check_matrix(matrix, settings, gpu_class=gpu_class, allow_options=allowed,
                            allow_build_path=allow_build_path, allow_paths=allow_paths,
@@ -66,6 +67,16 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple
             console.print(line, markup=False, soft_wrap=True)
         return
     run_checked(checked, settings, console)
+
+
+def say_sandbox(settings: Settings, console: Console) -> None:
+    """One line when a commit's code would not run in the sandbox here (it is off, or
+    bubblewrap cannot run): what a user of this machine should know before a build."""
+    from workers.job.runtime.sandbox import Sandbox, sandbox_status
+
+    sandbox = Sandbox(settings.sandbox)
+    if not sandbox.on or not sandbox.wraps(trusted=True):
+        console.print(f"note: {sandbox_status(sandbox)}", markup=False, soft_wrap=True)
 
 
 def run_checked(checked: CheckedMatrix, settings: Settings, console: Console) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from farm.errors import BuildUnavailable
+from tests.helpers import matrix_dict, run_cli, write_matrix
 from workers.job.runtime import sandbox as sandbox_module
 from workers.job.runtime.client import ServerClient
 from workers.job.runtime.sandbox import Sandbox, sandbox_status
@@ -179,3 +180,13 @@ def test_a_sandboxed_server_is_measured_as_one_without_the_sandbox(
     assert abs(on[0] - off[0]) / off[0] < 0.15, (on[0], off[0])  # RSS, MiB
     assert on[1] > 0.2 * off[1] and off[1] > 0.2 * on[1], (on[1], off[1])  # CPU, s
     assert "--host /run/specfarm/llama-server.sock" in (tmp_path / "on.log").read_text()
+
+
+def test_farm_run_says_when_a_commit_would_run_unsandboxed(tmp_path: Path,
+                                                           smollm2: Path) -> None:
+    matrix = write_matrix(tmp_path, matrix_dict(smollm2))
+    quiet = run_cli("run", "--dry-run", str(matrix))
+    assert quiet.exit_code == 0 and "sandbox" not in quiet.output, quiet.output
+    off = run_cli("run", "--dry-run", str(matrix), env={"FARM_SANDBOX": "off"})
+    assert off.exit_code == 0, off.output
+    assert "note: sandbox: off (set by this node's operator)" in off.output
