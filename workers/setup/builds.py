@@ -239,22 +239,22 @@ SAFE_FLAGS = ("-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_SUBPROCESS=OFF
 
 
 def configure_argv(request: BuildRequest, tree: Path, build: Path) -> list[str]:
-    """The exact cmake configure command for a request: backend flags, targets' needs, the
-    request's options, then the farm's own (SAFE_FLAGS, the ccache launcher), which no
-    option before them overrides."""
-    for arg in request.cmake_args:
-        check_cmake_option(arg, "--cmake-arg")
+    """The exact cmake configure command for a request: the two defaults a build may change
+    (build type, native CPU), the request's options (checked, in one spelling), then
+    everything the farm fixes (targets' needs, backend, architectures, build number,
+    SAFE_FLAGS, the ccache launcher), which no option before it overrides."""
+    options = [check_cmake_option(arg, "--cmake-arg") for arg in request.cmake_args]
     tests = "ON" if any(target.startswith("test-") for target in request.targets) else "OFF"
     argv = ["cmake", "-S", str(tree), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-            "-DGGML_NATIVE=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", f"-DLLAMA_BUILD_TESTS={tests}",
-            *BACKEND_FLAGS[request.backend]]
+            "-DGGML_NATIVE=OFF", *options, "-DLLAMA_BUILD_EXAMPLES=OFF",
+            f"-DLLAMA_BUILD_TESTS={tests}", *BACKEND_FLAGS[request.backend]]
     if request.backend == "cuda":
         argv.append(f"-DCMAKE_CUDA_ARCHITECTURES={request.cuda_architectures or 'native'}")
     elif request.cuda_architectures:
         raise ConfigError("--cuda-arch only applies to --backend cuda")
     if request.build_number is not None:
         argv.append(f"-DLLAMA_BUILD_NUMBER={request.build_number}")
-    argv += [*request.cmake_args, *SAFE_FLAGS]
+    argv += SAFE_FLAGS
     if shutil.which("ccache"):
         argv += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
         if request.backend == "cuda":
