@@ -251,9 +251,6 @@ def flag_files(arm: Arm) -> list[Path]:
     found: list[Path] = []
     for name, value in arm.flags:
         kind = value_type(name)
-        if kind not in FILE_TYPES or not isinstance(value, str):
-            continue
-        for item in value.split(","):
-            path = item.rpartition(":")[0] if kind is ValueType.MODEL_FILES_SCALED else item
-            found.append(Path(path))
+        if kind in FILE_TYPES and kind is not None and isinstance(value, str):
+            found += [Path(file) for file, _ in flag_items(value, kind, f"--{name}")]
     return found
