@@ -23,7 +23,8 @@ configuration leaves out what differs between server processes (where the model'
 and the code land); ``--blocks B`` starts every server afresh B times and takes the
 interval over those blocks, so that it holds the process-to-process spread too.
 
-Each addition's cost is the geometric mean over rounds of raw / addition decode tok/s,
+Each addition's cost is the geometric mean over rounds of raw (or ``--against``'s) /
+addition decode tok/s,
 less 1, with its 95% t interval over rounds. A round with a busy block or round (other
 processes' CPU over it at or above ``farm.stats.busy.BUSY_CORES``) is left out and
 counted. Both arms of a job: the baseline's flags, and the variant's (n-gram for SmolLM2,
@@ -33,6 +34,7 @@ nothing; run it alone on the CPU:
     flock /tmp/farm-cpu.lock .venv/bin/python tests/bench/bench_observation.py \\
         --model smollm2 --arm baseline --rounds 8
     ... --per request --rounds 40
+    ... --per request --blocks 8 --rounds 6 --against farm --additions farm-sandboxed
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ def block_rounds(binary: Path, model: Path, user: list[str], names: list[str],
     for round_ in range(args.rounds):
         turn = round_ % (len(names) - 1)
         others = names[1:][turn:] + names[1:][:turn]
-        order = ["raw", *others] if round_ % 2 == 0 else [*others, "raw"]
+        order = [names[0], *others] if round_ % 2 == 0 else [*others, names[0]]
         found: dict[str, float] = {}
         cores: list[float] = []
         for name in order:
@@ -199,6 +201,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--additions", default="verbosity,metrics,calls,farm")
+    parser.add_argument("--against", choices=sorted(ADDITIONS), default="raw",
+                        help="the configuration each addition's cost is taken against "
+                        "(farm, with --additions farm-sandboxed: the sandbox's own cost)")
     parser.add_argument("--per", choices=("block", "request"), default="block",
                         help="what a round interleaves: fresh servers' blocks, or requests "
                         "to servers that stay up")
@@ -210,7 +215,7 @@ def main() -> None:
         args.blocks = 1
     provisioned = provision(NodePaths.of(load_settings()))
     model, user = provisioned.models[args.model], ARMS[args.model][args.arm]
-    names = ["raw", *args.additions.split(",")]
+    names = [args.against, *args.additions.split(",")]
     # Log ratios by unit: each round, or (several blocks) each block of rounds.
     ratios: dict[str, dict[int, list[float]]] = {name: {} for name in names[1:]}
     speeds: dict[str, list[float]] = {name: [] for name in names}
@@ -231,14 +236,14 @@ def main() -> None:
                 speeds[name].append(found[name])
             unit = (number - 1) // args.rounds if args.blocks > 1 else number
             for name in names[1:]:
-                ratios[name].setdefault(unit, []).append(math.log(found["raw"] / found[name]))
+                ratios[name].setdefault(unit, []).append(math.log(found[names[0]] / found[name]))
     kept = args.rounds * args.blocks - busy_rounds
     print(f"\n{args.model} {args.arm}, per {args.per}: {kept} rounds kept, {busy_rounds} "
-          f"left out as busy (other processes >= {BUSY_CORES} core); raw "
-          f"{statistics.median(speeds['raw']) if kept else math.nan:.1f} tok/s"
+          f"left out as busy (other processes >= {BUSY_CORES} core); {names[0]} "
+          f"{statistics.median(speeds[names[0]]) if kept else math.nan:.1f} tok/s"
           + (f"; interval over {args.blocks} blocks of fresh servers" if args.blocks > 1
              else ""))
-    print("| addition | cost (raw / with - 1) | 95% interval |")
+    print(f"| addition | cost ({names[0]} / with - 1) | 95% interval |")
     print("|---|---|---|")
     for name in names[1:]:
         if not ratios[name]:
