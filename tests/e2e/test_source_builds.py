@@ -8,7 +8,6 @@ changes compiles; the first build of a tree still links and checks every object.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import socket
@@ -32,7 +31,7 @@ from farm.store.models import Job, Run
 from tests.e2e.test_fleet import Fleet, shared_redis_fleet, wait_for
 from tests.helpers import COPY_PROMPT, run_cli
 from workers.paths import NodePaths
-from workers.setup.builds import ccache_dir, load_manifest
+from workers.setup.builds import load_manifest
 from workers.setup.ondemand import make_source_build
 from workers.setup.provision import Provisioned
 
@@ -98,28 +97,23 @@ def _start_line(server: Path) -> str:
                 if "initializing" in line)
 
 
-def _ccache_counts(paths: NodePaths) -> dict[str, int]:
-    """The counters of the jobs' ccache (``ccache --print-stats``), then zeroed: one
-    build's, when read around it."""
-    env = {**os.environ, "CCACHE_DIR": str(ccache_dir(paths, trusted=False))}
-    shown = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True,
-                           check=True, env=env).stdout
-    stats = dict(line.split("\t") for line in shown.splitlines() if "\t" in line)
-    subprocess.run(["ccache", "--zero-stats"], capture_output=True, check=True, env=env)
-    hits = int(stats["direct_cache_hit"]) + int(stats["preprocessed_cache_hit"])
-    return {"hits": hits, "misses": int(stats["cache_miss"])}
+def _ccache_counts(said: str) -> dict[str, int]:
+    """The hits and misses a build said it had of the node's ccache (its last such line)."""
+    found = re.findall(r"\[build\] ccache: (\d+) hits?, (\d+) miss", said)
+    assert found, said[-2000:]
+    return {"hits": int(found[-1][0]), "misses": int(found[-1][1])}
 
 
 def test_two_commits_built_in_one_tree_each_binary_runs_its_own_code(
-        two_commits: TwoCommits, node_paths: NodePaths, node_cache: Path) -> None:
+        two_commits: TwoCommits, node_paths: NodePaths, node_cache: Path,
+        capfd: pytest.CaptureFixture[str]) -> None:
     paths = replace(node_paths, cache_dir=node_cache)
-    _ccache_counts(paths)
     started = time.monotonic()
     a = make_source_build(two_commits.source(two_commits.a), paths, [], None).manifest
-    a_seconds, first = time.monotonic() - started, _ccache_counts(paths)
+    a_seconds, first = time.monotonic() - started, _ccache_counts(capfd.readouterr().err)
     started = time.monotonic()
     b = make_source_build(two_commits.source(two_commits.b), paths, [], None).manifest
-    b_seconds, second = time.monotonic() - started, _ccache_counts(paths)
+    b_seconds, second = time.monotonic() - started, _ccache_counts(capfd.readouterr().err)
     # One tree, a fresh build folder per commit (a job's commit reads nothing another
     # commit's build wrote), removed once its binaries are copied out.
     assert a.configure[2] == b.configure[2] and a.configure[4] != b.configure[4]
@@ -137,8 +131,11 @@ def test_two_commits_built_in_one_tree_each_binary_runs_its_own_code(
     assert "initializing ..." in _start_line(Path(a.server))
     tree.with_name("moved").rename(tree)
     # B changed one translation unit (server.cpp): in its fresh folder every other object
-    # (about 190) comes from the jobs' ccache, seeded from the operator's.
-    assert 1 <= second["misses"] <= 3 and second["hits"] >= 150, second
+    # the operator's builds compiled (about 180) comes from the node's ccache, which a job's
+    # build reads and never writes, so what A compiled anew (the server-only configuration's
+    # own objects, a dozen) B compiles again, and server.cpp.
+    assert 1 <= second["misses"] <= first["misses"] + 1 and second["hits"] >= 150, \
+        (first, second)
     # A commit that does not compile fails with the compiler's own words.
     _git(two_commits.repo, "checkout", "-q", "-b", "broken")
     broken = two_commits.repo / SERVER_SOURCE

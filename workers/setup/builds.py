@@ -29,6 +29,7 @@ from typing import Literal
 from farm.errors import BuildUnavailable, ConfigError, RuntimeFarmError
 from farm.matrix.files import under
 from farm.matrix.sources import check_cmake_option
+from farm.words import plural
 from workers.job.resolve import NodeFiles
 from workers.job.runtime.probe import probe_binary
 from workers.job.runtime.sandbox import Sandbox
@@ -45,6 +46,8 @@ BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
 }
 _PYPI = re.compile(r"^pypi:(?P<package>[A-Za-z0-9_.-]+)==(?P<version>[A-Za-z0-9_.+-]+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# ccache's record of one build's compiles (CCACHE_STATSLOG), in its build folder.
+CCACHE_LOG = "ccache.stats"
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,8 @@ class BuildRequest:
     targets: tuple[str, ...] = ("llama-server",)
     build_number: int | None = None  # for trees without git history (sdists)
     # The operator's own build (`farm build`, `farm provision`), not a job's commit: it
-    # keeps one build folder per configuration and the operator's ccache. A job's commit
-    # builds in a fresh folder, with the jobs' ccache (one cache per trust level).
+    # keeps one build folder per configuration and writes the node's ccache. A job's
+    # commit builds in a fresh folder and only reads the ccache.
     trusted: bool = True
 
 
@@ -284,32 +287,32 @@ def build_key(request: BuildRequest, source: SourceTree) -> str:
     return _sha256({"source": source.identity, **_configuration(request)})
 
 
-def ccache_dir(paths: NodePaths, trusted: bool) -> Path:
-    """The ccache a build writes: the operator's (``CCACHE_DIR``, else the node's cache
-    dir) for the operator's builds, the jobs' for a job's commit, so that nothing a commit's
-    build writes is read by the operator's builds. The jobs' cache starts as a copy of the
-    operator's (what is trusted may serve what is not)."""
-    operator = Path(os.environ.get("CCACHE_DIR", str(paths.cache_dir / "ccache")))
-    if trusted:
-        return operator
-    jobs = paths.cache_dir / "ccache-jobs"
-    if not jobs.is_dir():
-        partial = jobs.with_name(jobs.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        if operator.is_dir():
-            shutil.copytree(operator, partial, symlinks=True)
-        else:
-            partial.mkdir(parents=True)
-        partial.rename(jobs)
-    return jobs
+def ccache_dir(paths: NodePaths) -> Path:
+    """The node's ccache: ``CCACHE_DIR``, else in the node's cache dir."""
+    return Path(os.environ.get("CCACHE_DIR", str(paths.cache_dir / "ccache")))
 
 
-def build_env(paths: NodePaths, tree: Path, trusted: bool) -> dict[str, str]:
+def build_env(paths: NodePaths, tree: Path, build: Path, trusted: bool) -> dict[str, str]:
     """The compile steps' whole environment: the allow-list llama-server gets (no farm
-    setting, URL or token), ccache keyed on paths relative to the tree, in the cache of the
-    build's trust level (``ccache_dir``)."""
-    return {**child_env(None), "CCACHE_BASEDIR": str(tree), "CCACHE_NOHASHDIR": "1",
-            "CCACHE_DIR": str(ccache_dir(paths, trusted))}
+    setting, URL or token), and ccache keyed on paths relative to the tree, counting its
+    hits in the build folder (``ccache_counts``). The operator's builds write the node's
+    ccache; a job's commit only reads it (it is bound read-only too), so that no commit
+    changes what another build compiles to."""
+    env = {**child_env(None), "CCACHE_BASEDIR": str(tree), "CCACHE_NOHASHDIR": "1",
+           "CCACHE_DIR": str(ccache_dir(paths)), "CCACHE_STATSLOG": str(build / CCACHE_LOG)}
+    if not trusted:
+        env |= {"CCACHE_READONLY": "1", "CCACHE_TEMPDIR": str(build / "ccache-tmp")}
+    return env
+
+
+def ccache_counts(build: Path) -> tuple[int, int]:
+    """The hits and misses ccache logged for the compiles of one build folder."""
+    try:
+        lines = (build / CCACHE_LOG).read_text().splitlines()
+    except OSError:
+        return 0, 0
+    hits = sum(line in ("direct_cache_hit", "preprocessed_cache_hit") for line in lines)
+    return hits, lines.count("cache_miss")
 
 
 def manifest_path(name: str, paths: NodePaths) -> Path:
@@ -395,12 +398,16 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
         build_dir = source.path / f"build-specfarm-{key[:12]}"
         shutil.rmtree(build_dir, ignore_errors=True)
     build_dir.mkdir(parents=True, exist_ok=True)
-    env = build_env(paths, source.path, request.trusted)
+    (build_dir / CCACHE_LOG).unlink(missing_ok=True)
+    env = build_env(paths, source.path, build_dir, request.trusted)
     sandbox = Sandbox(paths.sandbox)
-    # The sandbox reads the tree and writes only the build folder and the ccache.
-    step = partial(compile_step, sandbox=sandbox, trusted=request.trusted,
-                   read=source.reads, bound=build_dir,
-                   write=[build_dir, Path(env["CCACHE_DIR"])])
+    # The sandbox reads the tree and writes only the build folder; the node's ccache is
+    # written by the operator's builds and read by a job's.
+    cache = [ccache_dir(paths)]
+    cache[0].mkdir(parents=True, exist_ok=True)
+    step = partial(compile_step, sandbox=sandbox, trusted=request.trusted, bound=build_dir,
+                   read=[*source.reads, *([] if request.trusted else cache)],
+                   write=[build_dir, *(cache if request.trusted else [])])
     configure = configure_argv(request, source.path, build_dir)
     log = source.path / f"{build_dir.name}.log"
     log.unlink(missing_ok=True)
@@ -408,6 +415,8 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
     step(build_argv(build_dir, request.targets), env, "the build", log)
     binaries = [build_dir / "bin" / target for target in request.targets
                 if (build_dir / "bin" / target).is_file()]
+    hits, misses = ccache_counts(build_dir)
+    say(f"ccache: {plural(hits, 'hit')}, {plural(misses, 'miss', 'misses')}")
     probe = probe_binary(build_dir / "bin" / "llama-server", sandbox, trusted=request.trusted)
     manifest = BuildManifest(
         name=request.name, key=key, source=request.source, ref=request.ref,
