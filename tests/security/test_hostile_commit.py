@@ -20,8 +20,8 @@ its files, so these tests can fail. (The worker's variables reach neither way: b
 servers get a minimal environment whether sandboxed or not.)
 
 Each test builds the commit in a cache dir of its own (so its configure runs the planted
-CMake code); the jobs' ccache starts as a copy of the node's, so only the configure, the
-commit's own translation units and the links cost time.
+CMake code); the node's ccache serves what the provisioned build compiled, so only the
+configure, the commit's own translation units and the links cost time.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ foreach(_hostile_target {targets})
     string(APPEND _hostile_wrote " ${{_hostile_target}}")
   endif()
 endforeach()
-# The ccache the build must write (outside the build dir too): said, not counted.
+# The node's ccache, which a job's build reads and may not write (planted() looks there).
 execute_process(COMMAND cp "${{CMAKE_BINARY_DIR}}/hostile-got.txt"
                         "$ENV{{CCACHE_DIR}}/planted-by-cmake"
                 RESULT_VARIABLE _hostile_ccache ERROR_QUIET)
