@@ -33,8 +33,13 @@ def test_a_matrix_binary_is_not_executed_without_the_opt_in(tmp_path: Path,
         assert "farm build theirs --binary PATH" in result.stderr
         assert not marker.exists()
     opted_in = run_cli("run", "--dry-run", "--allow-build-path", str(path))
-    assert marker.exists(), "the opt-in runs it (its --version and --help)"
+    # The opt-in runs it (its --version and --help), in the sandbox: its marker lands in
+    # the sandbox's private /tmp. With the sandbox off it lands here.
     assert opted_in.exit_code == 2 and "is this a llama-server binary?" in opted_in.stderr
+    assert not marker.exists()
+    unsandboxed = run_cli("run", "--dry-run", "--allow-build-path", str(path),
+                          env={"FARM_SANDBOX": "off"})
+    assert unsandboxed.exit_code == 2 and marker.exists()
 
 
 def test_a_registered_binary_runs_by_name(tmp_path: Path, smollm2: Path,

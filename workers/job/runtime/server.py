@@ -20,6 +20,7 @@ from typing import IO
 import httpx
 
 from farm.errors import ProcessNotStarted, ServerStartError
+from farm.matrix.schema import split_shards
 from workers.job.runtime import server_log
 from workers.job.runtime.sandbox import Sandbox, inner_pid
 
@@ -138,7 +139,10 @@ class LlamaServer:
         assert self._socket_dir is not None
         if not self.sandboxed:
             return self.argv
-        reads = [Path(self.binary).resolve(), Path(self.model).resolve(), *self.reads]
+        model = Path(self.model).resolve()
+        # A split GGUF's shards lie beside its first, where llama-server opens them.
+        shards = [model.with_name(name) for name in split_shards(model.name)]
+        reads = [Path(self.binary).resolve(), *shards, *self.reads]
         wrapped = self.sandbox.command(self.argv, self.env, trusted=self.trusted, read=reads,
                                        gpu=self.gpu)
         cut = wrapped.index("--")
@@ -192,6 +196,10 @@ class LlamaServer:
     def _popen(self, log: IO[bytes]) -> subprocess.Popen[bytes]:
         """Start the process; a command line or binary that cannot start is the job's
         fault (``config``), never an exception that leaves a job running."""
+        if self.sandboxed and not os.access(self.binary, os.X_OK):
+            # Inside, bubblewrap would only exit 1 saying so: the same error as without it.
+            raise ProcessNotStarted(f"llama-server {self.binary} could not be started: "
+                                    f"{os.strerror(errno.EACCES)}")
         try:
             return subprocess.Popen(
                 self.command(), stdin=subprocess.DEVNULL, stdout=log,
