@@ -15,13 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from farm.errors import BuildUnavailable
+from farm.errors import BuildUnavailable, ConfigError
+from farm.settings import load_settings
 from tests.helpers import matrix_dict, run_cli, write_matrix
+from workers.fleet.config import load_worker_config
 from workers.job.runtime import sandbox as sandbox_module
 from workers.job.runtime.client import ServerClient
 from workers.job.runtime.sandbox import Sandbox, sandbox_status
 from workers.job.runtime.server import LlamaServer, child_env
 from workers.job.telemetry import Sampler
+from workers.paths import NodePaths
 from workers.setup.provision import Provisioned
 
 # The system's Python (under /usr, which the sandbox binds): the test's own is in .venv.
@@ -190,3 +193,14 @@ def test_farm_run_says_when_a_commit_would_run_unsandboxed(tmp_path: Path,
     off = run_cli("run", "--dry-run", str(matrix), env={"FARM_SANDBOX": "off"})
     assert off.exit_code == 0, off.output
     assert "note: sandbox: off (set by this node's operator)" in off.output
+
+
+def test_a_sandbox_setting_other_than_on_or_off_is_refused_naming_it(
+        tmp_path: Path, node_paths: NodePaths, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FARM_SANDBOX", "maybe")
+    with pytest.raises(ConfigError, match="FARM_SANDBOX='maybe'"):
+        load_settings()
+    config = tmp_path / "worker.yaml"
+    config.write_text("gpu-class: cpu\nsandbox: 'no\\n'\nbuilds: {}\nsources: [x]\n")
+    with pytest.raises(ConfigError, match=r"worker.yaml: sandbox: Input should be 'on' or 'off'"):
+        load_worker_config(config, node_paths, gpu_class=None, devices=None)
