@@ -143,10 +143,8 @@ class LlamaServer:
         # A split GGUF's shards lie beside its first, where llama-server opens them.
         shards = [model.with_name(name) for name in split_shards(model.name)]
         reads = [Path(self.binary).resolve(), *shards, *self.reads]
-        wrapped = self.sandbox.command(self.argv, self.env, trusted=self.trusted, read=reads,
-                                       gpu=self.gpu)
-        cut = wrapped.index("--")
-        return [*wrapped[:cut], "--bind", str(self._socket_dir), SOCKET_DIR, *wrapped[cut:]]
+        return self.sandbox.command(self.argv, self.env, trusted=self.trusted, read=reads,
+                                    moved=[(self._socket_dir, SOCKET_DIR)], gpu=self.gpu)
 
     def __enter__(self) -> LlamaServer:
         self.start()
