@@ -5,87 +5,23 @@ nightly campaigns of one matrix on three builds, the third with a planted cost p
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
-from farm.matrix.load import load_matrix
-from farm.matrix.spec import JobSpec
-from farm.results.rows import run_facts
-from farm.results.runs import job_runs
-from farm.store import repo
 from farm.store.db import upgrade
-from farm.store.models import Run
+from tests.fixtures.nights import store_nights
 from tests.helpers import matrix_dict, run_cli, write_matrix
-from workers.job.sinks import job_values
-
-PAIRS = 4
-# Each night: its build's name, number and commit, the variant's tok/s, its draft timer.
-NIGHTS = {"night-1": ("b1", 101, "1" * 40, 30.0, 2.0),
-          "night-2": ("b2", 102, "2" * 40, 30.0, 2.0),
-          # 1000/24.9 - 1000/30 = 6.83 ms more per token, all of it in the draft timer.
-          "night-3": ("b3", 103, "3" * 40, 24.9, 8.83)}
-
-
-def _runs(job_id: int, night: str, rng: np.random.Generator, started: datetime) -> list[Run]:
-    build, number, commit, variant_tok_s, draft_ms = NIGHTS[night]
-    runs = []
-    for pair in range(PAIRS):
-        arms = ("baseline", "variant") if pair % 2 == 0 else ("variant", "baseline")
-        for position, arm in enumerate(arms):
-            tok_s = (20.0 if arm == "baseline" else variant_tok_s) * rng.lognormal(0, 0.01)
-            spec = arm == "variant"
-            runs.append(Run(
-                job_id=job_id, arm=arm, arm_name=arm, block=2 * pair + position, pair=pair,
-                position=position, prompt_id="copy", prompt_category="rewrite", repetition=0,
-                prompt_tokens=10, generated_tokens=41, decode_tok_s=tok_s, ttft_ms=5.0,
-                e2e_ms=100.0, spec_drafts=20 if spec else 0, spec_drafted=60 if spec else 0,
-                spec_accepted=40 if spec else 0,
-                spec_accepted_per_pos=[18, 14, 8] if spec else [],
-                spec_draft_ms=draft_ms * 40 * rng.lognormal(0, 0.02) if spec else None,
-                spec_accept_ms=1.0 if spec else None, text="t",
-                server_version=f"version: 0.2.0-dev (build {number}, commit {commit[:9]})",
-                build_name=build, build_commit=commit, model_file="m.gguf", model_size=1,
-                model_sha256="0" * 64, host="h", argv=[],
-                started_at=started + timedelta(minutes=2 * pair + position)))
-    return runs
-
-
-def _night(engine: Engine, tmp_path: Path, night: str, rng: np.random.Generator,
-           started: datetime) -> JobSpec:
-    """One campaign of the matrix on the night's build, finished with its summary."""
-    path = write_matrix(tmp_path, matrix_dict(Path("m.gguf"), campaign=night,
-                                              build=NIGHTS[night][0], pairs=PAIRS,
-                                              **{"max-pairs": PAIRS}), f"{night}.yaml")
-    [spec] = load_matrix(path)[1]
-    [job_id] = repo.register(engine, night, str(path), [spec])
-    with Session(engine) as session, session.begin():
-        session.add_all(_runs(job_id, night, rng, started))
-    values = job_values(job_runs(engine, job_id), run_facts(engine, job_id), kind=spec.kind,
-                        asked=True, pairs=PAIRS, stop_reason="fixed", design=spec.design,
-                        no_agreement=None)
-    repo.mark_finished(engine, job_id, "done", summary=values)
-    return spec
 
 
 @pytest.fixture
 def nights(engine: Engine, tmp_path: Path) -> tuple[str, Path]:
-    """The three nights stored (the second first: builds are ordered by number, not by
-    when they ran); the comparable key and a matrix file of the experiment."""
-    # The draws of this seed hold no chance call (the test is of the path, not of the
-    # error rate: tests/unit/test_history_changes.py measures that).
-    rng = np.random.default_rng(2026)
+    """The three nights stored (tests/fixtures/nights.py): the comparable key and a matrix
+    file of the experiment."""
     upgrade(engine)
-    start = datetime(2026, 12, 1, tzinfo=UTC)
-    specs = [_night(engine, tmp_path, night, rng, start + timedelta(days=day))
-             for day, night in enumerate(("night-2", "night-1", "night-3"))]
-    assert len({spec.comparable_key for spec in specs}) == 1
-    return specs[0].comparable_key, tmp_path / "night-1.yaml"
+    return store_nights(engine, tmp_path)
 
 
 def _farm(url: str, *args: str) -> Any:
