@@ -25,7 +25,6 @@ from sqlalchemy import Engine, select
 from farm.errors import ConfigError
 from farm.matrix.flags import varying_text
 from farm.matrix.spec import JobSpec
-from farm.results.summary import JobSummary, SummaryError, read_summary
 from farm.stats.changes import PAIRED_COLUMNS, POINT_COLUMNS, describe, find_changes
 from farm.stats.difference import ratio_p_value
 from farm.stats.history import (
@@ -37,6 +36,7 @@ from farm.stats.history import (
     series_order,
 )
 from farm.store.models import Campaign, Job, JobState, Run
+from farm.summary import JobSummary, SummaryError, read_summary
 from farm.versions import parse_version
 
 # What the series read of each run (farm.stats.history.block_values), and the build's.

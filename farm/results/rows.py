@@ -3,7 +3,7 @@
 ``job_rows`` is the per-job report in plain Python (no pandas, no numpy: loading them took
 0.4 s of a cold ``farm report --format json``, which prints the rows as they are);
 ``job_report`` is the same rows as the frame every other report works on. A row's
-statistics are the fields of the job's summary (``farm.results.summary``), its facts the
+statistics are the fields of the job's summary (``farm.summary``), its facts the
 summary's run facts or, for a job without them, what SQL reads from its runs.
 """
 
@@ -20,9 +20,9 @@ from sqlalchemy import Connection, Engine, RowMapping, bindparam, text
 from farm.gpus import bandwidth_bound_share
 from farm.matrix.flags import varying_text
 from farm.results.sql import job_report_sql, run_facts_sql
-from farm.results.summary import FACTS, STATISTICS, RunFacts, upgraded
 from farm.stats.intervals import best_of_interval
 from farm.store.campaigns import campaign_id
+from farm.summary import FACTS, STATISTICS, RunFacts, upgraded
 
 if TYPE_CHECKING:
     import pandas as pd

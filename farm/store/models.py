@@ -115,7 +115,7 @@ class Job(Base):
     # shown as a speedup) or "not-requested".
     speculation: Mapped[str | None] = mapped_column(String(16))
     # Written when the job finishes: pairs run, why the design stopped adding pairs, and
-    # its summary (farm.results.summary: the speedup with its interval over block pairs,
+    # its summary (farm.summary: the speedup with its interval over block pairs,
     # output agreement, drift, the run facts) so reports need not recompute them from
     # every run.
     pairs: Mapped[int | None] = mapped_column(Integer)

@@ -262,7 +262,7 @@ def test_job_speedup_names_its_median_speedup_and_keeps_its_values(engine: Engin
 
 
 def test_stored_summaries_get_their_version_and_every_version_reads(engine: Engine) -> None:
-    from farm.results.summary import JobSummary, RunFacts, read_summary
+    from farm.summary import JobSummary, RunFacts, read_summary
 
     facts = {"baseline_tok_s": 10.0, "drafted": 8, "accepted": 6, "runs": 4}
     shapes = [{"speedup": 1.2, "pairs": 4},  # before log_se
@@ -310,7 +310,7 @@ def _without(summary: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def test_a_version_6_summary_reads_and_downgrades_to_version_5(engine: Engine) -> None:
-    from farm.results.summary import JobSummary, RunFacts, read_summary
+    from farm.summary import JobSummary, RunFacts, read_summary
 
     # A version 6 summary as that farm stored it: today's less what version 7 added.
     summary = {**_without(JobSummary(speedup=1.2, busy_blocks=3, measured_blocks=8,

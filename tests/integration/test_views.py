@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 from farm.results.groups import group_report
 from farm.results.rows import job_report, run_facts
 from farm.results.runs import runs_frame
-from farm.results.summary import JobSummary
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Campaign, Job, Run
+from farm.summary import JobSummary
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

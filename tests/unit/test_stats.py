@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 
 from farm.results.summarize import summarize
-from farm.results.summary import JobSummary, RunFacts
 from farm.stats.acceptance import acceptance, rate_interval
 from farm.stats.agreement import agreement, stop_mismatches
 from farm.stats.design import Design
@@ -40,6 +39,7 @@ from farm.stats.speedup import (
 )
 from farm.stats.traffic import latency
 from farm.stats.twostage import planned_pairs, stop_decision
+from farm.summary import JobSummary, RunFacts
 
 SpeedFn = Callable[[str, int, str, int], float]
 

@@ -8,12 +8,12 @@ import math
 import numpy as np
 
 from farm.results.summarize import summarize
-from farm.results.summary import RunFacts
 from farm.stats.curve import cost_curve
 from farm.stats.design import Design
 from farm.stats.pooling import pool_jobs
 from farm.stats.prediction import INSUFFICIENT, Profile, predict_speedup
 from farm.stats.speedup import ZERO_SPREAD, estimate
+from farm.summary import RunFacts
 from tests.unit.test_stats import make_runs
 
 

@@ -20,11 +20,11 @@ from farm.matrix.spec import Arm, JobKind
 from farm.results.rows import run_facts
 from farm.results.runs import job_runs, job_streams
 from farm.results.summarize import summarize
-from farm.results.summary import RunFacts
 from farm.retry import retrying
 from farm.stats.design import Design
 from farm.store import leases, repo
 from farm.store.models import GpuSample, Job, Run, Stream
+from farm.summary import RunFacts
 from workers.job.checks import Preflight, asks_for_speculation
 from workers.job.executor import Outcome, RunKey, RunResult, Slot, host_name
 from workers.job.runtime.server_log import SpecStats
