@@ -20,6 +20,7 @@ from farm.matrix.crossbuild import cross_build_specs
 from farm.matrix.load import load_matrix
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec, ModelRef
+from farm.results.finish import finished_job_values
 from farm.settings import Settings
 from farm.store import repo
 from farm.store.db import connected, upgrade
@@ -30,7 +31,7 @@ from workers.job.checks import Preflight, check_arms, preflight
 from workers.job.executor import RunResult, execute_job
 from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_builds
 from workers.job.runtime.sandbox import Sandbox
-from workers.job.sinks import DbRunSink, finish_values
+from workers.job.sinks import DbRunSink
 from workers.job.telemetry import GpuInfo, all_gpus
 from workers.paths import NodePaths, downloaded_files
 from workers.setup.builds import built_here
@@ -159,8 +160,10 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: Nod
                 progress.failed(spec, exc)
                 failed += 1
                 continue
-            repo.mark_finished(engine, job_id, JobState.DONE,
-                               summary=finish_values(engine, job_id, outcome))
+            summary = finished_job_values(engine, job_id, outcome.checked.spec,
+                                          asked=outcome.speculation_asked, pairs=outcome.pairs,
+                                          stop_reason=outcome.stop_reason)
+            repo.mark_finished(engine, job_id, JobState.DONE, summary=summary)
     finally:
         progress.close()
     return failed

@@ -3,6 +3,7 @@
     sql        the per-job report queries and the run facts they share
     summary    the typed, versioned job summary, and the upgrades of older ones
     summarize  a job's summary made from its runs (the one function that does)
+    finish     a finished job's row values: its summary, how it ended, speculation or none
     rows       the per-job report rows (plain Python) and their frame
     runs       runs as the tidy frame: a campaign's, one job's, its streams
     groups     jobs combined per group and per prompt category

@@ -44,13 +44,13 @@ import yaml
 from sqlalchemy import bindparam, update
 from sqlalchemy.engine import make_url
 
+from farm.results.finish import job_summary_values
 from farm.results.rows import run_facts
 from farm.results.runs import job_runs
 from farm.stats.design import Design
 from farm.store import registry
 from farm.store.db import make_engine
 from farm.store.models import Job
-from workers.job.sinks import job_values
 
 CAMPAIGNS = 10
 JOBS_PER_CAMPAIGN = 1_000
@@ -285,11 +285,11 @@ def fill(bench: Bench) -> None:
 
 def _summarize_jobs(task: tuple[str, list[int]]) -> int:
     """Each job's summary as a worker computes it when the job finishes (its runs read back,
-    ``workers.job.sinks.job_values``), written in one statement."""
+    ``farm.results.finish.job_summary_values``), written in one statement."""
     db_url, job_ids = task
     engine = make_engine(db_url)
     try:
-        values = [{"job_id": job_id, **job_values(
+        values = [{"job_id": job_id, **job_summary_values(
             job_runs(engine, job_id), run_facts(engine, job_id), kind="variant", asked=True,
             pairs=FILL_PAIRS, stop_reason=f"max pairs ({FILL_PAIRS}) reached",
             design=Design(FILL_PAIRS, FILL_PAIRS), no_agreement=None)}

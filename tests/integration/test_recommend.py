@@ -5,7 +5,7 @@ synthetic-acceptance jobs measure speedup L / (1 + 0.3 k) at acceptance length L
 drafter whose acceptance falls off after position 2 (0.9, 0.8, 0.1, 0.05 per draft): the
 predicted speedups are 1.46x, 1.69x, 1.47x and 1.30x at n-max 1-4, so n-max 2 is best and
 n-max 4 worst. The runs are written as a worker writes them (block pairs, summaries from
-``workers.job.sinks.job_values``); only the numbers are made up.
+``farm.results.finish.job_summary_values``); only the numbers are made up.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from sqlalchemy.orm import Session
 
 from farm.matrix.load import load_matrix
 from farm.matrix.spec import JobSpec
+from farm.results.finish import job_summary_values
 from farm.results.rows import run_facts
 from farm.results.runs import job_runs
 from farm.store import repo
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Job, Run
 from tests.helpers import run_cli, write_matrix
-from workers.job.sinks import job_values
 
 RATES = (0.9, 0.8, 0.1, 0.05)
 DRAFTS = 100
@@ -104,7 +104,7 @@ def _store(engine: Engine, matrix_path: Path, speeds: dict[str, float] | None = 
             if speeds is not None:
                 speedup = speeds[spec.variant.name]
             session.add_all(_runs(job_id, spec, rng, speedup, per_position))
-    values = [{"job_id": job_id, "state": "done", **job_values(
+    values = [{"job_id": job_id, "state": "done", **job_summary_values(
         job_runs(engine, job_id), run_facts(engine, job_id), kind=spec.kind, asked=True,
         pairs=PAIRS, stop_reason="fixed", design=spec.design,
         no_agreement=spec.outputs_differ)} for job_id, spec in zip(job_ids, specs, strict=True)]

@@ -24,6 +24,7 @@ from farm.matrix.spec import JobSpec
 from farm.report import cells
 from farm.report.headline import with_headlines
 from farm.report.text import rows_to_json, to_json
+from farm.results.finish import job_summary_values
 from farm.results.rows import REPORT_COLUMNS, job_report, job_rows, run_facts
 from farm.results.runs import job_runs
 from farm.stats.design import Design
@@ -31,7 +32,6 @@ from farm.store import repo
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Job, Run
 from tests.helpers import matrix_dict, run_cli, write_matrix
-from workers.job.sinks import job_values
 
 REPO = Path(__file__).resolve().parents[2]
 PAIRS = 3
@@ -94,10 +94,10 @@ def _runs(job_id: int, ratio: float) -> list[Run]:
 
 def _finish(engine: Engine, job_id: int, spec: JobSpec) -> None:
     """What a worker writes when the job finishes: its summary and typed statistics."""
-    values = job_values(job_runs(engine, job_id), run_facts(engine, job_id),
-                        kind=spec.kind, asked=not spec.control, pairs=PAIRS,
-                        stop_reason=f"max pairs ({PAIRS}) reached",
-                        design=Design(PAIRS, PAIRS), no_agreement=spec.outputs_differ)
+    values = job_summary_values(job_runs(engine, job_id), run_facts(engine, job_id),
+                                kind=spec.kind, asked=not spec.control, pairs=PAIRS,
+                                stop_reason=f"max pairs ({PAIRS}) reached",
+                                design=Design(PAIRS, PAIRS), no_agreement=spec.outputs_differ)
     repo.mark_finished(engine, job_id, "done", summary=values)
 
 

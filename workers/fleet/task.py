@@ -36,6 +36,7 @@ from farm.errors import (
 from farm.fleet.app import TASK_NAME
 from farm.fleet.reconcile import reconcile
 from farm.matrix.spec import JobSpec
+from farm.results.finish import finished_job_values
 from farm.retry import OUTAGE, TRANSIENT, FailingLog, retrying
 from farm.settings import Settings
 from farm.store import leases, registry
@@ -45,7 +46,7 @@ from workers.fleet.config import WorkerConfig
 from workers.job.admission import admit
 from workers.job.executor import Outcome, execute_job, host_name
 from workers.job.resolve import resolve
-from workers.job.sinks import LeasedRunSink, finish_values
+from workers.job.sinks import LeasedRunSink
 from workers.job.telemetry import GpuInfo
 from workers.paths import NodePaths
 from workers.setup.download import fetch_models
@@ -249,8 +250,10 @@ def _run(worker: WorkerContext, lease: leases.Lease, spec: JobSpec, max_attempts
     try:
         with LeaseKeeper(engine, lease, settings.lease_seconds) as keeper:
             outcome, build_seconds = _measure(worker, lease, spec, keeper)
-        summary = patient(lambda: {**finish_values(engine, job_id, outcome),
-                                   "build_seconds": build_seconds or None}, "summarizing")
+        summary = patient(lambda: {**finished_job_values(
+            engine, job_id, outcome.checked.spec, asked=outcome.speculation_asked,
+            pairs=outcome.pairs, stop_reason=outcome.stop_reason),
+            "build_seconds": build_seconds or None}, "summarizing")
     except Unavailable as exc:
         return _refuse(worker, lease, exc)
     except leases.LeaseLost as exc:

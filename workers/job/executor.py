@@ -26,7 +26,7 @@ from farm.stats.design import StopDecision
 from farm.stats.frame import tidy_runs
 from farm.stats.speedup import pair_log_ratios, pair_orders
 from farm.stats.twostage import stop_decision
-from workers.job.checks import Preflight, preflight
+from workers.job.checks import Preflight, asks_for_speculation, preflight
 from workers.job.quiet import settle
 from workers.job.resolve import NodeFiles, flag_files
 from workers.job.runtime.client import Generation, ServerClient, SpecCounters
@@ -148,6 +148,11 @@ class Outcome:
     checked: Preflight
     pairs: int
     stop_reason: str
+
+    @property
+    def speculation_asked(self) -> bool:
+        """Whether the job's variant asked for speculative decoding of any kind."""
+        return asks_for_speculation(self.checked.spec.variant)
 
 
 class RunSink(Protocol):

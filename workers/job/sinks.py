@@ -1,4 +1,5 @@
-"""Where the executor's results go: run, sample and summary rows in the store.
+"""Where the executor's results go: run, stream and GPU sample rows in the store (the
+job's summary is ``farm.results.finish``'s, written with its final state).
 
 ``DbRunSink`` writes straight to the store (``farm run``, the single owner);
 ``LeasedRunSink`` writes only under a worker's lease on the job (the fleet).
@@ -12,21 +13,15 @@ from collections.abc import Callable
 from dataclasses import asdict, fields
 from typing import Any
 
-import pandas as pd
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
-from farm.matrix.spec import Arm, JobKind
-from farm.results.rows import run_facts
-from farm.results.runs import job_runs, job_streams
-from farm.results.summarize import summarize
+from farm.matrix.spec import Arm
 from farm.retry import retrying
-from farm.stats.design import Design
 from farm.store import leases, repo
 from farm.store.models import GpuSample, Job, Run, Stream
-from farm.summary import RunFacts
-from workers.job.checks import Preflight, asks_for_speculation
-from workers.job.executor import Outcome, RunKey, RunResult, Slot, host_name
+from workers.job.checks import Preflight
+from workers.job.executor import RunKey, RunResult, Slot, host_name
 from workers.job.runtime.server_log import SpecStats
 from workers.job.telemetry import Sample
 from workers.job.telemetry.node import NodeLoad
@@ -37,38 +32,6 @@ log = logging.getLogger("farm.worker")
 def _commit(arm: Arm) -> str | None:
     """The commit a source build was made from; None for a build by name."""
     return arm.build.source.commit if arm.build.source is not None else None
-
-
-def finish_values(engine: Engine, job_id: int, outcome: Outcome) -> dict[str, Any]:
-    """What the job found, as values for its row (written with its final state).
-
-    Computed afresh from every run the job has at each finish, so the summary of a job
-    resumed or retried covers the runs of all its attempts.
-    """
-    spec = outcome.checked.spec
-    return job_values(job_runs(engine, job_id), run_facts(engine, job_id), kind=spec.kind,
-                      asked=asks_for_speculation(spec.variant), pairs=outcome.pairs,
-                      stop_reason=outcome.stop_reason, design=spec.design,
-                      no_agreement=spec.outputs_differ,
-                      streams=job_streams(engine, job_id) if spec.concurrency > 1 else None)
-
-
-def job_values(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, asked: bool, pairs: int,
-               stop_reason: str, design: Design, no_agreement: str | None,
-               streams: pd.DataFrame | None = None) -> dict[str, Any]:
-    """A job's row values from its runs and their facts: the pairs it ran and why it
-    stopped, its summary (``farm.results.summarize``), the summary's log_se and df as typed
-    columns, and whether speculation happened.
-
-    A variant that asked for speculation (``asked``) and drafted nothing is marked
-    ``none``; reports never show its speedup.
-    """
-    summary = summarize(runs, facts, kind=kind, design=design, no_agreement=no_agreement,
-                        streams=streams)
-    verdict = "not-requested" if not asked else "ok" if facts.drafted else "none"
-    return {"speculation": verdict, "pairs": pairs, "stop_reason": stop_reason,
-            "log_se": summary.log_se, "df": summary.df,
-            "summary": summary.model_dump(mode="json")}
 
 
 class DbRunSink:

@@ -1,0 +1,51 @@
+"""What a finished job's row gets with its final state: how it ended, its summary made
+afresh from every run it has in the store (``farm.results.summarize``), the summary's
+log_se and df as typed columns, and whether speculation happened."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import Engine
+
+from farm.matrix.spec import JobKind, JobSpec
+from farm.results.rows import run_facts
+from farm.results.runs import job_runs, job_streams
+from farm.results.summarize import summarize
+from farm.stats.design import Design
+from farm.summary import RunFacts
+
+
+def finished_job_values(engine: Engine, job_id: int, spec: JobSpec, *, asked: bool, pairs: int,
+                        stop_reason: str) -> dict[str, Any]:
+    """The row values of job ``job_id`` (run as ``spec``) that ran ``pairs`` block pairs and
+    stopped for ``stop_reason``; ``asked``: whether its variant asked for speculation.
+
+    Computed afresh from every run the job has at each finish, so the summary of a job
+    resumed or retried covers the runs of all its attempts.
+    """
+    return job_summary_values(job_runs(engine, job_id), run_facts(engine, job_id),
+                              kind=spec.kind, asked=asked, pairs=pairs,
+                              stop_reason=stop_reason, design=spec.design,
+                              no_agreement=spec.outputs_differ,
+                              streams=job_streams(engine, job_id) if spec.concurrency > 1
+                              else None)
+
+
+def job_summary_values(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, asked: bool,
+                       pairs: int, stop_reason: str, design: Design, no_agreement: str | None,
+                       streams: pd.DataFrame | None = None) -> dict[str, Any]:
+    """A job's row values from its runs and their facts: the pairs it ran and why it
+    stopped, its summary (``farm.results.summarize``), the summary's log_se and df as typed
+    columns, and whether speculation happened.
+
+    A variant that asked for speculation (``asked``) and drafted nothing is marked
+    ``none``; reports never show its speedup.
+    """
+    summary = summarize(runs, facts, kind=kind, design=design, no_agreement=no_agreement,
+                        streams=streams)
+    verdict = "not-requested" if not asked else "ok" if facts.drafted else "none"
+    return {"speculation": verdict, "pairs": pairs, "stop_reason": stop_reason,
+            "log_se": summary.log_se, "df": summary.df,
+            "summary": summary.model_dump(mode="json")}
