@@ -29,9 +29,9 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from farm.matrix.spec import JobKind
-
 SUMMARY_VERSION: Final = 7
+# What a job measures (farm.matrix.spec.JobSpec.kind), kept in its summary.
+JobKind = Literal["variant", "control", "synthetic", "builds"]
 
 
 def _finite(value: Any) -> Any:

@@ -40,10 +40,9 @@ from farm.matrix.schema import (
 )
 from farm.matrix.sources import REF_PATTERN, check_cmake_option
 from farm.stats.design import Design
+from farm.summary import JobKind
 
 ArmRole = Literal["baseline", "variant"]
-# What a job measures (JobSpec.kind).
-JobKind = Literal["variant", "control", "synthetic", "builds"]
 
 
 class Frozen(BaseModel):

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from farm.columns import table_columns
 from farm.report import cells, plots
 from farm.report.headline import headlines, provenance
 from farm.report.sheet import Sheet
@@ -115,50 +116,46 @@ def _busy_cell(row: Mapping[Any, Any]) -> str:
     return escape("; ".join(cells.block_notes(row)))
 
 
-# The per-job columns a narrow window hides: rank 2 below 1800 px, rank 1 below 1100 px too.
-_JOB_RANKS = {"job": 2, "varying flags": 1, "pairs": 1, "stop reason": 2,
-              "mean accepted length": 2, "drift": 1, "node": 2, "baseline tok/s": 1,
-              "variant tok/s": 1, "draft / verify ms per token": 2,
-              "memory MiB (+variant, draft context)": 2}
-
-
 def _flags_cell(row: Mapping[Any, Any]) -> str:
     """One varying flag per line, never broken inside a flag."""
     return "<br>".join(f'<span class="flags">{escape(flag)}</span>'
                        for flag in cells.text(row.get("varying_flags")).split())
 
 
+# Each per-job column's cell on the page (farm.columns.JOB_TABLE: headers, order, ranks).
+JOB_CELLS: dict[str, _Cell] = {
+    "job": lambda row: escape(cells.text(row.get("job_key"))[:10]),
+    "model": _plain("model"),
+    "variant": lambda row: escape(cells.variant(row)),
+    "varying flags": _flags_cell,
+    "baseline tok/s": _number("baseline_tok_s", cells.number),
+    "variant tok/s": _number("variant_tok_s", cells.number),
+    "speedup [95% CI]": lambda row: escape(cells.interval(row.get("speedup"), row.get("ci_low"),
+                                                          row.get("ci_high"))),
+    "pairs": _number("pairs", cells.count),
+    "stop reason": _plain("stop_reason"),
+    "accept": _number("acceptance_rate", cells.percent),
+    "mean accepted length": _number("mean_accepted_length", lambda v: cells.number(v, 2)),
+    "agree": _agreement_cell,
+    "drift": _drift_cell,
+    "node": _busy_cell,
+    "draft / verify ms/tok": lambda row: escape(cells.time_split(
+        row.get("draft_ms_per_token"), row.get("verify_ms_per_token"))),
+    "memory MiB": lambda row: escape(cells.memory_cost(row.get("memory_cost_mb"),
+                                                       row.get("draft_context_mib"))),
+}
+_JOB_RANKS = {column.header: column.html_rank for column in table_columns("html")}
+
+
 def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
     """(header, cell renderer, numeric) for the per-job table; a campaign column first when
-    its rows come from several."""
+    its rows come from several, the mean accepted length where the rows have it."""
     several = "campaign" in jobs.columns and jobs["campaign"].nunique() > 1
-    columns: list[tuple[str, _Cell, bool]] = [
-        *([("campaign", _plain("campaign"), False)] if several else []),
-        ("job", lambda row: escape(cells.text(row.get("job_key"))[:10]), False),
-        ("model", _plain("model"), False),
-        ("variant", lambda row: escape(cells.variant(row)), False),
-        ("varying flags", _flags_cell, False),
-        ("speedup", lambda row: escape(cells.interval(row.get("speedup"), row.get("ci_low"),
-                                                      row.get("ci_high"))), True),
-        ("pairs", _number("pairs", cells.count), True),
-        ("stop reason", _plain("stop_reason"), False),
-        ("acceptance", _number("acceptance_rate", cells.percent), True),
-    ]
-    if "mean_accepted_length" in jobs.columns:
-        columns.append(("mean accepted length",
-                        _number("mean_accepted_length", lambda v: cells.number(v, 2)), True))
-    columns += [
-        ("agreement", _agreement_cell, True),
-        ("drift", _drift_cell, False),
-        ("node", _busy_cell, False),
-        ("baseline tok/s", _number("baseline_tok_s", cells.number), True),
-        ("variant tok/s", _number("variant_tok_s", cells.number), True),
-        ("draft / verify ms per token", lambda row: escape(cells.time_split(
-            row.get("draft_ms_per_token"), row.get("verify_ms_per_token"))), True),
-        ("memory MiB (+variant, draft context)", lambda row: escape(cells.memory_cost(
-            row.get("memory_cost_mb"), row.get("draft_context_mib"))), True),
-    ]
-    return columns
+    return [*([("campaign", _plain("campaign"), False)] if several else []),
+            *((column.header, JOB_CELLS[column.header], column.numeric)
+              for column in table_columns("html")
+              if column.header != "mean accepted length"
+              or "mean_accepted_length" in jobs.columns)]
 
 
 def _table(frame: pd.DataFrame, columns: list[tuple[str, _Cell, bool]], empty: str,

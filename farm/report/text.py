@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from farm.columns import table_columns
 from farm.report import cells
 from farm.report.sheet import Column, Row, Sheet, frame_sheet
 
@@ -109,30 +110,32 @@ def _aggregate_cell(row: Row) -> str:
         row["aggregate_speedup"], row["aggregate_ci_low"], row["aggregate_ci_high"]))
 
 
-# The order of the wide table; `rank` says what a narrow console keeps first.
-JOB_COLUMNS = (
-    Column("job", lambda row: str(row["job_key"])[:10], rank=10),
-    Column("model", lambda row: str(row["model"]), rank=1, splits=True),
-    Column("variant", cells.variant),
-    Column("varying flags", lambda row: str(row["varying_flags"]), rank=4),
-    Column("class", lambda row: str(row["gpu_class"]), rank=7, splits=True),
-    Column("state", lambda row: str(row["state"]), rank=5),
-    Column("base tok/s", lambda row: cells.number(row["baseline_tok_s"]), True, rank=3),
-    Column("var tok/s", lambda row: cells.number(row["variant_tok_s"]), True, rank=3),
-    Column("speedup [95% CI]", _speedup_cell, True),
-    Column("aggregate [95% CI]", _aggregate_cell, True, rank=13),
-    Column("prompt tok", lambda row: cells.number(row.get("prompt_tokens"), 0), True, rank=14),
-    Column("pairs", lambda row: cells.count(row["pairs"]), True, rank=6),
-    Column("accept", lambda row: cells.percent(row["acceptance_rate"], 0), True),
-    Column("agree", lambda row: cells.percent(row["agreement"], 0), True, rank=2),
-    Column("drafted", lambda row: str(row["drafted"]), True, rank=9),
-    Column("draft / verify ms/tok", lambda row: cells.time_split(
-        row["draft_ms_per_token"], row["verify_ms_per_token"]), True, rank=11),
-    Column("memory MiB", lambda row: cells.memory_cost(
-        row["memory_cost_mb"], row["draft_context_mib"]), True, rank=12),
-    Column("runs", lambda row: str(row["runs"]), True, rank=8),
-    Column("flags", _flags),
-)
+# Each per-job column's cell in the terminal (farm.columns.JOB_TABLE: headers, order, ranks).
+JOB_CELLS: dict[str, Callable[[Row], str]] = {
+    "job": lambda row: str(row["job_key"])[:10],
+    "model": lambda row: str(row["model"]),
+    "variant": cells.variant,
+    "varying flags": lambda row: str(row["varying_flags"]),
+    "class": lambda row: str(row["gpu_class"]),
+    "state": lambda row: str(row["state"]),
+    "baseline tok/s": lambda row: cells.number(row["baseline_tok_s"]),
+    "variant tok/s": lambda row: cells.number(row["variant_tok_s"]),
+    "speedup [95% CI]": _speedup_cell,
+    "aggregate [95% CI]": _aggregate_cell,
+    "prompt tok": lambda row: cells.number(row.get("prompt_tokens"), 0),
+    "pairs": lambda row: cells.count(row["pairs"]),
+    "accept": lambda row: cells.percent(row["acceptance_rate"], 0),
+    "agree": lambda row: cells.percent(row["agreement"], 0),
+    "drafted": lambda row: str(row["drafted"]),
+    "draft / verify ms/tok": lambda row: cells.time_split(row["draft_ms_per_token"],
+                                                          row["verify_ms_per_token"]),
+    "memory MiB": lambda row: cells.memory_cost(row["memory_cost_mb"],
+                                                row["draft_context_mib"]),
+    "runs": lambda row: str(row["runs"]),
+    "flags": _flags,
+}
+JOB_COLUMNS = tuple(Column(column.header, JOB_CELLS[column.header], column.numeric,
+                           column.rank, column.splits) for column in table_columns("text"))
 
 
 def job_sheet(report: pd.DataFrame, title: str) -> Sheet:

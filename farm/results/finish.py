@@ -9,12 +9,12 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import Engine
 
-from farm.matrix.spec import JobKind, JobSpec
+from farm.matrix.spec import JobSpec
 from farm.results.rows import run_facts
 from farm.results.runs import job_runs, job_streams
 from farm.results.summarize import summarize
 from farm.stats.design import Design
-from farm.summary import RunFacts
+from farm.summary import JobKind, RunFacts
 
 
 def finished_job_values(engine: Engine, job_id: int, spec: JobSpec, *, asked: bool, pairs: int,

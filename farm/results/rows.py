@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, RowMapping, bindparam, text
 
+from farm.columns import REPORT_COLUMNS, columns_of
 from farm.gpus import bandwidth_bound_share
 from farm.matrix.flags import varying_text
 from farm.results.sql import job_report_sql, run_facts_sql
@@ -29,36 +30,6 @@ if TYPE_CHECKING:
 
 Row = dict[str, Any]
 
-REPORT_COLUMNS = [
-    "campaign", "job_key", "model", "variant", "build", "varying", "varying_flags", "gpu_class",
-    "worker", "kind", "state", "error", "failure_class", "speculation", "baseline_tok_s",
-    "variant_tok_s", "speedup",
-    "ci_low", "ci_high", "pairs", "log_se", "df", "stop_reason", "sd_log_speedup",
-    "acceptance_rate", "mean_accepted_length", "drafted", "accepted", "agreement",
-    "agreement_suspect", "drift_flag", "tpot_p50_ms_baseline", "tpot_p50_ms_variant",
-    "tpot_p99_ms_variant", "e2e_p50_ms_baseline", "e2e_p50_ms_variant", "e2e_p99_ms_variant",
-    "throttled_runs", "spilled_runs", "gpu_name", "bandwidth_bound", "runs", "incomplete_pairs",
-    "invalid_runs", "degenerate", "best_of", "best_low", "best_high", "draft_ms_per_token",
-    "verify_ms_per_token", "stop_mismatch", "peak_rss_mb_baseline", "peak_rss_mb_variant",
-    "peak_vram_mb_baseline", "peak_vram_mb_variant", "draft_context_mib", "memory_cost_mb",
-    "concurrency", "aggregate_speedup", "aggregate_ci_low", "aggregate_ci_high", "overlap_min",
-    "slot_acceptance", "low_slots", "prompt_tokens", "prompt_tok_s_baseline",
-    "prompt_tok_s_variant",
-    # Stored from the first and shown since the summary was typed (after the columns above,
-    # so that readers of the older rows find every column where it was).
-    "interval_method", "order_effect", "order_low", "order_high", "agreement_control",
-    "agreement_applicable", "drift_per_block", "drift_low", "drift_high", "acceptance_low",
-    "acceptance_high", "overlap_mean", "tpot_p99_ms_baseline", "e2e_p99_ms_baseline",
-    "median_speedup", "model_size",
-    # The node's other work (farm.stats.busy), from summary version 6.
-    "measured_blocks", "busy_blocks", "busy_blocks_baseline", "busy_blocks_variant",
-    "busy_cores", "busy_wait_s",
-    # The warm-up check (farm.stats.warmup), from summary version 7.
-    "warmup_effect", "warmup_low", "warmup_high", "warmup_blocks", "warmup_flag",
-    # Where and with what it was measured (issue 29), from its runs: the llama-server
-    # version line, the host (or how many), GPU name or CPU, the first run's start (UTC).
-    "server_version", "hosts", "device", "measured_at"]
-
 # What a report row takes from the job's row as it is.
 JOB_COLUMNS = ("campaign", "job_key", "model", "variant", "build", "gpu_class", "worker",
                "state", "error", "failure_class", "speculation", "pairs", "stop_reason",
@@ -68,25 +39,8 @@ JOB_COLUMNS = ("campaign", "job_key", "model", "variant", "build", "gpu_class", 
 # below (kind and speedup, with their fallbacks).
 SUMMARY_COLUMNS = tuple(name for name in STATISTICS
                         if name not in ("log_se", "df", "kind", "speedup"))
-# Measures: a float or None in rows, NaN in the frame.
-FLOAT_COLUMNS = ("speedup", "ci_low", "ci_high", "log_se", "agreement", "mean_accepted_length",
-                 "baseline_tok_s", "variant_tok_s", "sd_log_speedup", "draft_ms_per_token",
-                 "verify_ms_per_token", "acceptance_rate", "best_low", "best_high",
-                 "peak_rss_mb_baseline", "peak_rss_mb_variant", "peak_vram_mb_baseline",
-                 "peak_vram_mb_variant", "draft_context_mib", "memory_cost_mb",
-                 "aggregate_speedup", "aggregate_ci_low", "aggregate_ci_high", "overlap_min",
-                 "prompt_tokens", "prompt_tok_s_baseline", "prompt_tok_s_variant",
-                 "order_effect", "order_low", "order_high", "agreement_control",
-                 "drift_per_block", "drift_low", "drift_high", "acceptance_low",
-                 "acceptance_high", "overlap_mean", "tpot_p99_ms_baseline",
-                 "e2e_p99_ms_baseline", "median_speedup", "busy_cores", "busy_wait_s",
-                 "warmup_effect", "warmup_low", "warmup_high")
-# Counters: 0 when nothing was counted.
-COUNT_COLUMNS = ("drafted", "accepted", "runs", "throttled_runs", "spilled_runs")
-# Whole numbers that may be unknown: pandas' nullable integers in the frame.
-OPTIONAL_COUNT_COLUMNS = ("pairs", "best_of", "stop_mismatch", "concurrency", "model_size",
-                          "measured_blocks", "busy_blocks", "busy_blocks_baseline",
-                          "busy_blocks_variant", "warmup_blocks")
+# Measures: a float or None in rows, NaN in the frame; counters: 0 when nothing was counted.
+_FLOATS, _COUNTS = columns_of("float"), columns_of("count")
 
 
 def job_rows(engine: Engine, campaign: str | None) -> list[Row]:
@@ -133,9 +87,9 @@ def report_frame(rows: Sequence[Row]) -> pd.DataFrame:
     import pandas as pd
 
     frame = pd.DataFrame(rows, columns=REPORT_COLUMNS)
-    return frame.astype({**dict.fromkeys(FLOAT_COLUMNS, float),
-                         **dict.fromkeys(COUNT_COLUMNS, int),
-                         **dict.fromkeys(OPTIONAL_COUNT_COLUMNS, "Int64")})
+    return frame.astype({**dict.fromkeys(columns_of("float"), float),
+                         **dict.fromkeys(columns_of("count"), int),
+                         **dict.fromkeys(columns_of("optional count"), "Int64")})
 
 
 def run_facts(engine: Engine, job_id: int) -> RunFacts:
@@ -244,7 +198,7 @@ def _row(job: RowMapping, summary: Mapping[str, Any], varying: dict[str, Any],
         # Jobs that have not finished (or finished before kinds were kept) read as variants.
         "kind": summary.get("kind") or "variant", "speedup": summary.get("speedup"),
         "memory_cost_mb": _memory_cost(facts)})
-    for name in FLOAT_COLUMNS:
+    for name in _FLOATS:
         if row[name] is not None:
             row[name] = _number(row[name])
     if row["speedup"] is None:
@@ -252,7 +206,7 @@ def _row(job: RowMapping, summary: Mapping[str, Any], varying: dict[str, Any],
     # A variant that asked for speculation and drafted nothing is not a speedup to quote.
     if job["speculation"] == "none":
         row["speedup"] = row["median_speedup"] = None
-    for name in COUNT_COLUMNS:
+    for name in _COUNTS:
         row[name] = int(_number(row[name]) or 0)
     if row["drafted"] > 0:
         row["acceptance_rate"] = row["accepted"] / row["drafted"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from farm.matrix.spec import JobKind
 from farm.stats.acceptance import acceptance
 from farm.stats.agreement import agreement, stop_mismatches
 from farm.stats.busy import busy_blocks
@@ -14,7 +13,7 @@ from farm.stats.frame import valid_runs
 from farm.stats.speedup import ZERO_SPREAD, job_estimate, pair_log_ratios
 from farm.stats.traffic import latency, prompt_figures, stream_figures
 from farm.stats.warmup import warmup
-from farm.summary import JobSummary, RunFacts
+from farm.summary import JobKind, JobSummary, RunFacts
 
 # The latency percentiles a summary keeps, per arm (farm.stats.traffic.latency has more).
 LATENCY_KEPT = ("tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")

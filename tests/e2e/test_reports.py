@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from farm.results.rows import REPORT_COLUMNS
+from farm.columns import REPORT_COLUMNS
 from tests.e2e.test_farm_run import farm, report_rows
 from tests.helpers import COPY_PROMPT, matrix_dict, write_matrix
 from tests.unit.test_report_text import WIDE_HEADERS

@@ -19,13 +19,14 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
+from farm.columns import REPORT_COLUMNS
 from farm.matrix.load import load_matrix
 from farm.matrix.spec import JobSpec
 from farm.report import cells
 from farm.report.headline import with_headlines
 from farm.report.text import rows_to_json, to_json
 from farm.results.finish import job_summary_values
-from farm.results.rows import REPORT_COLUMNS, job_report, job_rows, run_facts
+from farm.results.rows import job_report, job_rows, run_facts
 from farm.results.runs import job_runs
 from farm.stats.design import Design
 from farm.store import repo
