@@ -28,8 +28,9 @@ from farm.store.models import JobState
 from farm.words import plural
 from workers.job.admission import admit
 from workers.job.checks import Preflight, check_arms, preflight
-from workers.job.executor import RunResult, execute_job
+from workers.job.executor import execute_job
 from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_builds
+from workers.job.results import RunResult
 from workers.job.runtime.sandbox import Sandbox
 from workers.job.sinks import DbRunSink
 from workers.job.telemetry import GpuInfo, all_gpus

@@ -17,7 +17,7 @@ from rich.text import Text
 from farm.errors import FarmError
 from farm.matrix.spec import JobSpec
 from farm.words import plural
-from workers.job.executor import RunResult
+from workers.job.results import RunResult
 
 
 class RunProgress:

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.job.executor import (
-    merge_streams,
-    pair_slots,
-    run_sampling,
-    stream_window,
-    variant_opens,
-)
+from workers.job.executor import merge_streams, pair_slots, run_sampling, variant_opens
+from workers.job.results import stream_window
 from workers.job.runtime.client import Generation
 
 

@@ -44,8 +44,9 @@ from farm.store.db import make_engine
 from farm.store.models import Job, JobState
 from workers.fleet.config import WorkerConfig
 from workers.job.admission import admit
-from workers.job.executor import Outcome, execute_job, host_name
+from workers.job.executor import execute_job, host_name
 from workers.job.resolve import resolve
+from workers.job.results import Outcome
 from workers.job.sinks import LeasedRunSink
 from workers.job.telemetry import GpuInfo
 from workers.paths import NodePaths

@@ -26,97 +26,19 @@ from farm.stats.design import StopDecision
 from farm.stats.frame import tidy_runs
 from farm.stats.speedup import pair_log_ratios, pair_orders
 from farm.stats.twostage import stop_decision
-from workers.job.checks import Preflight, asks_for_speculation, preflight
+from workers.job.checks import Preflight, preflight
 from workers.job.quiet import settle
 from workers.job.resolve import NodeFiles, flag_files
-from workers.job.runtime.client import Generation, ServerClient, SpecCounters
+from workers.job.results import Outcome, RunKey, RunResult, Slot
+from workers.job.runtime.client import Generation, ServerClient
 from workers.job.runtime.sandbox import Sandbox
 from workers.job.runtime.server import LlamaServer
-from workers.job.runtime.server_log import (
-    ContextMemory,
-    SpecStats,
-    SpecStatsLog,
-    context_memory,
-    weights_spilled,
-)
-from workers.job.telemetry import GpuInfo, RunTelemetry, Sample, Sampler, cuda_env
+from workers.job.runtime.server_log import SpecStatsLog, context_memory, weights_spilled
+from workers.job.telemetry import GpuInfo, Sample, Sampler, cuda_env
 from workers.job.telemetry.node import NodeLoad, NodeWatch, cpu_state
 from workers.paths import NodePaths
 
 WARMUP_TOKENS = 8
-
-
-@dataclass(frozen=True)
-class RunKey:
-    """What identifies a run within its job (a resumed job skips the keys it has)."""
-
-    arm: ArmRole
-    block: int
-    prompt_id: str
-    repetition: int
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where a block sits in the design: its index, pair, and the arm's place in the pair."""
-
-    block: int
-    pair: int
-    position: int
-    role: ArmRole
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """One run's measurements with the provenance its row needs."""
-
-    key: RunKey
-    slot: Slot
-    prompt: Prompt
-    arm_name: str
-    build_name: str
-    generation: Generation  # the run's figures: its one stream's, or its streams' merged
-    streams: tuple[Generation, ...]  # each simultaneous stream's own, by slot
-    seeds: tuple[int, ...]  # each stream's request's (run_sampling)
-    counters: SpecCounters
-    # The server's own, from its log (the streams' together); None when not speculating.
-    spec_stats: SpecStats | None
-    memory: ContextMemory | None  # its contexts' sizes, from its log
-    argv: list[str]
-    sandboxed: bool  # whether the server ran in the node's sandbox
-    server_log: str
-    started_at: datetime
-    telemetry: RunTelemetry
-    slot_speculative: bool | None
-    weights_spilled: bool
-    tokens: list[int] | None
-    gpu_name: str | None
-    node: NodeLoad
-
-    @property
-    def window(self) -> Window:
-        """The streams' decode window: aggregate tok/s and overlap (``stream_window``)."""
-        return stream_window(self.streams)
-
-
-@dataclass(frozen=True)
-class Window:
-    """What N simultaneous streams delivered together over their decode window, from the
-    first stream's first token to the last stream's last (the client's clock)."""
-
-    aggregate_tok_s: float | None  # tokens after each stream's first, per second of window
-    overlap: float | None  # share of the window in which every stream was decoding
-
-
-def stream_window(streams: Sequence[Generation]) -> Window:
-    """The ``Window`` of a run's streams; overlap is None for a single stream."""
-    start, end = min(g.first_at for g in streams), max(g.last_at for g in streams)
-    span = end - start
-    if span <= 0:
-        return Window(None, None)
-    tokens = sum(max(g.generated_tokens - 1, 0) for g in streams)
-    together = min(g.last_at for g in streams) - max(g.first_at for g in streams)
-    return Window(tokens / span, None if len(streams) == 1 else max(together, 0.0) / span)
 
 
 def merge_streams(streams: Sequence[Generation]) -> Generation:
@@ -139,20 +61,6 @@ def merge_streams(streams: Sequence[Generation]) -> Generation:
         chunk_gaps_ms=[gap for g in streams for gap in g.chunk_gaps_ms],
         sent_at=min(g.sent_at for g in streams), first_at=min(g.first_at for g in streams),
         last_at=max(g.last_at for g in streams), streams=len(streams))
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a job ended: what was checked, how many block pairs ran, why it stopped."""
-
-    checked: Preflight
-    pairs: int
-    stop_reason: str
-
-    @property
-    def speculation_asked(self) -> bool:
-        """Whether the job's variant asked for speculative decoding of any kind."""
-        return asks_for_speculation(self.checked.spec.variant)
 
 
 class RunSink(Protocol):

@@ -21,7 +21,8 @@ from farm.retry import retrying
 from farm.store import leases, repo
 from farm.store.models import GpuSample, Job, Run, Stream
 from workers.job.checks import Preflight
-from workers.job.executor import RunKey, RunResult, Slot, host_name
+from workers.job.executor import host_name
+from workers.job.results import RunKey, RunResult, Slot
 from workers.job.runtime.server_log import SpecStats
 from workers.job.telemetry import Sample
 from workers.job.telemetry.node import NodeLoad
