@@ -10,8 +10,9 @@ from farm.stats.busy import busy_blocks
 from farm.stats.design import Design
 from farm.stats.drift import drift
 from farm.stats.frame import valid_runs
+from farm.stats.prompt_speed import prompt_figures
 from farm.stats.speedup import ZERO_SPREAD, job_estimate, pair_log_ratios
-from farm.stats.traffic import latency, prompt_figures, stream_figures
+from farm.stats.traffic import latency, stream_figures
 from farm.stats.warmup import warmup
 from farm.summary import JobKind, JobSummary, RunFacts
 

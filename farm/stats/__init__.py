@@ -16,7 +16,8 @@ another package of the farm.
     difference     a change between two measurements, false discovery rate across many
     history        a job's series on one build (blocks as units), each with its interval
     changes        a history's changes between builds, in words, and the regression gate
-    traffic        latency percentiles, prompt figures, simultaneous streams and slots
+    traffic        latency percentiles, simultaneous streams and slots
+    prompt_speed   the prompts' length and each arm's prompt processing speed
     curve          the engine cost curve over acceptance lengths
     prediction     a drafter's speedup from its acceptance and the cost curve
 

@@ -1,6 +1,5 @@
-"""What a job of simultaneous streams and long prompts adds: latency percentiles, prompt
-figures, the aggregate speedup and overlap, and each slot's acceptance tested against the
-others."""
+"""Latency percentiles, and what a job of simultaneous streams adds: the aggregate speedup
+and overlap, and each slot's acceptance tested against the others."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import pandas as pd
 
 from farm.stats.design import Design
 from farm.stats.distributions import student_t_quantile
-from farm.stats.frame import ARMS, NAN, ratio
+from farm.stats.frame import ratio
 from farm.stats.speedup import job_estimate
 
 LATENCY_PERCENTILES = (50, 90, 99)
@@ -91,19 +90,6 @@ def latency(runs: pd.DataFrame) -> pd.DataFrame:
                           for metric in ("tpot", "e2e") for q in LATENCY_PERCENTILES]
     frame = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
     return frame.rename_axis("arm")
-
-
-def prompt_figures(runs: pd.DataFrame) -> dict[str, object]:
-    """The prompts' length as the server counted it (median tokens per run) and each arm's
-    prompt processing speed (median tok/s): what long prompts change. Empty for a frame
-    without them."""
-    if "prompt_tokens" not in runs.columns:
-        return {}
-    # Older builds' runs may lack the speed: None, so the column may hold objects.
-    speeds = pd.to_numeric(runs["prompt_tok_s"], errors="coerce").groupby(runs["arm"]).median()
-    tokens = pd.to_numeric(runs["prompt_tokens"], errors="coerce")
-    return {"prompt_tokens": float(tokens.median()) if tokens.notna().any() else NAN,
-            **{f"prompt_tok_s_{arm}": float(speeds.get(arm, NAN)) for arm in ARMS}}
 
 
 def stream_figures(runs: pd.DataFrame, streams: pd.DataFrame | None,
