@@ -1,5 +1,9 @@
-"""The ``farm`` command, one module per noun: the first hour, running, results, database,
-fleet, builds, peers, track, bisect; every command's examples in ``helptext``.
+"""The ``farm`` command: one flat group of verbs (``farm run``, ``farm report``; only
+``farm db`` has subcommands), registered on ``base.cli`` by modules that each hold one
+topic's verbs: start (the first hour), running, results, database, fleet, builds, peers,
+track, bisect (its steps in bisect_steps). What the verbs print or write lives beside them
+(show, show_history, show_peers, dry_run, progress, output); every command's examples in
+``helptext``.
 
 Exit codes: 0 success, 2 bad input, 1 runtime failure, 3 a regression found by
 ``--fail-on-regression`` (``farm compare``, ``farm history``), 130 interrupted.

@@ -1,9 +1,11 @@
 """The shape of the code: modules small enough to read, each statistical helper written
-once, a design that loads no statistics, contracts that cover every module."""
+once, a design that loads no statistics, contracts that cover every module, an architecture
+page that names the summary's version the code writes."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import tomllib
@@ -63,6 +65,15 @@ def test_the_renderer_contract_covers_every_module_but_the_cli_and_the_renderers
             or (path / "__init__.py").is_file()}
     assert tops - {"farm.cli", "farm.report"} <= sources, "add the new module to the contract"
     assert {"workers", "migrations"} <= sources
+
+
+def test_the_architecture_page_names_no_summary_version_but_the_codes() -> None:
+    from farm.summary import SUMMARY_VERSION
+
+    named = re.findall(r"\bversion (\d+)", (ROOT / "docs" / "architecture.md").read_text())
+    assert set(named) <= {str(SUMMARY_VERSION)}, (
+        f"docs/architecture.md names summary version(s) {sorted(set(named))}; the code "
+        f"writes {SUMMARY_VERSION} (farm.summary.SUMMARY_VERSION)")
 
 
 def test_every_job_column_is_the_workers_or_the_submitters() -> None:
