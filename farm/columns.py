@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from farm.summary import FACTS, STATISTICS, JobSummary, RunFacts
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # float: NaN where missing; count: 0 when nothing was counted; optional count: pandas'
 # nullable integer; object: whatever the values are (text, flags, lists, mappings).
@@ -110,6 +114,17 @@ REPORT_COLUMNS = [column.name for column in REPORT]
 def columns_of(dtype: Dtype) -> tuple[str, ...]:
     """The report columns of ``dtype``."""
     return tuple(column.name for column in REPORT if column.dtype == dtype)
+
+
+def report_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Report rows (``farm.results.rows.job_rows``) as a frame of the columns' dtypes: NaN
+    for a missing measure, nullable integers for whole numbers that may be unknown."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows, columns=REPORT_COLUMNS)
+    return frame.astype({**dict.fromkeys(columns_of("float"), float),
+                         **dict.fromkeys(columns_of("count"), int),
+                         **dict.fromkeys(columns_of("optional count"), "Int64")})
 
 
 Place = Literal["text", "html"]

@@ -4,7 +4,6 @@ bounded (docs/bisect.md; the decisions: ``farm.stats.bisect``)."""
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from farm.cli.output import output_options
 from farm.errors import ConfigError
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec
+from farm.report import kinds
 from farm.settings import Settings, load_settings
 from farm.stats.bisect import ALPHA, MIN_CHANGE, ROUNDS, Measure, Outcome, Plan, bisect
 from farm.stats.intervals import log_interval
@@ -217,7 +217,7 @@ def _label(spec: JobSpec) -> str:
               help="The smallest change worth finding: good and bad stop after one round "
                    "with no difference only when their interval rules out a change this "
                    "large; else they look again.")
-@output_options("table", "md", "json", wide=False)
+@output_options(kinds.BisectAnswer, wide=False)
 @click.option("--gpu-class", help="With several gpu-classes in MATRIX: the one to run here.")
 @click.option("--dry-run", is_flag=True,
               help="Print the commits, each step's error rate and the expected cost; build "
@@ -230,8 +230,7 @@ def bisect_command(matrix: Path, good: str, bad: str, job: str | None,
     changed, running each step here as its own stored campaign (an interrupted bisect
     resumes; a second one reuses the steps)."""
     from farm.cli.bisect_steps import SeriesEvidence, StepRunner, check_series
-    from farm.report.bisect import bisect_markdown, bisect_text, plan_text
-    from farm.report.output import emit
+    from farm.report.formats import Target, write
 
     names = check_series(series_names or ("speedup",))
     target, spec = _target(matrix, good, bad, job)
@@ -243,7 +242,7 @@ def bisect_command(matrix: Path, good: str, bad: str, job: str | None,
     plan = Plan(len(target.commits), alpha, rounds, min_change / 100)
     if dry_run:
         found = _plan(target, spec, names, plan, runner)
-        emit(json.dumps(found, indent=2) if fmt == "json" else plan_text(found), output)
+        write(kinds.BisectPlan(found), fmt, Target(output=output))
         return
     results = []
     for name in names:
@@ -253,5 +252,4 @@ def bisect_command(matrix: Path, good: str, bad: str, job: str | None,
               "bad": target.commit(len(target.commits)), "commits": len(target.commits),
               "job": spec.comparable_key, "job_label": _label(spec), "alpha": alpha,
               "series": results, "cost": _cost(runner)}
-    emit(json.dumps(answer, indent=2) if fmt == "json" else
-         bisect_markdown(answer) if fmt == "md" else bisect_text(answer), output)
+    write(kinds.BisectAnswer(answer), fmt, Target(output=output))

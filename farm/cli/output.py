@@ -1,4 +1,5 @@
-"""The output options every command that writes results takes, spelled the same."""
+"""The output options every command that writes results takes, spelled the same, their
+formats and help read from the registry (``farm.report.formats``)."""
 
 from __future__ import annotations
 
@@ -8,21 +9,21 @@ from pathlib import Path
 import click
 from click.decorators import FC
 
-_FORMAT_HELP = {
-    "table": "a table fitted to the terminal", "md": "markdown tables (for a PR or issue)",
-    "csv": "CSV, every column", "json": "JSON, every column",
-    "html": "a self-contained page with plots (needs -o)", "parquet": "Parquet (needs -o)"}
+from farm.report.formats import FORMATS, formats_for
 
 
-def output_options(*formats: str, default: str = "table", wide: bool = True,
+def output_options(kind: type, *, default: str = "table", wide: bool = True,
                    all_help: str | None = None) -> Callable[[FC], FC]:
-    """``--format`` (of ``formats``), ``-o/--output`` (the chosen format, to a file),
-    ``--wide`` (when the format is a table) and ``--all`` (with ``all_help``)."""
+    """``--format`` (each format that renders ``kind``), ``-o/--output`` (the chosen
+    format, to a file), ``--wide`` (when the format is a table) and ``--all`` (with
+    ``all_help``)."""
+    formats = formats_for(kind)
+
     def decorate(command: FC) -> FC:
         options = [
             click.option("--format", "fmt", type=click.Choice(formats), default=default,
                          show_default=True, help="; ".join(
-                             f"{name}: {_FORMAT_HELP[name]}" for name in formats) + "."),
+                             f"{name}: {FORMATS[name].help}" for name in formats) + "."),
             click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
                          help="Write the chosen format to this file instead of the terminal.")]
         if wide and "table" in formats:

@@ -10,6 +10,7 @@ import click
 from farm.cli.base import cli
 from farm.cli.output import output_options
 from farm.peers.read import FORMATS
+from farm.report import kinds
 from farm.settings import load_settings
 
 
@@ -39,7 +40,7 @@ def import_(files: tuple[Path, ...], fmt: str | None, build_commit: str | None,
 
 @cli.command()
 @click.argument("campaign", required=False)
-@output_options("table", "md", "csv", "json", all_help="The jobs of every campaign.")
+@output_options(kinds.Peers, all_help="The jobs of every campaign.")
 def peers(campaign: str | None, fmt: str, output: Path | None, wide: bool,
           all_campaigns: bool) -> None:
     """Imported figures beside the farm's jobs of CAMPAIGN (default: the latest) that ran

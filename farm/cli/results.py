@@ -11,6 +11,7 @@ from click.decorators import FC
 
 from farm.cli.base import cli
 from farm.cli.output import output_options
+from farm.report import kinds
 from farm.settings import load_settings
 
 _GATE_HELP = ("Exit 3 when a series regressed (by the difference test, false discovery rate "
@@ -26,7 +27,7 @@ def _gate_option(default: str, known: str) -> Callable[[FC], FC]:
 
 @cli.command()
 @click.argument("campaign", required=False)
-@output_options("table", "md", "csv", "json", "html",
+@output_options(kinds.JobReport,
                 all_help="Every campaign in the store (a campaign column when rows come from "
                 "several).")
 @click.option("--group-by", type=click.Choice(["gpu_class", "worker", "model", "variant"]),
@@ -46,7 +47,7 @@ def report(campaign: str | None, fmt: str, output: Path | None, all_campaigns: b
 @click.argument("b")
 @click.option("--build-a", help="Only A's jobs on this build (two builds of one campaign).")
 @click.option("--build-b", help="Only B's jobs on this build.")
-@output_options("table", "md", "csv", "json")
+@output_options(kinds.Tables)
 @_gate_option("speedup", "speedup:0 (any speedup regression)")
 def compare(a: str, b: str, build_a: str | None, build_b: str | None, fmt: str,
             output: Path | None, wide: bool, gates: tuple[str, ...]) -> None:
@@ -60,7 +61,7 @@ def compare(a: str, b: str, build_a: str | None, build_b: str | None, fmt: str,
 
 @cli.command()
 @click.argument("target")
-@output_options("table", "md", "json", "html")
+@output_options(kinds.History)
 @_gate_option("all", "all:0 (any series of the newest build)")
 def history(target: str, fmt: str, output: Path | None, wide: bool,
             gates: tuple[str, ...]) -> None:
@@ -74,7 +75,7 @@ def history(target: str, fmt: str, output: Path | None, wide: bool,
 
 @cli.command()
 @click.argument("campaign", required=False)
-@output_options("table", "md", "csv", "json",
+@output_options(kinds.Curves,
                 all_help="The synthetic-acceptance jobs of every campaign.")
 @click.option("--plot", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write the plot: speedup vs acceptance length, a line per draft "
@@ -92,7 +93,7 @@ def curve(campaign: str | None, all_campaigns: bool, fmt: str, output: Path | No
 
 @cli.command()
 @click.argument("campaign", required=False)
-@output_options("table", "md", "csv", "json")
+@output_options(kinds.Recommendations)
 @click.option("--write-matrix", "matrix", type=click.Path(path_type=Path, dir_okay=False),
               help="Write the matrix that checks the recommendation: recommended and "
                    "runner-up settings vs baseline on the same prompts (YAML).")
@@ -115,7 +116,7 @@ def recommend(campaign: str | None, fmt: str, output: Path | None, wide: bool,
 
 @cli.command()
 @click.argument("campaign", required=False)
-@output_options("csv", "json", "parquet", default="csv",
+@output_options(kinds.Runs, default="csv",
                 all_help="The runs of every campaign (a campaign column names each).")
 def export(campaign: str | None, fmt: str, output: Path | None, all_campaigns: bool) -> None:
     """The tidy runs of CAMPAIGN (default: the latest), one row per run."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from farm.errors import ConfigError
+from farm.report import kinds
 from farm.settings import Settings
 from farm.store.db import open_store
 
@@ -80,27 +81,16 @@ def _keys(engine: Engine, target: str) -> tuple[list[str], str]:
 def show_history(settings: Settings, target: str, fmt: str, output: Path | None,
                  gates: tuple[str, ...], *, wide: bool = False) -> None:
     """``farm history TARGET``: the table, markdown, JSON or HTML page; the gate after."""
-    from farm.report import history as render
-    from farm.report.output import emit, sheets_text
+    from farm.report.formats import Target, check_target, write
     from farm.results.history import history
     from farm.stats.changes import beyond
 
+    check_target(kinds.History, fmt, output)
     with open_store(settings) as engine:
         keys, title = _keys(engine, target)
         found = history(engine, keys)
     limits = thresholds(gates, set(found.points["series"]))
-    title = f"history of {title}"
-    if fmt == "html":
-        if output is None:
-            raise ConfigError("--format html writes a file: give -o history.html")
-        emit(render.history_html(found, title), output)
-    elif fmt == "json":
-        emit(render.history_json(found), output)
-    elif fmt == "md":
-        emit(render.history_markdown(found, title), output)
-    else:
-        emit(sheets_text(render.history_sheets(found, title), fmt, wide=wide, output=output),
-             output)
+    write(kinds.History(found, f"history of {title}"), fmt, Target(wide, output))
     if limits:
         latest = found.changes.groupby("key")["order_b"].transform("max")
         fail_on(beyond(found.changes[found.changes["order_b"] == latest], limits),

@@ -12,6 +12,7 @@ import click
 
 from farm.peers.figures import with_given
 from farm.peers.read import read_peer_file
+from farm.report import kinds
 from farm.settings import Settings
 from farm.store.campaigns import latest_campaign
 from farm.store.db import connected, open_store, require_current_schema, upgrade
@@ -56,18 +57,11 @@ def show_peers(settings: Settings, campaign: str | None, fmt: str, *,
                all_campaigns: bool = False, output: Path | None = None,
                wide: bool = False) -> None:
     """Imported figures beside the farm's matching arms, then those no arm matches."""
-    from farm.cli.show import formatted
-    from farm.report.output import emit
-    from farm.report.text import peer_sheets, to_json
+    from farm.report.formats import Target, write
     from farm.results.peers import beside, farm_arms, peer_figures
 
     with open_store(settings) as engine:
         name = None if all_campaigns else (campaign or latest_campaign(engine))
         matched, unmatched = beside(farm_arms(engine, name), peer_figures(engine))
-    if fmt == "json":
-        emit(json.dumps({"beside": json.loads(to_json(matched)),
-                         "unmatched": json.loads(to_json(unmatched))}, indent=1), output)
-        return
     title = "all campaigns" if name is None else f"campaign {name}"
-    emit(formatted(matched, peer_sheets(matched, unmatched, title), fmt, wide=wide,
-                   output=output), output)
+    write(kinds.Peers(matched, unmatched, title), fmt, Target(wide, output))

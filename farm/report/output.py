@@ -1,26 +1,12 @@
-"""Where a command's result goes: its tables in the format asked for, to stdout or to the
-file ``-o`` names (every format: the same bytes either way)."""
+"""Where a command's result goes (``farm.report.formats.write``): stdout, or the file ``-o``
+names, written whole or not at all (every format: the same bytes either way)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 from farm.errors import ConfigError
-from farm.report.sheet import Sheet, markdown, table_text, terminal_width
-
-OutputFormat = Literal["table", "md", "csv", "json", "html", "parquet"]
-
-
-def sheets_text(sheets: Sequence[Sheet], fmt: str, *, wide: bool = False,
-                output: Path | None = None) -> str:
-    """The sheets as a terminal table (fitted unless ``wide`` or written to a file) or,
-    for ``fmt`` md, as markdown."""
-    if fmt == "md":
-        return markdown(sheets)
-    return table_text(sheets, None if wide or output is not None else terminal_width())
 
 
 def emit(text: str, output: Path | None, what: str = "") -> None:

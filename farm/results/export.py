@@ -3,31 +3,18 @@
 A CPU node leaves every GPU column empty; typed from the values alone, those columns would
 be Parquet's ``null`` type there and a float or string on a GPU node, and the two exports
 would not concatenate. Here each column takes its type from its ``Run`` column (JSON lists
-from ``_LISTS``), and times are UTC with their offset.
+in farm.report.parquet), and times are UTC with their offset.
 """
 
 from __future__ import annotations
 
-import io
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
-    import pyarrow as pa
 
 # The job's columns beside the run's (``farm.results.runs.runs_frame``).
 _JOB_COLUMNS = ("campaign", "job_key", "model", "variant", "kind")
-
-
-def _lists() -> dict[str, pa.DataType]:
-    """The JSON columns of a run, each a list of one type."""
-    import pyarrow as pa
-
-    return {"argv": pa.list_(pa.string()), "tokens": pa.list_(pa.int64()),
-            "spec_accepted_per_pos": pa.list_(pa.int64()),
-            "throttle_reasons": pa.list_(pa.string()),
-            "node_top": pa.list_(pa.struct([("process", pa.string()), ("pid", pa.int64()),
-                                            ("cores", pa.float64())]))}
 
 
 def _dtype(sql_type: str) -> str:
@@ -60,19 +47,3 @@ def typed_runs(runs: pd.DataFrame) -> pd.DataFrame:
             if dtype != "object":
                 typed[name] = typed[name].astype(dtype)  # type: ignore[call-overload]
     return typed
-
-
-def runs_parquet(runs: pd.DataFrame) -> bytes:
-    """``typed_runs`` as Parquet, the JSON lists typed even where every value is missing."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    schema = pa.Schema.from_pandas(runs, preserve_index=False)
-    for name, list_type in _lists().items():
-        if name in runs:
-            schema = schema.set(schema.get_field_index(name), pa.field(name, list_type))
-    table = pa.Table.from_pandas(runs, schema=schema, preserve_index=False)
-    out = io.BytesIO()
-    pq.write_table(table, out)
-    return out.getvalue()
-

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, RowMapping, bindparam, text
 
-from farm.columns import REPORT_COLUMNS, columns_of
+from farm.columns import REPORT_COLUMNS, columns_of, report_frame
 from farm.gpus import bandwidth_bound_share
 from farm.matrix.flags import varying_text
 from farm.results.sql import job_report_sql, run_facts_sql
@@ -79,17 +79,6 @@ def _parse_all(texts: list[str | None]) -> list[dict[str, Any]]:
 def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
     """``job_rows`` as a frame (``report_frame``)."""
     return report_frame(job_rows(engine, campaign))
-
-
-def report_frame(rows: Sequence[Row]) -> pd.DataFrame:
-    """Rows of ``job_rows`` as a frame: NaN for a missing measure, nullable integers for
-    pairs."""
-    import pandas as pd
-
-    frame = pd.DataFrame(rows, columns=REPORT_COLUMNS)
-    return frame.astype({**dict.fromkeys(columns_of("float"), float),
-                         **dict.fromkeys(columns_of("count"), int),
-                         **dict.fromkeys(columns_of("optional count"), "Int64")})
 
 
 def run_facts(engine: Engine, job_id: int) -> RunFacts:

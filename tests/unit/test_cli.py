@@ -37,10 +37,10 @@ def _output(*formats: str, default: str = "table", all_help: str | None = None,
             wide: bool = True) -> dict[str, str]:
     """The output options of a command that writes results, as every such command has them
     (``farm.cli.output``)."""
-    from farm.cli.output import _FORMAT_HELP
+    from farm.report.formats import FORMATS
 
     options = {f"--format [{'|'.join(formats)}]": "; ".join(
-        f"{name}: {_FORMAT_HELP[name]}" for name in formats) + f". [default: {default}]",
+        f"{name}: {FORMATS[name].help}" for name in formats) + f". [default: {default}]",
         "-o, --output FILE": "Write the chosen format to this file instead of the terminal."}
     if wide and "table" in formats:
         options["--wide"] = ("Every column of the table, however wide (a narrow terminal "

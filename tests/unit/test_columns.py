@@ -8,10 +8,17 @@ import math
 
 import pytest
 
-from farm.columns import JOB_TABLE, OWN_DTYPES, REPORT, REPORT_COLUMNS, columns_of, table_columns
+from farm.columns import (
+    JOB_TABLE,
+    OWN_DTYPES,
+    REPORT,
+    REPORT_COLUMNS,
+    columns_of,
+    report_frame,
+    table_columns,
+)
 from farm.report.html import JOB_CELLS as HTML_CELLS
 from farm.report.text import JOB_CELLS as TEXT_CELLS
-from farm.results.rows import report_frame
 from farm.summary import FACTS, STATISTICS
 
 

@@ -1,0 +1,127 @@
+"""The kinds of result the commands hand to the format registry (``farm.report.formats``):
+plain data (frames, rows, an answer as JSON writes it), made by the command from the store,
+rendered by the registry in the format asked for.
+
+pandas and the renderers load where a result is rendered, not with this module (the CLI
+imports it to build its ``--format`` choices).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from farm.report.history import HistoryFrames
+    from farm.report.html import EngineCurve, Recommendation
+    from farm.report.sheet import Sheet
+
+
+@dataclass(frozen=True)
+class CampaignPage:
+    """What the campaign's HTML page draws besides its jobs' table: per-job design columns
+    (``jobs``), the per-category speedups, the runs, the engine curve, ``farm recommend``'s
+    picks and ``--group-by``'s table."""
+
+    jobs: pd.DataFrame
+    categories: pd.DataFrame
+    runs: pd.DataFrame
+    curve: EngineCurve | None = None
+    recommendation: Recommendation | None = None
+    groups: Sheet | None = None
+
+
+@dataclass(frozen=True)
+class Tables:
+    """A frame and the sheets that show it: CSV and JSON carry every column of the frame,
+    a table or markdown the sheets (``farm compare``, ``farm recommend --check``)."""
+
+    frame: pd.DataFrame
+    sheets: Sequence[Sheet]
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """``farm report``: one row per job (``farm.results.rows.job_rows``), opened by the
+    report's answer; ``page`` where the format draws one."""
+
+    title: str
+    rows: Sequence[Mapping[str, Any]]
+    page: CampaignPage | None = None
+    stem = "report"
+
+
+@dataclass(frozen=True)
+class ReportTables(Tables):
+    """``farm report --group-by`` or ``--by-category``: its table; ``page`` where the format
+    draws one (the campaign's page, the groups' table first)."""
+
+    title: str = ""
+    page: CampaignPage | None = None
+    stem = "report"
+
+
+@dataclass(frozen=True)
+class History:
+    """``farm history``: the builds' series, intervals and changes (``HistoryFrames``)."""
+
+    frames: HistoryFrames
+    title: str
+    stem = "history"
+
+
+@dataclass(frozen=True)
+class BisectAnswer:
+    """``farm bisect``'s answer, as ``--format json`` writes it (``farm.report.bisect``)."""
+
+    answer: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BisectPlan:
+    """``farm bisect --dry-run``'s plan, as ``--format json`` writes it."""
+
+    plan: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Peers:
+    """``farm peers``: imported figures beside the farm's matching arms, then the rest."""
+
+    matched: pd.DataFrame
+    unmatched: pd.DataFrame
+    title: str
+
+
+@dataclass(frozen=True)
+class Curves:
+    """``farm curve``: the engine cost curve per draft length and the points it fits."""
+
+    curves: pd.DataFrame
+    points: pd.DataFrame
+    title: str
+
+
+@dataclass(frozen=True)
+class Recommendations:
+    """``farm recommend``: the pick per GPU class x model x category and the candidates."""
+
+    chosen: pd.DataFrame
+    candidates: pd.DataFrame
+    title: str
+
+
+@dataclass(frozen=True)
+class Runs:
+    """``farm export``: the tidy runs, typed (``farm.results.export.typed_runs``)."""
+
+    runs: pd.DataFrame
+    stem = "runs"
+
+    @property
+    def what(self) -> str:
+        """What a written file holds, as the command says it."""
+        return f"{len(self.runs)} runs"
