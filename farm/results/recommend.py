@@ -169,7 +169,10 @@ def recommendations(candidates: pd.DataFrame) -> pd.DataFrame:
             "recommended": (_choice(chosen) if chosen is not None
                             else INSUFFICIENT if math.isnan(best["speedup"])
                             else NO_SPECULATION if slower else NO_CLEAR_GAIN),
-            "speedup": 1.0 if chosen is None else chosen["speedup"],
+            # The baseline's 1.0 where no speculation wins; nothing where nothing was
+            # predicted (a consumer of JSON or CSV would read 1.0 as a prediction).
+            "speedup": (math.nan if math.isnan(best["speedup"]) else 1.0) if chosen is None
+            else chosen["speedup"],
             "low": math.nan if chosen is None else chosen["low"],
             "high": math.nan if chosen is None else chosen["high"],
             "runner_up": "" if runner is None else _choice(runner),

@@ -220,3 +220,44 @@ def test_recommend_without_a_curve_says_what_it_needs(tmp_path: Path) -> None:
     engine.dispose()
     result = run_cli("recommend", env={"FARM_DATABASE_URL": url})
     assert result.exit_code == 2 and "engine-curve" in result.output
+
+
+def test_insufficient_data_has_no_speedup_in_any_format(store: dict[str, str]) -> None:
+    # One prompt a category: no prediction. A consumer of JSON or CSV read 1.0 there.
+    found = json.loads(run_cli("recommend", "drafter", "--format", "json",
+                               env=store).stdout)
+    short = [row for row in found["recommendations"]
+             if row["recommended"] == "insufficient data"]
+    assert short and all(row["speedup"] is None and row["low"] is None for row in short)
+    table = run_cli("recommend", "drafter", "--format", "csv", env=store).stdout
+    rows = [line for line in table.splitlines() if ",insufficient data," in line]
+    assert rows and all(",insufficient data,,,," in line for line in rows)
+
+
+def test_write_matrix_of_nothing_recommended_says_so_and_what_to_run(
+        store: dict[str, str], tmp_path: Path) -> None:
+    # One prompt in all: acceptance has no error, so no setting is predicted anywhere.
+    engine = make_engine(store["FARM_DATABASE_URL"])
+    try:
+        _store(engine, write_matrix(tmp_path, _matrix("one-prompt", prompts=PROMPTS[:1],
+                                                      variants=[{"name": "mtp", "flags": {
+                                                          "spec-type": "draft-mtp",
+                                                          "spec-draft-n-max": 4}}]),
+                                    "one.yaml"))
+    finally:
+        engine.dispose()
+    result = run_cli("recommend", "one-prompt", "--write-matrix",
+                     str(tmp_path / "verify.yaml"), env=store)
+    assert result.exit_code == 2, result.output
+    assert "has 0" not in result.output
+    assert "nothing to check" in result.output and "prompts" in result.output
+    assert not (tmp_path / "verify.yaml").exists()
+
+
+def test_the_table_written_to_a_file_ends_its_last_line(store: dict[str, str],
+                                                       tmp_path: Path) -> None:
+    written = tmp_path / "picks.txt"
+    result = run_cli("recommend", "drafter", "-o", str(written), env=store)
+    assert result.exit_code == 0, result.output
+    assert written.read_text(encoding="utf-8").endswith("\n")
+    assert result.output.startswith("wrote ") or "\nwrote " in result.output
