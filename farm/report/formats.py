@@ -87,7 +87,7 @@ def _wrapped(lines: list[str], width: int | None) -> list[str]:
 
 def _text_renderers(fmt: str) -> dict[type, Renderer]:
     """The renderers a table (``fmt`` table) and markdown (md) share."""
-    from farm.report import bisect, history
+    from farm.report import bisect
 
     def peers(result: kinds.Peers, target: Target) -> str:
         from farm.report.text import peer_sheets
@@ -107,6 +107,8 @@ def _text_renderers(fmt: str) -> dict[type, Renderer]:
                        target, fmt)
 
     def history_text(result: kinds.History, target: Target) -> str:
+        from farm.report import history  # pandas and matplotlib: here, not at startup
+
         if fmt == "md":
             return history.history_markdown(result.frames, result.title)
         return table_text(history.history_sheets(result.frames, result.title), target.width)

@@ -107,24 +107,33 @@ def _run_facts(connection: Connection, dialect: str, job_ids: list[int]) -> dict
     return facts
 
 
+# Where each job ran, from its runs: a hash aggregate (min and max only), so that a store of
+# a million runs is read once without sorting; the hosts of the few jobs that ran on more
+# than one are counted afterwards.
+_PROVENANCE = text("""
+SELECT job_id, MIN(server_version), MIN(host), MAX(host), MIN(gpu_name), MIN(started_at)
+FROM run WHERE job_id IN :ids GROUP BY job_id""").bindparams(bindparam("ids", expanding=True))
+_HOSTS = text("SELECT job_id, COUNT(DISTINCT host) FROM run WHERE job_id IN :ids "
+              "GROUP BY job_id").bindparams(bindparam("ids", expanding=True))
+
+
 def _provenance(connection: Connection, job_ids: list[int]) -> dict[int, Row]:
     """Where each job of ``job_ids`` ran, from its runs (``REPORT_COLUMNS``' last four)."""
-    from sqlalchemy import distinct, func, select
-
-    from farm.store.models import Run
-
-    query = (select(Run.job_id, func.min(Run.server_version), func.min(Run.host),
-                    func.count(distinct(Run.host)), func.min(Run.gpu_name),
-                    func.min(Run.started_at))
-             .where(Run.job_id.in_(bindparam("ids", expanding=True))).group_by(Run.job_id))
     found: dict[int, Row] = {}
+    several: list[int] = []
     for start in range(0, len(job_ids), _IDS_PER_QUERY):
         batch = {"ids": job_ids[start:start + _IDS_PER_QUERY]}
-        for job_id, version, host, hosts, gpu, started in connection.execute(query, batch):
+        for job_id, version, host, last, gpu, started in connection.execute(_PROVENANCE,
+                                                                            batch):
             found[job_id] = {
                 "server_version": (version or "").splitlines()[0] if version else None,
-                "hosts": host if hosts == 1 else f"{hosts} hosts", "device": gpu or "CPU",
-                "measured_at": _utc(started)}
+                "hosts": host, "device": gpu or "CPU", "measured_at": _utc(started)}
+            if host != last:
+                several.append(job_id)
+    for start in range(0, len(several), _IDS_PER_QUERY):
+        batch = {"ids": several[start:start + _IDS_PER_QUERY]}
+        for job_id, hosts in connection.execute(_HOSTS, batch):
+            found[job_id]["hosts"] = f"{hosts} hosts"
     return found
 
 

@@ -226,3 +226,19 @@ def test_exports_carry_the_nodes_other_processes_as_records(engine: Engine,
     from_csv = pd.read_csv(csv_file).set_index("id")["node_top"]
     assert json.loads(from_csv[first]) == expected
     assert from_csv.drop(index=first).isna().all()
+
+
+def test_each_row_says_where_its_job_ran(engine: Engine, tmp_path: Path) -> None:
+    ids = _fill(engine, tmp_path)
+    moved = ids["ngram[spec-draft-n-max=4]"]
+    with engine.begin() as connection:  # half its runs on a second host
+        connection.execute(update(Run).where(Run.job_id == moved, Run.pair == 1)
+                           .values(host="h2", server_version="v2\nbuilt by x"))
+    rows = {row["variant"]: row for row in job_rows(engine, "rows")}
+    assert rows["ngram[spec-draft-n-max=4]"]["hosts"] == "2 hosts"
+    assert rows["ngram[spec-draft-n-max=2]"]["hosts"] == "h"
+    assert rows["ngram[spec-draft-n-max=2]"]["device"] == "NVIDIA GeForce RTX 3090"
+    assert rows["ngram[spec-draft-n-max=4]"]["server_version"] == "v"
+    assert str(rows["aa"]["measured_at"]).endswith("+00:00")
+    never = [row for row in rows.values() if row["runs"] == 0]
+    assert never and all(row["hosts"] is None and row["device"] is None for row in never)
