@@ -18,8 +18,8 @@ from farm.report.text import job_sheet
 NAN = math.nan
 
 # Every column of the per-job table, in order: what --wide shows.
-WIDE_HEADERS = ["job", "model", "variant", "varying flags", "class", "state", "base tok/s",
-                "var tok/s", "speedup [95% CI]", "aggregate [95% CI]", "prompt tok", "pairs",
+WIDE_HEADERS = ["job", "model", "variant", "varying flags", "class", "state", "baseline tok/s",
+                "variant tok/s", "speedup [95% CI]", "aggregate [95% CI]", "prompt tok", "pairs",
                 "accept", "agree", "drafted",
                 "draft / verify ms/tok", "memory MiB", "runs", "flags"]
 
