@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from farm.errors import ConfigError
 from farm.report import kinds
@@ -49,11 +49,12 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         recommendation = _recommendation(engine, name) if draws else None
     title = "all campaigns" if name is None else f"campaign {name}"
     target = Target(wide, output)
+    from farm.columns import report_frame
+
     if group_by is None and not by_category:
-        page = _page(rows, runs, specs, recommendation) if draws else None
+        page = _page(report_frame(rows), runs, specs, recommendation) if draws else None
         write(kinds.JobReport(title, rows, page), fmt, target)
         return
-    from farm.columns import report_frame
     from farm.report.text import category_sheet, group_sheet
 
     report = report_frame(rows)
@@ -64,23 +65,22 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         assert runs is not None
         frame = category_summary(category_report(runs, report, designs_of(specs)))
         sheet = category_sheet(frame, title)
-    page = _page(rows, runs, specs, recommendation, sheet if group_by else None) \
+    page = _page(report, runs, specs, recommendation, sheet if group_by else None) \
         if draws else None
     write(kinds.ReportTables(frame, [sheet], title, page), fmt, target)
 
 
-def _page(rows: list[dict[str, Any]], runs: pd.DataFrame | None,
+def _page(report: pd.DataFrame, runs: pd.DataFrame | None,
           specs: Mapping[str, JobSpec | None],
           recommendation: Recommendation | None,
           groups: Sheet | None = None) -> kinds.CampaignPage:
-    """What the campaign's page draws besides its jobs: design columns, categories, the
-    runs, the engine curve of its synthetic jobs, ``farm recommend``'s picks."""
+    """What the campaign's page draws besides its jobs (``report``, typed): design columns,
+    categories, the runs, the engine curve of its synthetic jobs, ``farm recommend``'s
+    picks."""
     import pandas as pd
 
-    from farm.columns import report_frame
     from farm.results.curve import curve_points
 
-    report = report_frame(rows)
     runs = runs if runs is not None else pd.DataFrame()
     jobs = with_design_columns(report, draft_lengths_of(specs))
     curve = _curve(curve_points(jobs)) if "kind" in jobs else None
