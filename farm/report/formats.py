@@ -116,7 +116,6 @@ def _text_renderers(fmt: str) -> dict[type, Renderer]:
     return {
         kinds.JobReport: lambda result, target: _job_report_text(result, target, fmt),
         kinds.Tables: lambda result, target: _sheets(result.sheets, target, fmt),
-        kinds.ReportTables: lambda result, target: _sheets(result.sheets, target, fmt),
         kinds.History: history_text,
         kinds.BisectAnswer: lambda result, _: (bisect.bisect_markdown if fmt == "md" else
                                                bisect.bisect_text)(result.answer),
@@ -148,7 +147,6 @@ def _job_report_csv(report: kinds.JobReport, _: Target) -> str:
 _CSV: dict[type, Renderer] = {
     kinds.JobReport: _job_report_csv,
     kinds.Tables: lambda result, _: to_csv(result.frame),
-    kinds.ReportTables: lambda result, _: to_csv(result.frame),
     kinds.Peers: lambda result, _: to_csv(result.matched),
     kinds.Curves: lambda result, _: to_csv(result.curves),
     kinds.Recommendations: lambda result, _: to_csv(result.chosen),
@@ -192,7 +190,6 @@ def _history_json(result: kinds.History, _: Target) -> str:
 _JSON: dict[type, Renderer] = {
     kinds.JobReport: _job_report_json,
     kinds.Tables: lambda result, _: _frame_json(result.frame),
-    kinds.ReportTables: lambda result, _: _frame_json(result.frame),
     kinds.History: _history_json,
     kinds.BisectAnswer: lambda result, _: json.dumps(result.answer, indent=2),
     kinds.BisectPlan: lambda result, _: json.dumps(result.plan, indent=2),
@@ -246,7 +243,13 @@ FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (
 
 def formats_for(kind: type) -> tuple[str, ...]:
     """The formats that render ``kind``, in the registry's order."""
-    return tuple(name for name, fmt in FORMATS.items() if kind in fmt.renderers)
+    return tuple(name for name, fmt in FORMATS.items() if _renderer(fmt, kind) is not None)
+
+
+def _renderer(fmt: Format, kind: type) -> Renderer | None:
+    """``fmt``'s renderer of ``kind``, or of the nearest kind it extends (a grouped report
+    is shown as tables are, but for its page); None where it has none."""
+    return next((fmt.renderers[base] for base in kind.__mro__ if base in fmt.renderers), None)
 
 
 def check_target(kind: type, fmt: str, output: Path | None) -> None:
@@ -259,7 +262,9 @@ def check_target(kind: type, fmt: str, output: Path | None) -> None:
 def write(result: object, fmt: str, target: Target) -> None:
     """``result`` in ``fmt``, on stdout or in ``target.output`` (whole or not at all)."""
     check_target(type(result), fmt, target.output)
-    data = FORMATS[fmt].renderers[type(result)](result, target)
+    render = _renderer(FORMATS[fmt], type(result))
+    assert render is not None, f"{fmt} renders no {type(result).__name__}"
+    data = render(result, target)
     what = getattr(result, "what", "")
     if isinstance(data, bytes):
         assert target.output is not None
