@@ -41,8 +41,8 @@ def sdist_repository(repo: Path, message: str) -> str:
     """``repo``: a git repository on master of the provisioned build's tree (its build
     directories left out), one commit; returns it."""
     manifest = load_manifest("cpu", NodePaths.of(load_settings()))
-    assert manifest is not None
-    shutil.copytree(Path(manifest.configure[2]), repo,
+    assert manifest is not None and manifest.tree is not None
+    shutil.copytree(Path(manifest.tree), repo,
                     ignore=shutil.ignore_patterns("build-specfarm-*"))
     git(repo, "init", "-q", "-b", "master")
     return commit(repo, message)

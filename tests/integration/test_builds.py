@@ -36,7 +36,7 @@ def _git(repo: Path, *args: str) -> str:
 
 def test_build_from_a_local_git_repository_at_a_tag(
         provisioned: Provisioned, tmp_path: Path, node_paths: NodePaths) -> None:
-    tree = Path(build(cpu_build_request(), node_paths).configure[2])
+    tree = Path(build(cpu_build_request(), node_paths).tree or "")
     repo = tmp_path / "llama.cpp"
     shutil.copytree(tree, repo, ignore=shutil.ignore_patterns("build-specfarm-*"))
     _git(repo, "init", "-q")

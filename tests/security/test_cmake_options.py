@@ -30,8 +30,9 @@ from farm.matrix.cmake_options import (
 from farm.matrix.spec import BuildSource
 from farm.settings import load_settings
 from tests.helpers import git, matrix_dict, run_cli, write_matrix
+from workers.job.runtime.sandbox import Sandbox
 from workers.paths import NodePaths
-from workers.setup.builds import BuildRequest, configure_argv, load_manifest
+from workers.setup.builds import INSIDE_TREE, BuildRequest, configure_argv, load_manifest
 from workers.setup.provision import CPU_BUILD_NAME, Provisioned
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,18 +48,20 @@ _SET_CACHE = re.compile(r"\bset\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s[^)]*?\bCACHE\s
 
 @pytest.fixture(scope="module")
 def tree(provisioned: Provisioned) -> tuple[Path, Path]:
-    """The provisioned build's source tree and build directory (``cmake -S TREE -B BUILD``)."""
+    """The provisioned build's source tree, and its build directory as the build saw it
+    (``cmake -B BUILD``: in the sandbox, inside the tree at INSIDE_TREE)."""
     manifest = load_manifest(CPU_BUILD_NAME, NodePaths.of(load_settings()))
-    assert manifest is not None
-    argv = manifest.configure
-    return Path(argv[argv.index("-S") + 1]), Path(argv[argv.index("-B") + 1])
+    assert manifest is not None and manifest.tree is not None
+    return Path(manifest.tree), Path(manifest.configure[manifest.configure.index("-B") + 1])
 
 
 @pytest.fixture(scope="module")
 def cached(tree: tuple[Path, Path]) -> set[str]:
-    """Every entry of the build's cache a user can set (``cmake -N -LAH``: read, not run)."""
-    listed = subprocess.run(["cmake", "-N", "-LAH", str(tree[1])], capture_output=True,
-                            text=True, check=True, timeout=60).stdout
+    """Every entry of the build's cache a user can set (``cmake -N -LAH``: read, not run),
+    seeing the tree where the build saw it."""
+    argv = Sandbox().command(["cmake", "-N", "-LAH", str(tree[1])], {"PATH": "/usr/bin:/bin"},
+                             trusted=True, placed=[(tree[0], str(INSIDE_TREE))])
+    listed = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
     return {name for name, kind in _CACHE_ENTRY.findall(listed)
             if kind not in ("INTERNAL", "STATIC")}
 

@@ -48,6 +48,8 @@ _PYPI = re.compile(r"^pypi:(?P<package>[A-Za-z0-9_.-]+)==(?P<version>[A-Za-z0-9_
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # ccache's record of one build's compiles (CCACHE_STATSLOG), in its build folder.
 CCACHE_LOG = "ccache.stats"
+# Where a sandboxed build sees its source tree (its build folder inside it).
+INSIDE_TREE = Path("/src/llama.cpp")
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,9 @@ class BuildManifest:
     build_number: int | None
     spec_types: list[str] = field(default_factory=list)
     cache_types: list[str] = field(default_factory=list)
+    # The source tree on this node (``configure`` names it as the build saw it: in the
+    # sandbox, INSIDE_TREE); None in manifests written before it was kept.
+    tree: str | None = None
 
 
 def run_command(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
@@ -385,13 +390,22 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
     source = resolve_source(request, paths)
     key = build_key(request, source)
     cached = load_manifest(request.name, paths)
-    if cached and cached.key == key and Path(cached.server).is_file():
+    # (A manifest without its tree was made before builds saw their tree at one path: made
+    # again, so that the node's ccache holds what builds at that path read.)
+    if cached and cached.key == key and cached.tree and Path(cached.server).is_file():
         say(f"{request.name}: already built ({cached.version.splitlines()[0]})")
         return cached
+    sandbox = Sandbox(paths.sandbox)
+    # Where the build sees its tree: in the sandbox every tree is at one path, so the
+    # sources llama.cpp generates for its unity build (absolute #include paths) are the
+    # same text for every commit and node, and ccache finds the library's objects.
+    tree = INSIDE_TREE if sandbox.wraps(request.trusted) else source.path
     if request.trusted:
-        # One build directory per configuration in the tree: another commit of it rebuilds
-        # only what changed (the binaries are copied out, so earlier builds keep theirs).
-        build_dir = source.path / f"build-specfarm-{_sha256(_configuration(request))[:12]}"
+        # One build directory per configuration in the tree (and where the build sees it:
+        # cmake's cache names the tree): another commit of it rebuilds only what changed
+        # (the binaries are copied out, so earlier builds keep theirs).
+        build_dir = source.path / "build-specfarm-{}".format(
+            _sha256({**_configuration(request), "tree": str(tree)})[:12])
     else:
         # A job's commit builds in a fresh folder of its own, removed once its binaries are
         # copied out: nothing one commit's build wrote is read by another's.
@@ -399,20 +413,21 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
         shutil.rmtree(build_dir, ignore_errors=True)
     build_dir.mkdir(parents=True, exist_ok=True)
     (build_dir / CCACHE_LOG).unlink(missing_ok=True)
-    env = build_env(paths, source.path, build_dir, request.trusted)
-    sandbox = Sandbox(paths.sandbox)
+    inside = tree / build_dir.name
+    env = build_env(paths, tree, inside, request.trusted)
     # The sandbox reads the tree and writes only the build folder; the node's ccache is
     # written by the operator's builds and read by a job's.
     cache = [ccache_dir(paths)]
     cache[0].mkdir(parents=True, exist_ok=True)
     step = partial(compile_step, sandbox=sandbox, trusted=request.trusted, bound=build_dir,
                    read=[*source.reads, *([] if request.trusted else cache)],
-                   write=[build_dir, *(cache if request.trusted else [])])
-    configure = configure_argv(request, source.path, build_dir)
+                   write=cache if request.trusted else [],
+                   placed=[(source.path, str(tree))], moved=[(build_dir, str(inside))])
+    configure = configure_argv(request, tree, inside)
     log = source.path / f"{build_dir.name}.log"
     log.unlink(missing_ok=True)
     step(configure, env, "cmake configure", log)
-    step(build_argv(build_dir, request.targets), env, "the build", log)
+    step(build_argv(inside, request.targets), env, "the build", log)
     binaries = [build_dir / "bin" / target for target in request.targets
                 if (build_dir / "bin" / target).is_file()]
     hits, misses = ccache_counts(build_dir)
@@ -425,7 +440,7 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
         server=str(paths.server_binary(request.name)),
         version=probe.version, build_number=probe.build_number,
         spec_types=list(probe.choices("spec-type")),
-        cache_types=list(probe.choices("cache-type-k")))
+        cache_types=list(probe.choices("cache-type-k")), tree=str(source.path))
     _write_manifest(manifest, binaries, paths)
     if not request.trusted:
         shutil.rmtree(build_dir, ignore_errors=True)

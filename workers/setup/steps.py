@@ -30,9 +30,11 @@ def say(message: str) -> None:
 
 def compile_step(argv: list[str], env: dict[str, str], what: str, log: Path, *,
                  sandbox: Sandbox, trusted: bool = False, read: Sequence[Path] = (),
-                 write: Sequence[Path] = (), bound: Path | None = None) -> None:
+                 write: Sequence[Path] = (), placed: Sequence[tuple[Path, str]] = (),
+                 moved: Sequence[tuple[Path, str]] = (), bound: Path | None = None) -> None:
     """Run a configure or compile step in ``sandbox`` (``Sandbox.wraps``; ``read`` bound
-    read-only, ``write`` writable), its output to ``log`` and, on a terminal, one status
+    read-only, ``write`` writable, ``placed`` and ``moved`` the same at another path
+    inside: ``Sandbox.command``), its output to ``log`` and, on a terminal, one status
     line that rewrites itself; a failure is BuildFailed with the step's last lines (the
     compiler's error), or BuildUnavailable when the disk is full (another node, or later,
     may build it). It is killed past STEP_SECONDS, and when ``bound`` (its build folder)
@@ -44,7 +46,8 @@ def compile_step(argv: list[str], env: dict[str, str], what: str, log: Path, *,
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a", encoding="utf-8") as out, subprocess.Popen(
-                sandbox.command(argv, env, trusted=trusted, read=read, write=write), env=env,
+                sandbox.command(argv, env, trusted=trusted, read=read, write=write,
+                                placed=placed, moved=moved), env=env,
                 text=True,
                 errors="replace", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,

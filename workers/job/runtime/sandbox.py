@@ -102,13 +102,14 @@ class Sandbox:
 
     def command(self, argv: Sequence[str], env: Mapping[str, str], *, trusted: bool,
                 read: Iterable[Path] = (), write: Iterable[Path] = (),
-                moved: Iterable[tuple[Path, str]] = (), gpu: bool = False) -> list[str]:
+                placed: Iterable[tuple[Path, str]] = (), moved: Iterable[tuple[Path, str]] = (),
+                gpu: bool = False) -> list[str]:
         """``argv`` as this node runs it (``wraps``): in bubblewrap with ``read`` bound
-        read-only and ``write`` writable (each at its own path, in that order, so a
-        writable folder may sit inside a read-only one), ``moved`` folders writable at
-        another path inside (``(outside, inside)``), ``env`` as its whole environment
-        and the GPU device nodes with ``gpu``; else as it is (``env`` is then passed to the
-        process by the caller)."""
+        read-only and ``write`` writable (each at its own path), ``placed`` folders
+        read-only and ``moved`` folders writable at another path inside (``(outside,
+        inside)``), bound in that order so that a writable folder may sit inside a
+        read-only one, ``env`` as its whole environment and the GPU device nodes with
+        ``gpu``; else as it is (``env`` is then passed to the process by the caller)."""
         if not self.wraps(trusted):
             return list(argv)
         environment: list[str] = []
@@ -117,6 +118,8 @@ class Sandbox:
         return [BWRAP, *_namespaces(), "--new-session", "--clearenv", *environment,
                 *(_gpu_binds() if gpu else []), "--tmpfs", INSIDE_HOME,
                 *_binds("--ro-bind", read), *_binds("--bind", write),
+                *[arg for outside, inside in placed
+                  for arg in ("--ro-bind", str(outside), inside)],
                 *[arg for outside, inside in moved for arg in ("--bind", str(outside), inside)],
                 "--chdir", "/", "--", *argv]
 
