@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -18,15 +19,25 @@ from tests.unit.test_report_text import WIDE_HEADERS
 pytestmark = pytest.mark.server
 
 
-@pytest.fixture
-def two_campaigns(tmp_path: Path, smollm2: Path, isolated_data_dir: Path) -> Path:
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory, smollm2: Path) -> Path:
+    """The data dir of two campaigns, run once for the module (each test reads a copy)."""
+    root = tmp_path_factory.mktemp("two-campaigns")
     prompts = [{"id": "copy", "category": "rewrite", "text": COPY_PROMPT},
                {"id": "poem", "category": "creative", "text": "Write a poem about rain."}]
     for campaign in ("before", "after"):
         matrix = matrix_dict(smollm2, campaign=campaign, prompts=prompts, repetitions=1,
                              pairs=2, **{"max-pairs": 2, "n-predict": 32})
-        result = farm("run", str(write_matrix(tmp_path, matrix, f"{campaign}.yaml")))
+        result = farm("run", str(write_matrix(root, matrix, f"{campaign}.yaml")),
+                      env={"FARM_DATA_DIR": str(root / "farm-data")})
         assert result.returncode == 0, result.stderr
+    return root / "farm-data"
+
+
+@pytest.fixture
+def two_campaigns(measured: Path, tmp_path: Path, isolated_data_dir: Path) -> Path:
+    """This test's data dir: a copy of the two campaigns'."""
+    shutil.copytree(measured, isolated_data_dir)
     return tmp_path
 
 
