@@ -119,8 +119,10 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
                        design=design, build=build)
     path = output or under(settings.data_dir, "ab", f"{matrix['campaign']}.yaml", what="matrix")
     path.parent.mkdir(parents=True, exist_ok=True)
+    # One line a value: a long model path is not folded (YAML would read it back the same).
     path.write_text(f"# Written by `farm ab`; `farm run {path}` runs it again.\n"
-                    + yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
+                    + yaml.safe_dump(matrix, sort_keys=False, width=1_000_000),
+                    encoding="utf-8")
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     checked = check_matrix(path, settings,
