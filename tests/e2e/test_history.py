@@ -128,7 +128,9 @@ def test_history_of_three_tracked_commits_marks_the_planted_draft_cost_only(
     page = tmp_path / "history.html"
     assert run_cli("history", str(matrix), "--format", "html", "-o", str(page)).exit_code == 0
     assert "data:image/png;base64," in page.read_text(encoding="utf-8")
-    gated = run_cli("history", str(matrix), "--fail-on-regression=draft_ms_per_token:50")
+    # The planted cost read +47% [+21%, +79%] in one run (the build before it slow), +70%
+    # expected: a threshold of 20% it passes, whatever the drift.
+    gated = run_cli("history", str(matrix), "--fail-on-regression=draft_ms_per_token:20")
     assert gated.exit_code == 3 and f"({b} -> {c}" in gated.output
     assert run_cli("history", str(matrix),
                    "--fail-on-regression=acceptance").exit_code == 0
