@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 
 from farm.errors import SelftestFailed
+from farm.matrix.load import matrix_yaml
 from farm.runner import Silent, check_matrix, run_matrix
 from farm.settings import Settings
 from farm.stats.busy import BUSY_CORES
@@ -93,7 +93,7 @@ class _Runner:
         from farm.results.runs import runs_frame
 
         path = self.workdir / f"{matrix['campaign']}.yaml"
-        path.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
+        path.write_text(matrix_yaml(matrix), encoding="utf-8")
         # A binary by path here is the operator's own (a worker config's build), never a
         # matrix's: the matrices are the selftest's.
         checked = check_matrix(path, self.settings,

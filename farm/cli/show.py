@@ -201,8 +201,7 @@ def _write_verify_matrix(engine: Engine, campaign: str, candidates: pd.DataFrame
                          output: Path) -> None:
     """The recommended and runner-up settings of every row vs baseline, as a matrix file
     (written whole or not at all)."""
-    import yaml
-
+    from farm.matrix.load import matrix_yaml
     from farm.results.recommend import verify_matrix
 
     top = candidates[candidates["rank"] <= 2]
@@ -218,7 +217,7 @@ def _write_verify_matrix(engine: Engine, campaign: str, candidates: pd.DataFrame
                           "(and --gpu-class)")
     matrix = verify_matrix(engine, campaign, top)
     partial = output.with_name(f".{output.name}.partial")
-    partial.write_text(yaml.safe_dump(matrix, sort_keys=False), encoding="utf-8")
+    partial.write_text(matrix_yaml(matrix), encoding="utf-8")
     partial.replace(output)
     print(f"wrote {output}: {len(matrix['variants'])} settings vs baseline on "
           f"{len(matrix['prompts'])} prompts (campaign {matrix['campaign']})", file=sys.stderr)

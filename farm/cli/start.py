@@ -98,8 +98,7 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
     `--`), run here with the farm's design; prints the answer and writes the matrix it ran
     (re-run it with `farm run`, send it to a fleet with `farm submit`). MODEL is a GGUF
     file, or its name in the models dir."""
-    import yaml
-
+    from farm.matrix.load import matrix_yaml
     from farm.matrix.starter import ab_matrix, flag_map, model_entry
     from farm.results.rows import job_rows
     from farm.runner import check_matrix
@@ -119,10 +118,8 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
                        design=design, build=build)
     path = output or under(settings.data_dir, "ab", f"{matrix['campaign']}.yaml", what="matrix")
     path.parent.mkdir(parents=True, exist_ok=True)
-    # One line a value: a long model path is not folded (YAML would read it back the same).
     path.write_text(f"# Written by `farm ab`; `farm run {path}` runs it again.\n"
-                    + yaml.safe_dump(matrix, sort_keys=False, width=1_000_000),
-                    encoding="utf-8")
+                    + matrix_yaml(matrix), encoding="utf-8")
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     checked = check_matrix(path, settings,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
@@ -54,6 +54,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise _DuplicateKey(key, seen[key], line)
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
+
+
+def matrix_yaml(matrix: Mapping[str, Any]) -> str:
+    """A matrix as the farm writes it (`farm ab`, `farm recommend --write-matrix`, the
+    selftest's): its keys in their order, one line a value (a long model path is not
+    folded at 80 columns; YAML would read it back the same, a reader's grep would not)."""
+    return yaml.safe_dump(dict(matrix), sort_keys=False, width=1_000_000)
 
 
 def read_yaml(path: Path) -> Any:
