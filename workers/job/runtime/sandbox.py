@@ -66,9 +66,14 @@ def _gpu_binds() -> list[str]:
 
 
 def _binds(option: str, paths: Iterable[Path]) -> list[str]:
+    return _binds_at(option, ((path, str(path)) for path in paths))
+
+
+def _binds_at(option: str, pairs: Iterable[tuple[Path, str]]) -> list[str]:
+    """``option`` for each ``(outside, inside)`` folder."""
     args: list[str] = []
-    for path in paths:
-        args += [option, str(path), str(path)]
+    for outside, inside in pairs:
+        args += [option, str(outside), inside]
     return args
 
 
@@ -118,9 +123,7 @@ class Sandbox:
         return [BWRAP, *_namespaces(), "--new-session", "--clearenv", *environment,
                 *(_gpu_binds() if gpu else []), "--tmpfs", INSIDE_HOME,
                 *_binds("--ro-bind", read), *_binds("--bind", write),
-                *[arg for outside, inside in placed
-                  for arg in ("--ro-bind", str(outside), inside)],
-                *[arg for outside, inside in moved for arg in ("--bind", str(outside), inside)],
+                *_binds_at("--ro-bind", placed), *_binds_at("--bind", moved),
                 "--chdir", "/", "--", *argv]
 
 
