@@ -11,6 +11,8 @@ gives way on a narrow terminal (``rank``) or window (``html_rank``).
 
 from __future__ import annotations
 
+import json
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -109,6 +111,23 @@ def _report_columns() -> tuple[ReportColumn, ...]:
 
 REPORT = _report_columns()
 REPORT_COLUMNS = [column.name for column in REPORT]
+
+
+# What a row takes from the other rows of its report (``farm.results.rows``: the fastest
+# of several variants gets the best-of interval). A row kept with its job
+# (``farm.results.rows.keep_rows``) holds them null, in this text, which a report replaces.
+ACROSS_JOBS = ("best_of", "best_low", "best_high")
+KEPT_BLANKS = "".join(f'"{name}":null,' for name in ACROSS_JOBS)
+
+
+def row_json(row: Mapping[str, Any]) -> str:
+    """A report row as one compact JSON object, its keys in its order; NaN and infinities
+    read null (JSON has neither), as in pandas' ``to_json``."""
+    try:
+        return json.dumps(row, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps({key: None if isinstance(value, float) and not math.isfinite(value)
+                           else value for key, value in row.items()}, separators=(",", ":"))
 
 
 def columns_of(dtype: Dtype) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from farm.errors import ConfigError
 from farm.report import kinds
 from farm.report.formats import FORMATS, Target, check_target, write
 from farm.results.groups import category_report, category_summary, group_report, with_design_columns
-from farm.results.rows import job_rows
+from farm.results.rows import report_rows
 from farm.results.runs import designs_of, draft_lengths_of, job_specs, runs_frame
 from farm.settings import Settings
 from farm.store.campaigns import latest_campaign
@@ -40,9 +40,12 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
     """The jobs of ``campaign`` (default the latest) per job, per group or per category."""
     check_target(kinds.JobReport, fmt, output)
     draws = FORMATS[fmt].draws
+    # Kept rows print as they are only where the rows are printed one by one.
+    kept = FORMATS[fmt].kept and group_by is None and not by_category
     with open_store(settings) as engine:
         name = None if all_campaigns else (campaign or latest_campaign(engine))
-        rows = job_rows(engine, name)
+        found = report_rows(engine, name, kept=kept)
+        rows = found.rows
         runs = runs_frame(engine, name) if by_category or draws else None
         # Each spec read once: the page wants the designs and the draft lengths of them.
         specs = job_specs(engine, name) if runs is not None else {}
@@ -53,7 +56,7 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
 
     if group_by is None and not by_category:
         page = _page(report_frame(rows), runs, specs, recommendation) if draws else None
-        write(kinds.JobReport(title, rows, page), fmt, target)
+        write(kinds.JobReport(title, rows, page, found.kept if kept else None), fmt, target)
         return
     from farm.report.text import category_sheet, group_sheet
 

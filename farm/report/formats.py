@@ -42,7 +42,8 @@ Renderer = Callable[[Any, Target], "str | bytes"]
 class Format:
     """One output format: what ``--format`` names it, its help line, the suffix of a file
     of it, and its renderer per kind of result. ``file_only``: written with ``-o`` only;
-    ``draws``: the result carries what a page draws (the command loads it)."""
+    ``draws``: the result carries what a page draws (the command loads it); ``kept``:
+    it prints a report's kept rows as their text (``kinds.JobReport.kept``)."""
 
     name: str
     help: str
@@ -50,6 +51,7 @@ class Format:
     renderers: Mapping[type, Renderer] = field(repr=False)
     file_only: bool = False
     draws: bool = False
+    kept: bool = False
 
 
 # --- table and markdown ----------------------------------------------------------------
@@ -173,7 +175,7 @@ def _job_report_json(report: kinds.JobReport, _: Target) -> str:
     from farm.report.headline import with_headlines
     from farm.report.text import rows_to_json
 
-    return rows_to_json(with_headlines(report.rows))
+    return rows_to_json(with_headlines(report.rows), report.kept)
 
 
 def _peers_json(result: kinds.Peers, _: Target) -> str:
@@ -233,7 +235,7 @@ FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (
     Format("table", "a table fitted to the terminal", ".txt", _text_renderers("table")),
     Format("md", "markdown tables (for a PR or issue)", ".md", _text_renderers("md")),
     Format("csv", "CSV, every column", ".csv", _CSV),
-    Format("json", "JSON, every column", ".json", _JSON),
+    Format("json", "JSON, every column", ".json", _JSON, kept=True),
     Format("html", "a self-contained page with plots (needs -o)", ".html", _HTML,
            file_only=True, draws=True),
     Format("parquet", "Parquet (needs -o)", ".parquet", {kinds.Runs: _runs_parquet},

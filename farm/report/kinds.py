@@ -46,11 +46,14 @@ class Tables:
 @dataclass(frozen=True)
 class JobReport:
     """``farm report``: one row per job (``farm.results.rows.job_rows``), opened by the
-    report's answer; ``page`` where the format draws one."""
+    report's answer; ``page`` where the format draws one; ``kept`` where it prints kept
+    rows as they are (``farm.results.rows.report_rows``: such a row holds only what the
+    report works out across jobs, its text ``kept[i]`` the rest)."""
 
     title: str
     rows: Sequence[Mapping[str, Any]]
     page: CampaignPage | None = None
+    kept: Sequence[str | None] | None = None
     stem = "report"
 
 

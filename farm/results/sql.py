@@ -118,18 +118,30 @@ LEFT JOIN arm_counts vc ON vc.job_id = job.id AND vc.arm = 'variant'
 WHERE {jobs}"""
 
 
+# The states of a job whose runs may change under a report: its row is never kept.
+MOVING_STATES = ("running", "lost")
+MOVING = ", ".join(f"'{state}'" for state in MOVING_STATES)
+
+
 def job_report_sql(jobs: str) -> str:
     """One row per job meeting ``jobs`` (a condition on ``job``): its columns, its campaign,
-    its summary and whether it has runs (an index lookup; no run is read). The varying
-    flags and the summary come as JSON text, for the caller to parse all at once."""
+    and either the report row kept for it (``farm.results.rows.report_rows``: never for a
+    job in ``MOVING_STATES``) or its summary and whether it has runs (an index lookup; no
+    run is read). The varying flags, the summary and the kept row come as JSON text, for
+    the caller to parse all at once (or, the kept row, to print as it is)."""
     return f"""
 SELECT job.id AS job_id, c.name AS campaign, job.job_key, job.model_name AS model,
        job.variant_name AS variant, job.build_name AS build,
        CAST(job.varying AS TEXT) AS varying, job.gpu_class, job.lease_owner AS worker,
        job.state, job.error, job.failure_class, job.speculation,
-       CAST(job.summary AS TEXT) AS summary,
-       job.pairs, job.stop_reason, job.log_se, job.df,
-       EXISTS (SELECT 1 FROM run WHERE run.job_id = job.id) AS has_runs
+       job.pairs, job.stop_reason, job.log_se, job.df, job.attempt, job.finished_at,
+       job.report_head,
+       CASE WHEN job.report_row IS NOT NULL AND job.state NOT IN ({MOVING})
+            THEN job.report_row END AS report_row,
+       CASE WHEN job.report_row IS NULL OR job.state IN ({MOVING})
+            THEN CAST(job.summary AS TEXT) END AS summary,
+       CASE WHEN job.report_row IS NULL OR job.state IN ({MOVING})
+            THEN EXISTS (SELECT 1 FROM run WHERE run.job_id = job.id) END AS has_runs
 FROM job
 JOIN campaign c ON c.id = job.campaign_id
 WHERE {jobs}

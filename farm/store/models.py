@@ -137,6 +137,13 @@ class Job(Base):
     # Seconds the last attempt spent making its builds, apart from the measurement (and
     # not counted against the job's time limit); null when it made none.
     build_seconds: Mapped[float | None] = mapped_column(Float)
+    # The job's report row as a report last worked it out (JSON text: its across-jobs
+    # columns null; never while the job runs), and its head (JSON: the key of the row code
+    # and job columns it is valid for, and what reports read across jobs): the next report
+    # prints it as it is (farm.results.rows.report_rows). Written by reports, never by
+    # workers (farm.store.roles).
+    report_row: Mapped[str | None] = mapped_column(Text)
+    report_head: Mapped[str | None] = mapped_column(Text)
 
     campaign: Mapped[Campaign] = relationship(back_populates="jobs")
     runs: Mapped[list[Run]] = relationship(back_populates="job")

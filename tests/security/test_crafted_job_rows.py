@@ -189,7 +189,11 @@ def test_the_worker_role_cannot_create_or_change_jobs(fleet: Fleet, postgres_url
     with psycopg.connect(_as_role(postgres_url, worker_role), autocommit=True) as worker:
         for statement in ("INSERT INTO campaign (name, matrix_path) VALUES ('evil', 'x')",
                           "UPDATE job SET spec = '{}'", "DELETE FROM run",
-                          "UPDATE campaign SET name = 'x'", "DROP TABLE run"):
+                          "UPDATE campaign SET name = 'x'", "DROP TABLE run",
+                          # a kept report row is written by reports only: a worker cannot
+                          # print another job's names or figures through it
+                          "UPDATE job SET report_row = '{}'",
+                          "UPDATE job SET report_head = '{}'"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 worker.execute(statement)
         worker.execute("UPDATE job SET state = state")  # its own columns it may write
