@@ -39,20 +39,26 @@ def rows_to_json(rows: Sequence[Mapping[str, Any]],
     never parsed nor encoded again: a store's 20,000 rows are 50 MB of JSON."""
     if kept is None:
         return _json_list([row_json(row) for row in rows])
-    return _json_list([row_json(row) if text is None else _kept_json(row, text)
+    # A report's rows share a few headlines: each is encoded once.
+    headlines: dict[str | None, str] = {}
+    return _json_list([row_json(row) if text is None else _kept_json(row, text, headlines)
                        for row, text in zip(rows, kept, strict=True)])
 
 
-def _kept_json(row: Mapping[str, Any], text: str) -> str:
+def _kept_json(row: Mapping[str, Any], text: str, headlines: dict[str | None, str]) -> str:
     """A kept row's JSON ``text`` with the values ``row`` adds: the ``ACROSS_JOBS``
-    columns where the text holds them null, the headline (if any) last."""
-    before, blanks, after = text.partition(KEPT_BLANKS)
-    if not blanks or not after.endswith("}"):
-        raise ValueError("a kept report row without its blank across-jobs columns")
-    marks = row_json({name: row.get(name) for name in ACROSS_JOBS})[1:-1]
-    if "headline" in row:
-        after = f"{after[:-1]},\"headline\":{json.dumps(row['headline'])}}}"
-    return f"{before}{marks},{after}"
+    columns where the text holds them null (most rows: none), the headline (if any) last."""
+    if any(row.get(name) is not None for name in ACROSS_JOBS):
+        before, blanks, after = text.partition(KEPT_BLANKS)
+        if not blanks:
+            raise ValueError("a kept report row without its blank across-jobs columns")
+        text = f"{before}{row_json({name: row.get(name) for name in ACROSS_JOBS})[1:-1]},{after}"
+    if "headline" not in row:
+        return text
+    headline = row["headline"]
+    if headline not in headlines:
+        headlines[headline] = json.dumps(headline)
+    return f"{text[:-1]},\"headline\":{headlines[headline]}}}"
 
 
 def _json_list(objects: Sequence[str]) -> str:

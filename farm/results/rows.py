@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection, Engine, bindparam, text
 from sqlalchemy.exc import DBAPIError
@@ -101,8 +101,8 @@ def report_rows(engine: Engine, campaign: str | None, *, kept: bool) -> JobRows:
         jobs, params = "job.campaign_id = :campaign_id", {
             "campaign_id": campaign_id(engine, campaign)}
     with engine.connect() as connection:
-        found: list[Row] = [dict(job) for job in connection.execute(
-            text(job_report_sql(jobs)), params).mappings()]
+        found = cast("list[Row]", connection.execute(
+            text(job_report_sql(jobs)), params).mappings().all())
         heads = _parse_heads([job["report_head"] for job in found])
         texts = [job["report_row"] if head.get("key") == _key(job)
                  and _whole(job["report_row"]) else None
@@ -125,15 +125,15 @@ def _whole(kept: str | None) -> bool:
     """Whether ``kept`` is a row as ``_keep`` writes it: one object, campaign first, its
     across-jobs columns blank (a row text edited by hand is worked out again)."""
     return (kept is not None and kept.startswith('{"campaign":') and kept.endswith("}")
-            and kept.count(KEPT_BLANKS) == 1)
+            and KEPT_BLANKS in kept)
 
 
 def _key(job: Mapping[str, Any]) -> str:
     """What a kept row must have been kept at: this code's row version and every column of
     the job it was worked out from (its summary changes only with its finish time, its
     runs only while it is running)."""
-    seen = json.dumps([job[name] for name in _KEYED], default=str)
-    return f"{_VERSION}:{hashlib.sha256(seen.encode()).hexdigest()[:16]}"
+    seen = repr(tuple(map(job.__getitem__, _KEYED))).encode()
+    return f"{_VERSION}:{hashlib.blake2b(seen, digest_size=8).hexdigest()}"
 
 
 _KEYED = ("state", "attempt", "finished_at", "worker", "error", "failure_class", "speculation",
