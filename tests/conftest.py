@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from farm.settings import load_settings
 from farm.store.db import make_engine, upgrade
+from tests.beside import Watch
 from workers.paths import NodePaths
 from workers.setup.provision import Provisioned, provision
 
@@ -26,6 +27,25 @@ def isolated_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FARM_DATA_DIR", str(data_dir))
     monkeypatch.delenv("FARM_DATABASE_URL", raising=False)
     return data_dir
+
+
+@pytest.fixture(autouse=True)
+def one_thread_beside_another(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In tests/run's shared phase (pytest-xdist), a server test that is not marked
+    ``alone`` fails when it started a llama-server at more than one thread
+    (``tests.beside``)."""
+    if ("PYTEST_XDIST_WORKER" not in os.environ or request.node.get_closest_marker("server")
+            is None or request.node.get_closest_marker("alone") is not None):
+        yield
+        return
+    watch = Watch().start()
+    try:
+        yield
+    finally:
+        watch.stop()
+    assert not watch.offending, (
+        "a llama-server at more than one thread beside another test (give it --threads 1, "
+        f"or mark the test alone): {sorted(watch.offending)}")
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -24,6 +25,16 @@ COPY_PROMPT = (
 NEWER_THAN_0007 = ("busy_node", "busy_wait")
 
 
+REDIS_URL = os.environ.get("FARM_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+
+
+def private_redis_url() -> str:
+    """A database of the shared Redis for this pytest process alone, which its tests flush:
+    tests/run runs two pytest-xdist workers at once (8 for the first, 9 for the second)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return f"{REDIS_URL}/{8 + int(worker.removeprefix('gw'))}"
+
+
 def matrix_dict(model_path: Path, **overrides: Any) -> dict[str, Any]:
     """A small valid matrix: SmolLM2, one copy prompt, baseline vs ngram-simple."""
     matrix: dict[str, Any] = {
@@ -36,7 +47,7 @@ def matrix_dict(model_path: Path, **overrides: Any) -> dict[str, Any]:
         "repetitions": 2,
         "pairs": 1,
         "max-pairs": 1,
-        "flags": {"ctx-size": 1024, "threads": 2},
+        "flags": {"ctx-size": 1024, "threads": 1},  # tests/beside.py
         "variants": [{"name": "ngram", "flags": {"spec-type": "ngram-simple"}}],
     }
     matrix.update(overrides)

@@ -23,7 +23,7 @@ ANSWER = re.compile(r"answer: the variant decodes (?P<speedup>\d+\.\d\d)x as fas
 def test_farm_ab_answers_and_writes_a_matrix_that_reruns_adding_no_run(
         smollm2: Path, isolated_data_dir: Path) -> None:
     args = ("ab", str(smollm2), "--pairs", "2", "--n-predict", "32", "--repetitions", "1",
-            "--prompt-suite", "extraction", "-c", "2048", "-t", "2",
+            "--prompt-suite", "extraction", "-c", "2048", "-t", "1",
             "--", "--spec-type", "ngram-simple")
     result = farm(*args)
     assert result.returncode == 0, result.stderr
@@ -36,7 +36,7 @@ def test_farm_ab_answers_and_writes_a_matrix_that_reruns_adding_no_run(
     matrix = yaml.safe_load(path.read_text())
     assert matrix["models"] == [{"name": smollm2.name.removesuffix(".gguf"),
                                  "file": smollm2.name}]
-    assert matrix["flags"] == {"ctx-size": 2048, "threads": 2}
+    assert matrix["flags"] == {"ctx-size": 2048, "threads": 1}
     assert matrix["variants"] == [{"name": "ngram-simple",
                                    "flags": {"spec-type": "ngram-simple"}}]
     [row] = report_rows(matrix["campaign"])

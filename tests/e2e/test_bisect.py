@@ -25,7 +25,7 @@ from tests.e2e import planted
 from tests.helpers import run_cli
 from workers.setup.provision import Provisioned
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.alone]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from farm.stats.busy import BUSY_CORES
 from tests.e2e.test_farm_run import FARM, farm, report_rows
 from tests.helpers import matrix_dict, write_matrix
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.alone]
 
 # A one-core busy loop that ends by itself.
 SPIN = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"

@@ -49,7 +49,7 @@ def test_run_dry_run_refuses_what_the_run_refuses_in_the_same_words(
 def _fleet_matrix(model_file: str, **flags: Any) -> dict[str, Any]:
     return {"campaign": "fleet-dry", "build": "cpu", "gpu-classes": ["cpu"],
             "models": [{"name": "m", "file": model_file}], "prompts": ["hello"],
-            "flags": {"ctx-size": 256, **flags},
+            "flags": {"ctx-size": 256, "threads": 1, **flags},
             "variants": [{"name": "ngram", "flags": {"spec-type": "ngram-simple"}}]}
 
 

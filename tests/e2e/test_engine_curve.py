@@ -28,7 +28,7 @@ def test_engine_curve_campaign_runs_and_farm_curve_fits_it(
         "models": [{"name": "oracle", "path": str(provisioned.models["qwen35-mtp-oracle"])}],
         "prompts": ["one two three", "the farm reads"],
         "n-predict": 96, "repetitions": 2, "pairs": 2, "max-pairs": 2,
-        "flags": {"ctx-size": 256, "threads": 2},
+        "flags": {"ctx-size": 256, "threads": 1},
         "engine-curve": {"spec-type": "draft-mtp", "draft-n-max": [1, 2],
                          "synth-len": [1, 1.5, 2, 3]},
     }
@@ -73,7 +73,7 @@ def test_farm_curve_without_synthetic_jobs_says_how_to_get_them(
         "campaign": "plain", "prompt-mode": "completion",
         "models": [{"name": "oracle", "path": str(provisioned.models["qwen35-mtp-oracle"])}],
         "prompts": ["one two three"], "n-predict": 16, "repetitions": 1, "pairs": 1,
-        "max-pairs": 1, "flags": {"ctx-size": 256, "threads": 2},
+        "max-pairs": 1, "flags": {"ctx-size": 256, "threads": 1},
         "variants": [{"name": "mtp", "flags": {"spec-type": "draft-mtp"}}],
     }
     assert farm("run", str(write_matrix(tmp_path, matrix))).returncode == 0
@@ -91,7 +91,7 @@ def test_recommend_on_real_runs_writes_a_verification_that_check_reads(
               "prompts": [{"id": "a", "text": "one two three", "category": "code"},
                           {"id": "b", "text": "the farm reads", "category": "chat"}],
               "n-predict": 96, "repetitions": 2, "pairs": 2, "max-pairs": 2,
-              "flags": {"ctx-size": 256, "threads": 2}}
+              "flags": {"ctx-size": 256, "threads": 1}}
     curve = {"campaign": "curve", **common, "engine-curve": {
         "spec-type": "draft-mtp", "draft-n-max": [1, 2], "synth-len": [1, 1.5, 2, 3]}}
     drafter = {"campaign": "drafter", **common, "variants": [

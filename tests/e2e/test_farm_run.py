@@ -84,7 +84,7 @@ def test_dry_run_prints_each_arms_argv_and_writes_nothing(
     # The farm's own flags, as the run starts the server (--offline where the build knows
     # it), then the arm's.
     assert "--log-verbosity 4 --parallel 1 --metrics" in result.stdout
-    assert "--ctx-size 1024 --threads 2 --spec-type ngram-simple" in result.stdout
+    assert "--ctx-size 1024 --threads 1 --spec-type ngram-simple" in result.stdout
     assert not isolated_data_dir.exists()
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -24,12 +23,11 @@ from sqlalchemy.orm import Session
 
 from farm.store.db import make_engine
 from farm.store.models import Job, Run
-from tests.helpers import COPY_PROMPT
+from tests.helpers import COPY_PROMPT, REDIS_URL, private_redis_url
 from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 FARM = str(Path(sys.executable).with_name("farm"))
-REDIS_URL = os.environ.get("FARM_TEST_REDIS_URL", "redis://127.0.0.1:6379")
 
 
 @dataclass
@@ -132,7 +130,7 @@ def open_fleet(root: Path, smollm2: Path, database_url: str, broker_url: str,
 def shared_redis_fleet(root: Path, smollm2: Path, database_url: str) -> Iterator[Fleet]:
     """``open_fleet`` on a database of its own and a scratch database of the shared Redis,
     emptied before and after."""
-    broker = f"{REDIS_URL}/{random.randint(8, 15)}"
+    broker = private_redis_url()
     redis.Redis.from_url(broker).flushdb()
     try:
         with open_fleet(root, smollm2, database_url, broker) as fleet:

@@ -22,7 +22,7 @@ def test_runs_keep_rss_and_context_sizes_and_only_mtp_has_a_draft_context(
         "campaign": "memory", "prompt-mode": "completion",
         "models": [{"name": "oracle", "path": str(provisioned.models["qwen35-mtp-oracle"])}],
         "prompts": ["one two three"], "n-predict": 32, "repetitions": 1, "pairs": 1,
-        "max-pairs": 1, "flags": {"ctx-size": 256, "threads": 2},
+        "max-pairs": 1, "flags": {"ctx-size": 256, "threads": 1},
         "variants": [{"name": "mtp", "flags": {"spec-type": "draft-mtp"}}],
     }
     result = farm("run", str(write_matrix(tmp_path, matrix)))

@@ -92,7 +92,7 @@ def test_cpu_oracle_accepts_every_draft_with_the_baseline_s_text(
               "models": [{"name": "oracle-cpu",
                           "path": str(provisioned.models["qwen35-mtp-oracle-cpu"])}],
               "prompts": ["hello speculative world"], "n-predict": 48, "repetitions": 1,
-              "pairs": 1, "max-pairs": 1, "flags": {"ctx-size": 256, "threads": 2},
+              "pairs": 1, "max-pairs": 1, "flags": {"ctx-size": 256, "threads": 1},
               "variants": [{"name": "mtp", "flags": {"spec-type": "draft-mtp",
                                                      "spec-draft-n-max": 3}}]}
     result = farm("run", str(write_matrix(tmp_path, matrix)))

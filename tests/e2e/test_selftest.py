@@ -6,7 +6,7 @@ import pytest
 
 from tests.e2e.test_farm_run import farm
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.alone]
 
 CHECKS = ("the node is quiet enough to measure",
           "oracle: every draft accepted, text identical", "anti-oracle: no draft accepted",

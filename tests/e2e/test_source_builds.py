@@ -168,7 +168,7 @@ def test_farm_run_builds_the_commit_its_matrix_names(
                                           "ref": two_commits.a},
         "models": [{"name": "smollm2", "path": str(smollm2)}], "prompts": [COPY_PROMPT],
         "n-predict": 16, "repetitions": 1, "pairs": 1, "max-pairs": 1,
-        "flags": {"ctx-size": 1024, "threads": 2},
+        "flags": {"ctx-size": 1024, "threads": 1},
         "variants": [{"name": "ngram", "flags": {"spec-type": "ngram-simple"}}]}))
     result = run_cli("run", str(matrix), env={"FARM_CACHE_DIR": str(node_cache)})
     assert result.exit_code == 0, result.output

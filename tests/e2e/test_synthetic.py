@@ -35,7 +35,7 @@ def test_per_position_acceptance_reads_back_the_rates_that_were_set(
         "models": [{"name": "anti", "path": str(provisioned.models["qwen35-mtp-anti"])}],
         "prompts": ["one two three", "the farm reads", "speculative decoding", "hello"],
         "n-predict": 230, "repetitions": 7, "pairs": 1, "max-pairs": 1,
-        "flags": {"ctx-size": 256, "threads": 2},
+        "flags": {"ctx-size": 256, "threads": 1},
         "variants": [{"name": "synth", "flags": {
             "spec-type": "draft-mtp", "spec-draft-n-max": 3,
             "spec-synth-rates": ",".join(map(str, RATES))}}],

@@ -21,7 +21,7 @@ def test_four_streams_overlap_and_each_slots_acceptance_is_its_own(
     # after its prompt (~0.2 s here): enough tokens that this is a small part of the run.
     matrix = matrix_dict(smollm2, concurrency=4, **{
         "n-predict": 192,
-        "flags": {"ctx-size": 2048, "threads": 2}})
+        "flags": {"ctx-size": 2048, "threads": 1}})
     result = farm("run", str(write_matrix(tmp_path, matrix)))
     assert result.returncode == 0, result.stderr
 
@@ -59,7 +59,7 @@ def test_four_streams_overlap_and_each_slots_acceptance_is_its_own(
 def test_a_long_prompt_tier_runs_and_one_past_a_slots_context_fails_naming_the_fix(
         tmp_path: Path, smollm2: Path, isolated_data_dir: Path) -> None:
     matrix = matrix_dict(smollm2, concurrency=2, **{
-        "prompt-length": [300, 1000], "flags": {"ctx-size": 1536, "threads": 2}})
+        "prompt-length": [300, 1000], "flags": {"ctx-size": 1536, "threads": 1}})
     result = farm("run", str(write_matrix(tmp_path, matrix)))
     assert result.returncode != 0 and "Traceback" not in result.stderr
     fits, too_long = report_rows()

@@ -15,7 +15,7 @@ from tests.e2e.test_farm_run import farm, report_rows
 from tests.helpers import matrix_dict, write_matrix
 from workers.setup.provision import Provisioned
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.alone]
 
 SPEC_COLUMNS = ("spec_draft_calls", "spec_accept_calls", "spec_gen_drafts", "spec_acc_drafts",
                 "spec_gen_tokens", "spec_acc_tokens", "spec_begin_ms", "spec_draft_ms",

@@ -19,7 +19,7 @@ from farm.store.peers import PeerUpload, store_peer_files
 from tests.helpers import matrix_dict, run_cli, write_matrix
 from workers.setup.provision import Provisioned
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.alone]
 # Two runs, each written in two formats at once (stdout and stderr): equal figures.
 RUNS = (("json", "sql"), ("jsonl", "csv"))
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import random
 import threading
 import time
 from collections.abc import Iterator
@@ -22,8 +20,8 @@ from farm.fleet.reconcile import held_jobs, reconcile
 from farm.settings import load_settings
 from farm.store import leases, outbox
 from farm.store.models import Campaign, Job
+from tests.helpers import private_redis_url
 
-REDIS_URL = os.environ.get("FARM_TEST_REDIS_URL", "redis://127.0.0.1:6379")
 QUEUE = "gpu.cpu"
 
 
@@ -34,7 +32,7 @@ def engine(pg_engine: Engine) -> Engine:
 
 @pytest.fixture
 def broker() -> Iterator[tuple[Celery, redis.Redis]]:
-    url = f"{REDIS_URL}/{random.randint(8, 15)}"
+    url = private_redis_url()
     client = redis.Redis.from_url(url)
     client.flushdb()
     app = make_app(load_settings(broker_url=url))

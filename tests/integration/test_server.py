@@ -14,7 +14,7 @@ from workers.job.runtime.server import LlamaServer
 from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
-ARGS = ["--ctx-size", "512", "--threads", "2"]
+ARGS = ["--ctx-size", "512", "--threads", "1"]
 
 
 def _alive(pid: int) -> bool:

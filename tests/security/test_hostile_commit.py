@@ -318,7 +318,7 @@ def _matrix(path: Path, campaign: str, build: dict[str, str], model: dict[str, s
     path.write_text(yaml.safe_dump({
         "campaign": campaign, "build": build, "models": [model], "prompts": [COPY_PROMPT],
         "n-predict": 16, "repetitions": 1, "pairs": 1, "max-pairs": 1,
-        "flags": {"ctx-size": 256, "threads": 2},
+        "flags": {"ctx-size": 256, "threads": 1},
         "variants": [{"name": "ngram", "flags": {"spec-type": "ngram-simple"}}], **extra}))
     return path
 

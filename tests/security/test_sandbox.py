@@ -147,7 +147,7 @@ def test_a_node_without_bubblewrap_runs_its_operators_builds_and_no_jobs_commit(
 def _measured(provisioned: Provisioned, smollm2: Path, log: Path,
               sandbox: Sandbox) -> tuple[float, float, str, dict[str, str]]:
     server = LlamaServer(str(provisioned.server), str(smollm2),
-                         ["--ctx-size", "512", "--threads", "2"], log, sandbox=sandbox)
+                         ["--ctx-size", "512", "--threads", "1"], log, sandbox=sandbox)
     with server, ServerClient(server.http_transport()) as client, \
             Sampler([], server.pid, interval=0.05) as sampler:
         assert server.pid is not None
@@ -166,6 +166,7 @@ def _measured(provisioned: Provisioned, smollm2: Path, log: Path,
 
 
 @pytest.mark.server
+@pytest.mark.alone
 def test_a_sandboxed_server_is_measured_as_one_without_the_sandbox(
         provisioned: Provisioned, smollm2: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

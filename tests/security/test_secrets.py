@@ -61,7 +61,7 @@ def test_a_failed_start_stores_its_failure_lines_and_nothing_else(
     # A context no machine holds: the server loads the model (logging its metadata, the
     # chat template among it), then fails to allocate its KV cache and exits.
     path = write_matrix(tmp_path, matrix_dict(smollm2, flags={"ctx-size": 100_000_000,
-                                                              "threads": 2, "fit": "off"}))
+                                                              "threads": 1, "fit": "off"}))
     result = run_cli("run", str(path))
     assert result.exit_code == 1, result.output
     engine = make_engine(load_settings().database_url)

@@ -17,7 +17,7 @@ from workers.setup.builds import SAFE_FLAGS, BuildRequest, configure_argv, load_
 from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
-ARGS = ["--ctx-size", "512", "--threads", "2"]
+ARGS = ["--ctx-size", "512", "--threads", "1"]
 PLANTED = {"FARM_DATABASE_URL": "postgresql://u:pw-db-4f1c@db.invalid/farm",
            "FARM_BROKER_URL": "redis://:pw-broker-77ae@redis.invalid:6379/0",
            "FARM_FLOWER_AUTH": "admin:pw-flower-0b3d", "HF_TOKEN": "hf_pw-hub-9e21",
