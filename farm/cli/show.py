@@ -56,7 +56,7 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
 
     if group_by is None and not by_category:
         page = _page(report_frame(rows), runs, specs, recommendation) if draws else None
-        write(kinds.JobReport(title, rows, page, found.kept if kept else None), fmt, target)
+        write(kinds.JobReport(title, rows, page, found.kept), fmt, target)
         return
     from farm.report.text import category_sheet, group_sheet
 

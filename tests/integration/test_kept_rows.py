@@ -53,6 +53,7 @@ def test_kept_rows_print_as_the_rows_worked_out(store: Engine) -> None:
     made = job_rows(store, None)
     assert _kept(store) == _settled(store) > 0
     found = report_rows(store, None, kept=True)
+    assert found.kept is not None
     assert sum(kept is not None for kept in found.kept) == _settled(store)
     assert _printed(store) == rows_to_json(with_headlines(made))
     assert job_rows(store, None) == made  # kept rows parsed, the best-of marks added again
@@ -78,6 +79,7 @@ def _kept_of(engine: Engine, job_id: int) -> str | None:
         ids = list(connection.scalars(text(
             "SELECT job.id FROM job JOIN campaign c ON c.id = job.campaign_id "
             "ORDER BY c.id, job.id")))
+    assert found.kept is not None
     return found.kept[ids.index(job_id)]
 
 
