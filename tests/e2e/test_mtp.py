@@ -54,8 +54,10 @@ def test_tutorial_command_line_is_refused_for_a_model_without_mtp_heads(
     assert not isolated_data_dir.exists()
 
 
+@pytest.mark.alone
 def test_tutorial_command_line_runs_mtp_with_known_answers(
         tmp_path: Path, provisioned: Provisioned, isolated_data_dir: Path) -> None:
+    """Alone: the tutorial's command line as written runs its servers at two threads."""
     models = [{"name": "oracle", "path": str(provisioned.models["qwen35-mtp-oracle"])},
               {"name": "anti", "path": str(provisioned.models["qwen35-mtp-anti"])}]
     result = farm("run", str(write_matrix(tmp_path, _tutorial(models))))

@@ -15,13 +15,16 @@ from tests.helpers import matrix_dict, write_matrix
 pytestmark = pytest.mark.server
 
 
+@pytest.mark.alone
 def test_four_streams_overlap_and_each_slots_acceptance_is_its_own(
         tmp_path: Path, smollm2: Path, isolated_data_dir: Path) -> None:
+    """Alone: the streams' overlap is a share of time, which a neighbour's work changes
+    (0.71 against the 0.8 it is held to, once beside another test)."""
     # The server starts the first request that arrives at once and takes the others in
     # after its prompt (~0.2 s here): enough tokens that this is a small part of the run.
     matrix = matrix_dict(smollm2, concurrency=4, **{
         "n-predict": 192,
-        "flags": {"ctx-size": 2048, "threads": 1}})
+        "flags": {"ctx-size": 2048, "threads": 2}})
     result = farm("run", str(write_matrix(tmp_path, matrix)))
     assert result.returncode == 0, result.stderr
 

@@ -120,7 +120,8 @@ def test_a_write_that_fails_midway_leaves_no_figure(tmp_path: Path) -> None:
 
 def test_peers_puts_llama_bench_beside_the_farm_baseline_of_the_same_build(
         bench_files: dict[str, Path], smollm2: Path, tmp_path: Path) -> None:
-    matrix = write_matrix(tmp_path, matrix_dict(smollm2))
+    # The farm's baseline at llama-bench's two threads: peers match by threads.
+    matrix = write_matrix(tmp_path, matrix_dict(smollm2, flags={"ctx-size": 1024, "threads": 2}))
     assert run_cli("run", str(matrix)).exit_code == 0
     assert run_cli("import", str(bench_files["json"])).exit_code == 0
     result = run_cli("peers", "--format", "json")

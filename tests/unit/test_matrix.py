@@ -23,15 +23,24 @@ def files(tmp_path: Path) -> dict[str, Any]:
     return {"model": model, "build": {"name": "test", "path": str(server)}, "dir": tmp_path}
 
 
+# The flags these tests were written with (and their pinned job keys made from): two
+# threads, as the matrix a newcomer writes; tests.helpers' default is one (tests/beside.py).
+FLAGS = {"ctx-size": 1024, "threads": 2}
+
+
+def _matrix(files: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    return matrix_dict(files["model"], build=files["build"], **{"flags": FLAGS, **overrides})
+
+
 def load(files: dict[str, Any], **overrides: Any) -> list[Any]:
-    matrix = matrix_dict(files["model"], build=files["build"], **overrides)
+    matrix = _matrix(files, **overrides)
     return load_matrix(write_matrix(files["dir"], matrix))[1]
 
 
 def error_of(files: dict[str, Any], text: str | None = None, **overrides: Any) -> str:
     path = files["dir"] / "matrix.yaml"
     if text is None:
-        write_matrix(files["dir"], matrix_dict(files["model"], build=files["build"], **overrides))
+        write_matrix(files["dir"], _matrix(files, **overrides))
     else:
         path.write_text(text)
     with pytest.raises(ConfigError) as caught:
@@ -113,7 +122,7 @@ def test_unknown_top_level_key_suggests_the_near_one_not_all_22(
 
 def test_wrong_type_and_missing_field_are_named(files: dict[str, Any]) -> None:
     assert "repetitions" in error_of(files, repetitions="many")
-    matrix = matrix_dict(files["model"], build=files["build"])
+    matrix = _matrix(files)
     del matrix["campaign"]
     write_matrix(files["dir"], matrix)
     with pytest.raises(ConfigError, match="campaign: required key is missing"):

@@ -78,12 +78,15 @@ def test_the_architecture_page_names_no_summary_version_but_the_codes() -> None:
 
 def test_every_job_column_is_the_workers_or_the_submitters() -> None:
     """The worker role may update the job's state columns and nothing else: a column added
-    to the job table must be given a side, or workers logged in as that role fail on it."""
+    to the job table must be given a side, or workers logged in as that role fail on it.
+    The rows reports keep are the reports' (the submitter's side): a worker cannot write
+    them (tests/security/test_crafted_job_rows.py)."""
     from farm.store.models import Job
     from farm.store.roles import JOB_STATE_COLUMNS
 
     identity = {"id", "campaign_id", "job_key", "comparable_key", "model_name", "build_name",
-                "variant_name", "varying", "spec", "gpu_class", "max_attempts"}
+                "variant_name", "varying", "spec", "gpu_class", "max_attempts",
+                "report_row", "report_head"}
     assert not set(JOB_STATE_COLUMNS) & identity
     assert set(JOB_STATE_COLUMNS) | identity == set(Job.__table__.columns.keys())
 
