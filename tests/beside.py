@@ -50,6 +50,12 @@ def threads_asked(argv: list[str]) -> int | None:
     return None
 
 
+def serves(argv: list[str]) -> bool:
+    """Whether a llama-server command line loads a model (a probe, ``--version`` or
+    ``--help``, computes nothing)."""
+    return any(arg in ("--model", "-m") or arg.startswith("--model=") for arg in argv)
+
+
 class Watch:
     """Watches this process's llama-servers from ``start()`` to ``stop()``; ``offending``:
     the command lines of those not at one thread."""
@@ -74,5 +80,6 @@ class Watch:
                     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
                 except OSError:
                     continue
-                if argv and Path(argv[0]).name == "llama-server" and threads_asked(argv) != 1:
+                if (argv and Path(argv[0]).name == "llama-server" and serves(argv)
+                        and threads_asked(argv) != 1):
                     self.offending.add(" ".join(argv))
