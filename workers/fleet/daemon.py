@@ -125,6 +125,11 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
         worker = app.Worker(hostname=config.worker_name, queues=[queue_name(config.gpu_class)],
                             concurrency=1, pool="prefork", prefetch_multiplier=1,
                             task_events=True, loglevel="INFO", optimization="fair",
+                            # No gossip or mingle: the job table, not other workers' state,
+                            # says who runs what, and at a hundred workers each one's main
+                            # process would handle every other's gossip beside its
+                            # measurement. Flower still sees each worker's events.
+                            without_gossip=True, without_mingle=True,
                             # The job's own limit starts once its builds are made
                             # (workers.fleet.task.job_clock); these bound both.
                             soft_time_limit=settings.job_time_limit + settings.build_time_limit,
