@@ -17,7 +17,11 @@ RUN apt-get update \
     bubblewrap ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 
-ENV FARM_CACHE_DIR=/opt/specfarm/cache \
+# The same folders as compose.yaml and the systemd unit: data, cache (source builds,
+# ccache, downloads), the operator's models read-only.
+ENV FARM_DATA_DIR=/var/lib/specfarm \
+    FARM_CACHE_DIR=/var/cache/specfarm \
+    FARM_DOWNLOADS_DIR=/var/cache/specfarm/models \
     FARM_MODELS_DIR=/models \
     CUDA_DEVICE_ORDER=PCI_BUS_ID \
     PATH=/opt/specfarm/.venv/bin:$PATH
@@ -36,15 +40,17 @@ RUN python3 -m venv /opt/specfarm/.venv \
 # docs/deployment.md.
 RUN useradd --system --uid 10001 --gid nogroup --groups video --home-dir /var/lib/specfarm \
       --create-home specfarm \
- && mkdir -p /opt/specfarm/cache /var/cache/specfarm \
- && chown -R specfarm:nogroup /opt/specfarm/cache /var/cache/specfarm /var/lib/specfarm
+ && mkdir -p /opt/specfarm/image /var/cache/specfarm \
+ && chown -R specfarm:nogroup /opt/specfarm/image /var/cache/specfarm /var/lib/specfarm
 USER specfarm
 
-RUN farm build master --source "${LLAMA_REPO}" --ref "${LLAMA_REF}" --backend cuda \
-    --cuda-arch "${CUDA_ARCH}"
+# The image's own builds, outside the cache volume (which an upgraded image would not
+# refresh): /opt/specfarm/image/builds/NAME/bin/llama-server, read-only in a container.
+RUN FARM_CACHE_DIR=/opt/specfarm/image farm build master --source "${LLAMA_REPO}" \
+    --ref "${LLAMA_REF}" --backend cuda --cuda-arch "${CUDA_ARCH}"
 RUN if [ -n "${TURBOQUANT_REF}" ]; then \
-      farm build turboquant --source "${TURBOQUANT_REPO}" --ref "${TURBOQUANT_REF}" \
-      --backend cuda --cuda-arch "${CUDA_ARCH}"; \
+      FARM_CACHE_DIR=/opt/specfarm/image farm build turboquant --source "${TURBOQUANT_REPO}" \
+      --ref "${TURBOQUANT_REF}" --backend cuda --cuda-arch "${CUDA_ARCH}"; \
     fi
 
 CMD ["farm", "worker", "--config", "/etc/specfarm/worker.yaml"]

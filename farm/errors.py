@@ -139,9 +139,18 @@ class BuildFailed(RuntimeFarmError):
 class Unavailable(RuntimeFarmError):
     """This node cannot get what the job needs: another node, or this one later, may; a
     worker hands the job back (refuses it), and the job fails only once every live worker
-    of its class refused it, with their reasons. ``cannot`` says what, for the log."""
+    of its class refused it, with their reasons. ``cannot`` says what, for the log.
+
+    ``transient``: what may pass by itself (a Hub answering 5xx or 429, a source or Hub
+    that does not answer, a commit a mirror does not have yet): the worker tries again
+    within the job, then hands the job back for later without refusing it
+    (``workers.fleet.task``)."""
 
     cannot = "run it"
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class BuildUnavailable(Unavailable):

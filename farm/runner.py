@@ -239,25 +239,25 @@ def _models_here(path: Path, specs: list[JobSpec], settings: Settings,
     """The jobs with their Hub models pinned, and each remote model downloaded here when
     ``download``; a dry run instead says what a run would download, or why it could not.
     Returns the jobs and, for a dry run, what it could not pin or find."""
-    hub, models_dir = HubAccess.of(settings), settings.models_dir
+    hub, downloads = HubAccess.of(settings), settings.downloads_dir
     notes: list[str] = []
     try:
-        specs = pin_specs(specs, hub, models_dir, say)
+        specs = pin_specs(specs, hub, downloads, say)
     except ModelUnavailable as exc:
         if download:
             raise ModelUnavailable(f"{path}: models: {exc}") from exc
         notes.append(f"not pinned: {exc}")
     if download:
-        fetch_models(specs, models_dir, hub, say)
+        fetch_models(specs, downloads, hub, say)
         return specs, notes
     for model in {model.name: model for spec in specs
                   for model in (spec.model, *spec.draft_models) if model.remote}.values():
-        if _on_node(model, models_dir):
+        if _on_node(model, downloads):
             continue
         size = sum(item.size or 0 for item in model.files)
         notes.append(f"model {model.name} ({model.source}) is not on this machine: `farm run` "
                      f"downloads it first" + (f" ({size / 1e9:.2f} GB)" if size else "")
-                     + f" into {models_dir}")
+                     + f" into {downloads}")
     return specs, notes
 
 
@@ -301,7 +301,7 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
             node = with_source_builds(spec, node, paths, gpus, None)[0]
     else:
         ready = [s for s in specs if _built(s, node) and all(
-            _on_node(model, paths.models_dir) for model in (s.model, *s.draft_models))]
+            _on_node(model, paths.downloads_dir) for model in (s.model, *s.draft_models))]
         unbuilt = [(s, "its source build is made, and its model downloaded, when the job "
                        "runs") for s in specs if s not in ready]
         specs = ready
@@ -309,11 +309,11 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
                          unbuilt, notes)
 
 
-def _on_node(model: ModelRef, models_dir: Path) -> bool:
+def _on_node(model: ModelRef, downloads_dir: Path) -> bool:
     """Whether a model is here: a local one as named (resolved later), a remote one pinned
     with every file downloaded."""
     return not model.remote or (model.pinned and all(
-        place.is_file() for _, place in downloaded_files(model, models_dir)))
+        place.is_file() for _, place in downloaded_files(model, downloads_dir)))
 
 
 def _built(spec: JobSpec, node: NodeFiles) -> bool:

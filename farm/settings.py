@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(Path.home() / ".cache" / "specfarm",
                             description="Builds, downloads, model hashes.")
     models_dir: Path = Field(description="GGUF files; default CACHE_DIR/models.")
+    # Hub and URL models are downloaded here (their lock file too): a node whose GGUF
+    # folder is read-only (a deployed worker's /models) downloads into its cache instead.
+    downloads_dir: Path = Field(description="Hub and URL model downloads; default MODELS_DIR.")
     # Job lease on the database clock; heartbeats renew it every third of its length.
     lease_seconds: int = Field(300, ge=5, description="A running job's lease, seconds.")
     # A queued or lost job whose message has not been claimed this long after it was
@@ -110,17 +113,19 @@ class Settings(BaseSettings):
     @classmethod
     def _derived_defaults(cls, data: Any) -> Any:
         """Defaults that follow from other settings: the embedded database in the data dir,
-        the models dir in the cache dir, the repost bound from the lease."""
+        the models dir in the cache dir, downloads in the models dir, the repost bound from
+        the lease."""
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        for key in ("data_dir", "cache_dir", "models_dir"):
+        for key in ("data_dir", "cache_dir", "models_dir", "downloads_dir"):
             if isinstance(data.get(key), str):
                 data[key] = Path(data[key]).expanduser()
         data_dir = data.get("data_dir") or _data_home()
         data.setdefault("database_url", f"sqlite:///{Path(data_dir) / 'farm.db'}")
         cache = data.get("cache_dir") or cls.model_fields["cache_dir"].default
         data.setdefault("models_dir", Path(cache) / "models")
+        data.setdefault("downloads_dir", data["models_dir"])
         lease = str(data.get("lease_seconds", 300))
         # An invalid lease reports its own error; the bound then needs no second one.
         data.setdefault("repost_after", max(5, 2 * int(lease)) if lease.isdigit() else 600)

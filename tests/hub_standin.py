@@ -11,8 +11,10 @@ It answers the calls huggingface_hub really makes, as the Hub answers them:
 
 Faults the real Hub cannot be made to produce on demand: ``cut_after`` drops the
 connection after that many bytes of a file's first GET (the client must resume);
-``corrupt`` serves the file with one byte flipped (its stated sha256 stays the true one).
-``sent`` counts the body bytes served per file, ``gets`` the GET requests.
+``corrupt`` serves the file with one byte flipped (its stated sha256 stays the true one);
+``down_until`` (a ``time.monotonic()`` reading) answers every request 503 until then, as
+the Hub does in an outage (``down`` counts them). ``sent`` counts the body bytes served
+per file, ``gets`` the GET requests.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -56,6 +59,8 @@ class HubStandin:
     repos: dict[str, StandinRepo]
     cut_after: int | None = None
     corrupt: bool = False
+    down_until: float = 0.0
+    down: int = 0
     sent: Counter[str] = field(default_factory=Counter)
     gets: Counter[str] = field(default_factory=Counter)
     url: str = ""
@@ -117,7 +122,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _outage(self) -> bool:
+        if time.monotonic() >= self.hub.down_until:
+            return False
+        self.hub.down += 1
+        self._error(503, "ServiceUnavailable", "The service is temporarily unavailable")
+        return True
+
     def do_GET(self) -> None:
+        if self._outage():
+            return
         api = _API.match(self.path)
         if api:
             self._revision(api["repo"], api["rev"])
@@ -125,7 +139,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._resolve(body=True)
 
     def do_HEAD(self) -> None:
-        self._resolve(body=False)
+        if not self._outage():
+            self._resolve(body=False)
 
     def _revision(self, name: str, rev: str) -> None:
         repo = self._repo(name, rev)

@@ -17,11 +17,12 @@ from farm.settings import SandboxMode, Settings
 @dataclass(frozen=True)
 class NodePaths:
     """This node's folders, from the one ``Settings`` object (``FARM_CACHE_DIR``,
-    ``FARM_MODELS_DIR``, ``FARM_DATA_DIR``); passed down to whatever builds, fetches,
-    inspects or logs."""
+    ``FARM_MODELS_DIR``, ``FARM_DOWNLOADS_DIR``, ``FARM_DATA_DIR``); passed down to whatever
+    builds, fetches, inspects or logs."""
 
     cache_dir: Path  # builds, sources, downloads, model hashes
     models_dir: Path
+    downloads_dir: Path  # Hub and URL models (``hub_file``, ``url_file``)
     logs_dir: Path  # one llama-server log per block
     # Whether a commit's builds and servers run in the sandbox (workers.job.runtime.sandbox):
     # the operator's choice for the node, beside its folders since everything that builds,
@@ -32,7 +33,8 @@ class NodePaths:
     def of(cls, settings: Settings) -> NodePaths:
         """The node's folders and sandbox as the settings name them."""
         return cls(cache_dir=settings.cache_dir, models_dir=settings.models_dir,
-                   logs_dir=settings.logs_dir, sandbox=settings.sandbox)
+                   downloads_dir=settings.downloads_dir, logs_dir=settings.logs_dir,
+                   sandbox=settings.sandbox)
 
     @property
     def builds_dir(self) -> Path:
@@ -44,34 +46,35 @@ class NodePaths:
         return under(self.builds_dir, build_name, "bin", "llama-server", what="build")
 
 
-# Downloaded models, inside the models dir (docs/models.md): a Hub file at
+# Downloaded models, inside the downloads dir (the models dir unless a node sets
+# FARM_DOWNLOADS_DIR or a worker config's `downloads-dir`; docs/models.md): a Hub file at
 # hub/OWNER--NAME/COMMIT/FILE (a split GGUF's shards side by side, as llama-server wants
 # them), a URL's at url/SHA256/FILE; each appears there only whole and with its sha256
 # checked, so a file at its place is a file that may be used.
 HUB_DIR, URL_DIR = "hub", "url"
 
 
-def hub_file(models_dir: Path, repo: str, commit: str, file: str) -> Path:
+def hub_file(downloads_dir: Path, repo: str, commit: str, file: str) -> Path:
     """Where a Hub repository's file at a commit lives on this node."""
-    return under(models_dir, HUB_DIR, repo.replace("/", "--"), commit, file,
+    return under(downloads_dir, HUB_DIR, repo.replace("/", "--"), commit, file,
                  what=f"file of {repo}")
 
 
-def url_file(models_dir: Path, sha256: str, file: str) -> Path:
+def url_file(downloads_dir: Path, sha256: str, file: str) -> Path:
     """Where a URL model's file (by its sha256) lives on this node."""
-    return under(models_dir, URL_DIR, sha256, file, what="file of a URL model")
+    return under(downloads_dir, URL_DIR, sha256, file, what="file of a URL model")
 
 
-def downloaded_files(model: ModelRef, models_dir: Path) -> list[tuple[RemoteFile, Path]]:
-    """Each file of a pinned remote model and its place in the models dir; ConfigError for
+def downloaded_files(model: ModelRef, downloads_dir: Path) -> list[tuple[RemoteFile, Path]]:
+    """Each file of a pinned remote model and its place in the downloads dir; ConfigError for
     a model not pinned (a stored job always is: `farm submit` / `farm run` pin it)."""
     if not model.pinned:
         raise ConfigError(f"model {model.name!r} ({model.source}) is not pinned to a commit "
                           "and its files' sha256; `farm submit` / `farm run` pin it")
     if model.hf is not None:
-        return [(item, hub_file(models_dir, model.hf, model.revision or "", item.name))
+        return [(item, hub_file(downloads_dir, model.hf, model.revision or "", item.name))
                 for item in model.files]
-    return [(item, url_file(models_dir, item.sha256, item.name)) for item in model.files]
+    return [(item, url_file(downloads_dir, item.sha256, item.name)) for item in model.files]
 
 
 def file_sha256(path: Path) -> str:

@@ -19,14 +19,15 @@ from workers.paths import downloaded_files, hub_file
 
 
 def _model_place(spec: JobSpec) -> str:
-    """Where the arm's model will be on the node: in the models dir, a download where
-    downloads go (a Hub model not yet pinned: under the commit its revision names then)."""
-    model, root = spec.model, Path("MODELS_DIR")
+    """Where the arm's model will be on the node: in the models dir, a download in the
+    downloads dir (a Hub model not yet pinned: under the commit its revision names then)."""
+    model, downloads = spec.model, Path("DOWNLOADS_DIR")
     if model.remote and model.pinned:
-        return str(downloaded_files(model, root)[0][1])
+        return str(downloaded_files(model, downloads)[0][1])
     if model.hf is not None:
-        return str(hub_file(root, model.hf, f"COMMIT-OF-{model.revision}", model.file or ""))
-    return str(root / (model.file or f"{model.name}.gguf"))
+        return str(hub_file(downloads, model.hf, f"COMMIT-OF-{model.revision}",
+                            model.file or ""))
+    return str(Path("MODELS_DIR") / (model.file or f"{model.name}.gguf"))
 
 
 def arm_command(spec: JobSpec, role: ArmRole, checked: Preflight | None) -> list[str]:

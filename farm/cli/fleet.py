@@ -25,7 +25,7 @@ def _pinned(loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
         return loaded
     from workers.setup.hub import HubAccess, pin_specs
 
-    return matrix, pin_specs(specs, HubAccess.of(settings), settings.models_dir, click.echo)
+    return matrix, pin_specs(specs, HubAccess.of(settings), settings.downloads_dir, click.echo)
 
 
 def _dry_run(matrix: Path, settings: Settings, allow: frozenset[str]) -> None:

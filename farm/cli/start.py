@@ -178,7 +178,8 @@ def paths() -> None:
             ("database", _database(settings), "results (FARM_DATABASE_URL)"),
             ("data", settings.data_dir, "database, logs, `farm ab`'s matrices (FARM_DATA_DIR)"),
             ("logs", settings.logs_dir, "llama-server logs, one per block"),
-            ("cache", settings.cache_dir, "sources, downloads, ccache (FARM_CACHE_DIR)"),
+            ("cache", settings.cache_dir, "sources, ccache, model hashes (FARM_CACHE_DIR)"),
             ("builds", node.builds_dir, "llama.cpp builds, one folder per name"),
-            ("models", settings.models_dir, "GGUF files (FARM_MODELS_DIR)")):
-        click.echo(f"{name:<9} {place}  # {why}")
+            ("models", settings.models_dir, "GGUF files (FARM_MODELS_DIR)"),
+            ("downloads", settings.downloads_dir, "Hub and URL models (FARM_DOWNLOADS_DIR)")):
+        click.echo(f"{name:<10} {place}  # {why}")

@@ -88,6 +88,31 @@ def retry_later(engine: Engine, lease: Lease, seconds: int, error: str,
         "due_at": _expiry(seconds), "posted_at": None})
 
 
+# How long a job waits after each deferral (an outage that may pass); once it has been
+# deferred this many times, the worker refuses it instead (its reason kept).
+DEFER_WAITS = (30, 60, 120, 240, 480, 600, 600, 600)
+
+
+def defer(engine: Engine, lease: Lease, reason: str,
+          waits: tuple[int, ...] = DEFER_WAITS) -> int | None:
+    """Hand the job back to wait out an outage that may pass: queued again, due after the
+    next of ``waits``, the attempt not counted and no refusal noted. Returns that wait, 0
+    when the job was deferred ``len(waits)`` times already (nothing changed: refuse it),
+    None if the lease no longer holds."""
+    with Session(engine) as session, session.begin():
+        job = session.scalar(select(Job).where(lease.holds()).with_for_update())
+        if job is None:
+            return None
+        if job.deferrals >= len(waits):
+            return 0
+        wait = waits[job.deferrals]
+        session.execute(update(Job).where(Job.id == job.id).values(
+            state=JobState.QUEUED, attempt=Job.attempt - 1, deferrals=Job.deferrals + 1,
+            due_at=_expiry(wait), posted_at=None, lease_expires_at=None,
+            error=f"waiting {wait} s for an outage to pass: {reason}"))
+    return wait
+
+
 def hand_back(engine: Engine, lease: Lease, reason: str) -> bool:
     """Give the job up unfinished (the worker is stopping): queued again at once, to be
     posted by the next reconciliation, and the attempt not counted."""

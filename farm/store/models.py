@@ -134,6 +134,10 @@ class Job(Base):
     # space): worker name -> why. None of them claims it again; once every live worker of
     # its class is here, the job fails with their reasons (farm.store.leases.refuse).
     refusals: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
+    # Times a worker handed the job back to wait out an outage that may pass (a Hub
+    # answering 503, a source that does not answer), neither refusing it nor counting an
+    # attempt; past farm.store.leases.DEFER_WAITS the worker refuses it.
+    deferrals: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Seconds the last attempt spent making its builds, apart from the measurement (and
     # not counted against the job's time limit); null when it made none.
     build_seconds: Mapped[float | None] = mapped_column(Float)

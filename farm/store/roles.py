@@ -25,7 +25,8 @@ WORKER_WRITES = ("run", "stream", "gpu_sample", "model", "worker")
 JOB_STATE_COLUMNS = ("state", "attempt", "error", "lease_owner", "lease_expires_at",
                      "task_id", "posted_at", "post_gen", "due_at", "translations",
                      "failure_class", "speculation", "pairs", "stop_reason", "log_se", "df",
-                     "summary", "started_at", "finished_at", "refusals", "build_seconds")
+                     "summary", "started_at", "finished_at", "refusals", "build_seconds",
+                     "deferrals")
 _ROLE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 

@@ -48,6 +48,14 @@ def sdist_repository(repo: Path, message: str) -> str:
     return commit(repo, message)
 
 
+def bare_sdist_repository(work: Path, served: Path) -> str:
+    """``served/repo.git``: a bare clone of ``sdist_repository`` (made in ``work``), as
+    `git daemon` serves it; returns its one commit."""
+    made = sdist_repository(work / "llama.cpp", "b11434 from the sdist")
+    git(work, "clone", "-q", "--bare", str(work / "llama.cpp"), str(served / "repo.git"))
+    return made
+
+
 def plant_draft_cost(repo: Path) -> None:
     """3 ms of sleep in every draft call, inside the draft timer."""
     edit(repo / SPECULATIVE, TIMED_DRAFT, SLOW_DRAFT)

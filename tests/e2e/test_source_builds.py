@@ -180,11 +180,13 @@ def test_farm_run_builds_the_commit_its_matrix_names(
     assert all("initializing ..." in Path(run.server_log or "").read_text() for run in runs)
 
 
-def git_daemon(root: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """``git daemon`` on 127.0.0.1 serving the bare repositories in ``root`` (repo.git)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+def git_daemon(root: Path, port: int = 0) -> tuple[subprocess.Popen[bytes], int]:
+    """``git daemon`` on 127.0.0.1 serving the bare repositories in ``root`` (repo.git), on
+    ``port`` (a free one when 0)."""
+    if not port:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
     daemon = subprocess.Popen(
         ["git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1",
          f"--port={port}", f"--base-path={root}", str(root)],
@@ -297,20 +299,22 @@ def test_a_job_every_live_worker_refused_fails_with_their_reasons(
         box.start("one", [url])
         box.start("two", [url])
         matrix = box.matrix("refused", url)
-        # Both allow it, and the ref resolves at submit; then the source goes away.
+        # Both allow it, and the ref resolves at submit; then the repository is gone for
+        # good (a source that only does not answer is an outage: tests/fault/test_outages.py).
         submitted = box.fleet.farm("submit", str(matrix))
         assert submitted.returncode == 0, submitted.stderr
+        shutil.rmtree(served / "repo.git")
+        wait_for(lambda: all(job.state == "failed" for job in box.fleet.jobs()), 300,
+                 "both jobs to fail")
     finally:
         daemon.terminate()
         daemon.wait()
-    wait_for(lambda: all(job.state == "failed" for job in box.fleet.jobs()), 300,
-             "both jobs to fail")
     for job in box.fleet.jobs():
-        assert job.failure_class == "build_unavailable"
+        assert (job.failure_class, job.deferrals) == ("build_unavailable", 0)
         assert set(job.refusals) == {"one", "two"}
         error = job.error or ""
         assert error.startswith("every live worker of class box refused it: one: ")
-        assert f"{url}: cannot fetch" in error
+        assert f"{url}: cannot fetch: " in error and "not exported" in error
     time.sleep(3)
     assert not any("[build] $ cmake" in line for line in box.fleet.logs().splitlines())
     with Session(box.fleet.engine) as session:

@@ -247,10 +247,13 @@ def test_systemd_unit_verifies(template: str, instance: str, tmp_path: Path) -> 
 
 def test_worker_example_config_parses_with_every_key() -> None:
     config = yaml.safe_load((DEPLOY / "worker.example.yaml").read_text())
-    assert set(config) == {"name", "gpu-class", "devices", "models-dir", "builds"}
+    assert set(config) == {"name", "gpu-class", "devices", "models-dir", "downloads-dir",
+                           "builds"}
     assert isinstance(config["name"], str) and isinstance(config["gpu-class"], str)
     assert config["devices"] and all(isinstance(d, int) for d in config["devices"])
     assert Path(config["models-dir"]).is_absolute()
+    # Downloads go where both deployments let the worker write: their cache.
+    assert Path(config["downloads-dir"]).is_relative_to("/var/cache/specfarm")
     assert config["builds"] and all(Path(p).is_absolute() for p in config["builds"].values())
 
 
@@ -261,7 +264,10 @@ def test_worker_image_builds_llama_cpp_only_through_farm_build() -> None:
     runs = re.findall(r"^RUN (.*?)(?<!\\)$", dockerfile, re.MULTILINE | re.DOTALL)
     cmake_call = re.compile(r"\bcmake\s+(-S|-B|--build)")
     assert not any(cmake_call.search(run) for run in runs), "build logic belongs in `farm build`"
-    build_lines = [run for run in runs if run.startswith("farm build master")]
+    # The image's builds go outside the cache volume (FARM_CACHE_DIR for that command only).
+    image = "FARM_CACHE_DIR=/opt/specfarm/image "
+    build_lines = [run.removeprefix(image) for run in runs
+                   if run.startswith(f"{image}farm build master")]
     assert len(build_lines) == 1 and '--ref "${LLAMA_REF}"' in build_lines[0]
     argv = shlex.split(build_lines[0].replace("\\\n", " ").replace('"${', "").replace('}"', ""))
     argv = [arg.replace("LLAMA_REPO", "https://example.invalid/llama.cpp")

@@ -100,6 +100,25 @@ def test_a_gated_repository_without_a_token_names_the_token_variable(
         fetch_model(model, tmp_path / "other", HubAccess(hub.url), lambda _line: None)
 
 
+def test_an_outage_of_the_hub_is_transient_a_refusal_is_not(
+        hub: HubStandin, tmp_path: Path) -> None:
+    """503 (an outage) and a Hub that does not answer may pass: the worker tries again and
+    defers the job; 401 (no token) will not: the worker refuses it."""
+    model = _pinned(hub, tmp_path)
+    hub.down_until = time.monotonic() + 60
+    with pytest.raises(ModelUnavailable, match="the Hub answered 503") as outage:
+        fetch_model(model, tmp_path, HubAccess(hub.url), lambda _line: None)
+    assert outage.value.transient and hub.down >= 1
+    with pytest.raises(ModelUnavailable, match="could not be reached") as away:
+        fetch_model(model, tmp_path, HubAccess("http://127.0.0.1:9"), lambda _line: None)
+    assert away.value.transient
+    hub.down_until = 0.0
+    gated = _pinned(hub, tmp_path, GATED, token=TOKEN)
+    with pytest.raises(ModelUnavailable, match="answered 401") as refused:
+        fetch_model(gated, tmp_path, HubAccess(hub.url), lambda _line: None)
+    assert not refused.value.transient
+
+
 def test_a_missing_file_lists_the_repositorys_ggufs(hub: HubStandin, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=f"has no file 'nope.gguf'; its GGUF files: {FILE}"):
         _pinned(hub, tmp_path, file="nope.gguf")

@@ -85,3 +85,29 @@ def test_a_job_that_loses_its_worker_too_often_fails_instead_of_looping(engine: 
         job = session.get_one(Job, job_id)
         assert job.state == "failed" and "2 attempts" in (job.error or "")
     assert leases.claim(engine, job_id, "c", 30) is None
+
+
+def test_a_deferred_job_waits_uncounted_and_unrefused_until_its_waits_run_out(
+        engine: Engine) -> None:
+    job_id = _job(engine, max_attempts=1)
+    for turn, wait in enumerate((30, 60)):
+        lease = leases.claim(engine, job_id, "a", 30)
+        assert lease == leases.Lease(job_id, "a", 1), "a deferral counts no attempt"
+        assert leases.defer(engine, lease, "the Hub answered 503", (30, 60)) == wait
+        with Session(engine) as session:
+            job = session.get_one(Job, job_id)
+            assert (job.state, job.deferrals, job.refusals) == ("queued", turn + 1, {})
+            assert job.error == f"waiting {wait} s for an outage to pass: the Hub answered 503"
+            due, now = session.execute(select(Job.due_at, func.now())
+                                       .where(Job.id == job_id)).one()
+            assert due is not None and timedelta(seconds=wait - 5) < due - now <= timedelta(
+                seconds=wait)
+        assert leases.claim(engine, job_id, "a", 30) is None, "not before it is due"
+        with Session(engine) as session, session.begin():
+            session.execute(update(Job).where(Job.id == job_id).values(due_at=None))
+    lease = leases.claim(engine, job_id, "a", 30)
+    assert lease is not None
+    assert leases.defer(engine, lease, "still 503", (30, 60)) == 0, "refuse it now"
+    _expire(engine, job_id)
+    leases.reap_expired(engine)
+    assert leases.defer(engine, lease, "late", (30, 60)) is None

@@ -38,7 +38,7 @@ def test_the_tutorial_dry_run_offline_stops_at_the_download_with_one_clear_line(
     result = subprocess.run([FARM, "run", "--dry-run", str(example)], capture_output=True,
                             text=True, check=False, timeout=60, env=offline)
     assert result.returncode == 0, result.stderr
-    assert "MODELS_DIR/hub/froggeric--Qwen3.6-27B-MTP-GGUF/COMMIT-OF-main/Qwen3.6-27B-Q4_K_M-" \
+    assert "DOWNLOADS_DIR/hub/froggeric--Qwen3.6-27B-MTP-GGUF/COMMIT-OF-main/Qwen3.6-27B-Q4_K_M-" \
            "mtp.gguf" in result.stdout
     source = "froggeric/Qwen3.6-27B-MTP-GGUF@main Qwen3.6-27B-Q4_K_M-mtp.gguf"
     model = f"model 'qwen3.6-27b-mtp' ({source})"

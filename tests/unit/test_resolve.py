@@ -24,6 +24,7 @@ def config(tmp_path: Path) -> WorkerConfig:
     server = tmp_path / "llama-server"
     server.write_text("")
     return WorkerConfig.model_validate({"gpu-class": "rtx", "models-dir": str(models),
+                                        "downloads-dir": str(models),
                                         "builds": {"master": str(server)}})
 
 
@@ -120,6 +121,7 @@ def test_worker_config_file_with_command_line_on_top(tmp_path: Path,
 
 def _local(config: WorkerConfig, matrix_dir: Path, allow_build_path: bool = False) -> NodeFiles:
     return NodeFiles(name="this machine", builds=config.builds, models_dir=config.models_dir,
+                     downloads_dir=config.downloads_dir,
                      matrix_dir=matrix_dir, allow_build_path=allow_build_path)
 
 

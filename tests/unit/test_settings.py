@@ -67,7 +67,7 @@ def test_data_in_the_old_config_dir_is_moved_once_with_a_line(home: Path) -> Non
     assert first.exit_code == 0, first.output
     assert first.stderr == (f"moved the farm's data from {old} to {new}, its data dir now "
                             "(FARM_DATA_DIR chooses another)\n")
-    assert first.stdout.splitlines()[0].startswith(f"database  {new / 'farm.db'}  #")
+    assert first.stdout.splitlines()[0].startswith(f"database   {new / 'farm.db'}  #")
     assert (new / "farm.db").read_bytes() == b"SQLite format 3\x00"
     assert (new / "logs" / "block-1.log").read_text() == "server log"
     assert not old.exists()
@@ -95,4 +95,4 @@ def test_an_old_database_is_left_alone_when_farm_data_dir_chooses_the_place(
     result = run_cli("paths")
     assert result.exit_code == 0 and result.stderr == ""
     assert (old / "farm.db").is_file() and not (home / ".local").exists()
-    assert f"data      {home / 'elsewhere'}  #" in result.stdout
+    assert f"data       {home / 'elsewhere'}  #" in result.stdout

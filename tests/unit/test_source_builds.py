@@ -169,13 +169,30 @@ def test_a_source_fetched_through_git_daemon_is_checked_out_at_the_stored_commit
         paths = replace(node_paths, cache_dir=tmp_path / "cache")
         tree = resolve_source(BuildRequest(name="x", source=url, ref=first), paths)
         assert (tree.commit, (tree.path / "server.cpp").read_text()) == (first, "A")
+        # A git killed mid-fetch leaves its lock: the next fetch (under the node's build
+        # lock, so no git of this node runs there) removes it.
+        clone = next((paths.cache_dir / "git").iterdir())
+        (clone / ".git" / "index.lock").write_text("")
         again = resolve_source(BuildRequest(name="x", source=url, ref=second), paths)
         assert again.path == tree.path and (again.path / "server.cpp").read_text() == "B"
+        assert not (clone / ".git" / "index.lock").exists()
+        # A pinned commit the source lacks (a mirror behind): may pass. No repository:
+        # will not.
+        with pytest.raises(BuildUnavailable, match=f"commit {'c' * 40} is not there") as lag:
+            resolve_source(BuildRequest(name="x", source=url, ref="c" * 40), paths)
+        assert lag.value.transient
+        gone = f"git://127.0.0.1:{port}/nope.git"
+        with pytest.raises(BuildUnavailable, match=f"{gone}: cannot fetch: .*not exported") \
+                as refused:
+            resolve_source(BuildRequest(name="x", source=gone, ref=first), paths)
+        assert not refused.value.transient
     finally:
         daemon.terminate()
         daemon.wait()
-    with pytest.raises(BuildUnavailable, match=f"{url}: cannot fetch"):
-        resolve_source(BuildRequest(name="x", source=url, ref="c" * 40), paths)
+    # The source does not answer: may pass.
+    with pytest.raises(BuildUnavailable, match=f"{url}: cannot fetch: .*refused") as down:
+        resolve_source(BuildRequest(name="x", source=url, ref=second), paths)
+    assert down.value.transient
 
 
 def _hold(paths: NodePaths, kind: str, seconds: float, log: Path) -> None:
@@ -206,7 +223,7 @@ def test_a_build_waits_for_measurements_and_goes_before_new_ones(
     assert order == ["measure", "measure-end", "build", "build-end", "measure", "measure-end"]
 
 
-def test_a_failed_compile_step_keeps_its_last_lines_and_a_full_disk_is_not_a_failure(
+def test_a_failed_compile_step_keeps_its_last_lines_and_a_full_disk_or_a_kill_is_the_nodes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     noisy = "for i in range(100): print(f'line {i}')\nprint('x.cpp:1:2: error: boom')\nexit(2)"
     log = tmp_path / "build.log"
@@ -224,6 +241,16 @@ def test_a_failed_compile_step_keeps_its_last_lines_and_a_full_disk_is_not_a_fai
     full = "print('ld: final link failed: No space left on device'); exit(1)"
     with pytest.raises(BuildUnavailable, match="no space left on device"):
         compile_step([sys.executable, "-c", full], {}, "the build", log, sandbox=Sandbox("off"))
+    # Killed (the OOM killer's SIGKILL; a compiler driver's "Killed signal terminated
+    # program cc1plus" under make): this node's failure, handed back, not the code's.
+    killed = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    with pytest.raises(BuildUnavailable, match=r"the build was killed \(exit -9: out of "
+                                               "memory on this node"):
+        compile_step([sys.executable, "-c", killed], {}, "the build", log,
+                     sandbox=Sandbox("off"))
+    oom = "print('c++: fatal error: Killed signal terminated program cc1plus'); exit(2)"
+    with pytest.raises(BuildUnavailable, match=r"killed \(exit 2"):
+        compile_step([sys.executable, "-c", oom], {}, "the build", log, sandbox=Sandbox("off"))
 
 
 def test_the_jobs_time_limit_starts_when_its_builds_are_made() -> None:

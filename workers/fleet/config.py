@@ -25,6 +25,10 @@ class WorkerConfig(Strict):
     gpu_class: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     devices: list[int] = Field(default_factory=list)
     models_dir: Path = Field(description="Default: FARM_MODELS_DIR.")
+    downloads_dir: Path = Field(description="Where Hub and URL models are downloaded (a "
+                                "folder the worker may write; the models dir may be "
+                                "read-only). Default: FARM_DOWNLOADS_DIR, else the models "
+                                "dir.")
     builds: dict[str, Path] = Field(default_factory=dict,
                                     description="Build name -> llama-server binary.")
     allow_options: list[str] = Field(
@@ -45,7 +49,8 @@ class WorkerConfig(Strict):
     def files(self) -> NodeFiles:
         """What the worker runs jobs with: its builds and models dir, no matrix paths."""
         return NodeFiles(name=f"worker {self.worker_name}", builds=self.builds,
-                         models_dir=self.models_dir, allow_options=self.allowed_options)
+                         models_dir=self.models_dir, downloads_dir=self.downloads_dir,
+                         allow_options=self.allowed_options)
 
     @property
     def allowed_options(self) -> frozenset[str]:
@@ -63,8 +68,9 @@ def load_worker_config(path: Path | None, paths: NodePaths, *, gpu_class: str | 
                        devices: list[int] | None) -> WorkerConfig:
     """The config file (if any) with the command line's class and devices on top.
 
-    Without a models dir the node's (``FARM_MODELS_DIR``) is used; without builds, every
-    build made by ``farm build`` on this node.
+    Without a models dir the node's (``FARM_MODELS_DIR``) is used; without a downloads dir
+    the node's (``FARM_DOWNLOADS_DIR``) where it sets one apart, else the models dir;
+    without builds, every build made by ``farm build`` on this node.
     """
     data = read_yaml(path) if path else {}
     if not isinstance(data, dict):
@@ -74,6 +80,9 @@ def load_worker_config(path: Path | None, paths: NodePaths, *, gpu_class: str | 
     if devices is not None:
         data["devices"] = devices
     data.setdefault("models-dir", str(paths.models_dir))
+    # FARM_DOWNLOADS_DIR where the node sets one apart, else the models dir (the config's).
+    data.setdefault("downloads-dir", data["models-dir"] if paths.downloads_dir ==
+                    paths.models_dir else str(paths.downloads_dir))
     try:
         config = WorkerConfig.model_validate(data)
     except ValidationError as exc:

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -231,10 +232,11 @@ def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
     admit(spec, worker.config.files(), worker.config.sources)
     # A Hub or URL model is downloaded first, also outside the time limit (one download
     # per box: a second worker waits for it, then finds it there).
-    fetch_models([spec], worker.config.models_dir, HubAccess.of(settings),
-                 lambda line: log.info("job %s: %s", lease.job_id, line))
-    files, build_seconds = with_source_builds(spec, worker.config.files(), paths, worker.gpus,
-                                              worker.config.sources)
+    _through_outages(lambda: fetch_models(
+        [spec], worker.config.downloads_dir, HubAccess.of(settings),
+        lambda line: log.info("job %s: %s", lease.job_id, line)), lease.job_id)
+    files, build_seconds = _through_outages(lambda: with_source_builds(
+        spec, worker.config.files(), paths, worker.gpus, worker.config.sources), lease.job_id)
     if build_seconds:
         log.info("job %s: builds made in %.0f s", lease.job_id, build_seconds)
     sink = LeasedRunSink(worker.engine(), lease, keeper.lost, worker.config.worker_name,
@@ -243,6 +245,25 @@ def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
         return execute_job(resolve(spec, files), sink, node=files, paths=paths,
                            gpus=worker.gpus,
                            siblings=lambda: _node_pids(worker.engine())), build_seconds
+
+
+# Within a job, what may pass (farm.errors.Unavailable.transient) is tried again after
+# these waits (under the lease); then the job is deferred (leases.defer).
+OUTAGE_WAITS = (5, 10, 20)
+
+
+def _through_outages(call: Callable[[], T], job_id: int) -> T:
+    """``call()``, tried again after each of OUTAGE_WAITS while it fails with a transient
+    Unavailable (a Hub answering 503, a source that does not answer)."""
+    for wait in OUTAGE_WAITS:
+        try:
+            return call()
+        except Unavailable as exc:
+            if not exc.transient:
+                raise
+            log.warning("job %s: %s; trying again in %d s", job_id, first_line(exc), wait)
+            time.sleep(wait)
+    return call()
 
 
 def _run(worker: WorkerContext, lease: leases.Lease, spec: JobSpec, max_attempts: int) -> str:
@@ -256,7 +277,7 @@ def _run(worker: WorkerContext, lease: leases.Lease, spec: JobSpec, max_attempts
             pairs=outcome.pairs, stop_reason=outcome.stop_reason),
             "build_seconds": build_seconds or None}, "summarizing")
     except Unavailable as exc:
-        return _refuse(worker, lease, exc)
+        return _defer(worker, lease, exc) if exc.transient else _refuse(worker, lease, exc)
     except leases.LeaseLost as exc:
         return f"job {job_id}: {exc}"
     except TRANSIENT as exc:
@@ -334,6 +355,19 @@ def _refuse(worker: WorkerContext, lease: leases.Lease, exc: Unavailable) -> str
         return f"job {lease.job_id}: failed: every live worker refused it ({exc})"
     _post_now(engine, settings, lease.job_id)
     return f"job {lease.job_id}: handed back, this worker cannot {exc.cannot}: {exc}"
+
+
+def _defer(worker: WorkerContext, lease: leases.Lease, exc: Unavailable) -> str:
+    """An outage that may pass outlasted the job's own tries: hand the job back, due
+    later, without refusing it (the next claim tries again, here or on another worker);
+    refuse it once it was deferred as often as ``leases.DEFER_WAITS`` allow."""
+    patient = _patient(worker.settings.repost_after, lease.job_id)
+    wait = patient(lambda: leases.defer(worker.engine(), lease, first_line(exc)), "deferring")
+    if wait is None:
+        return f"job {lease.job_id}: deferred, but its lease was already gone"
+    if wait == 0:
+        return _refuse(worker, lease, exc)
+    return f"job {lease.job_id}: handed back for {wait} s, this worker cannot {exc.cannot}: {exc}"
 
 
 def _retry_or_fail(engine: Engine, lease: leases.Lease, max_attempts: int, exc: FarmError,

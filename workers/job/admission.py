@@ -57,7 +57,7 @@ def admit(spec: JobSpec, node: NodeFiles, sources: Sequence[str] | None) -> None
     _check_flags(spec, node)
     for model in (spec.model, *spec.draft_models):
         if model.remote and (model.pinned or node.matrix_dir is None):
-            downloaded_files(model, node.models_dir)  # each place inside the models dir
+            downloaded_files(model, node.downloads_dir)  # each place inside the downloads dir
         elif not model.remote and node.matrix_dir is None:  # `farm run`: path: as written
             model_place(node, model.path or model.file or f"{model.name}.gguf",
                         f"model {model.name!r}")

@@ -36,6 +36,7 @@ class NodeFiles:
     name: str
     builds: Mapping[str, Path]  # build name -> llama-server
     models_dir: Path
+    downloads_dir: Path  # Hub and URL models (workers.paths.downloaded_files)
     # `farm run`: the matrix file's directory, against which its own `path:` entries for
     # models and draft models resolve. None on a worker: names only.
     matrix_dir: Path | None = None
@@ -218,7 +219,7 @@ def _downloaded(node: NodeFiles, model: ModelRef) -> str:
         raise NotOnThisNode(f"model {model.name!r} ({model.source}) is not pinned to a commit "
                             "and its files' sha256 (the Hub was not reached), so nothing "
                             "here can be checked against it")
-    places = [place for _, place in downloaded_files(model, node.models_dir)]
+    places = [place for _, place in downloaded_files(model, node.downloads_dir)]
     missing = [str(place) for place in places if not place.is_file()]
     if missing:
         raise NotOnThisNode(f"model {model.name!r} ({model.source}) is not downloaded on "

@@ -35,6 +35,7 @@ from workers.job.runtime.probe import probe_binary
 from workers.job.runtime.sandbox import Sandbox
 from workers.job.runtime.server import child_env
 from workers.paths import NodePaths, file_sha256
+from workers.setup.gitfetch import clear_stale_locks, clone, missing_commit, remote_git
 from workers.setup.steps import compile_step, say
 
 Backend = Literal["cpu", "cuda", "metal", "vulkan"]
@@ -175,24 +176,24 @@ def _git_tree(url: str, ref: str, paths: NodePaths) -> SourceTree:
     name = hashlib.sha256(url.encode()).hexdigest()[:16]
     repo = under(paths.cache_dir, "git", name, what="source")
     commit: str | None = None
+    if not (repo / ".git").is_dir():
+        clone(url, repo)
+    clear_stale_locks(repo)
     try:
-        if not (repo / ".git").is_dir():
-            repo.parent.mkdir(parents=True, exist_ok=True)
-            run_command(["git", "clone", "--no-checkout", "--", url, str(repo)])
-        try:
-            _git(repo, "fetch", "--tags", "origin", "--", ref)
-            commit = _git(repo, "rev-parse", "FETCH_HEAD^{commit}")
-        except RuntimeFarmError:
-            # A commit id cannot always be fetched by name; fetch everything and look it up.
-            _git(repo, "fetch", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*")
-    except RuntimeFarmError as exc:
-        raise BuildUnavailable(f"{url}: cannot fetch: {exc}") from exc
+        remote_git(["-C", str(repo), "fetch", "--tags", "origin", "--", ref], url)
+        commit = _git(repo, "rev-parse", "FETCH_HEAD^{commit}")
+    except BuildUnavailable as exc:
+        if exc.transient:  # the source did not answer: fetching everything would not either
+            raise
+        # A commit id cannot always be fetched by name; fetch everything and look it up.
+        remote_git(["-C", str(repo), "fetch", "--tags", "origin",
+                    "+refs/heads/*:refs/remotes/origin/*"], url)
     if commit is None:
         try:
             commit = _git(repo, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
         except RuntimeFarmError as exc:
-            raise ConfigError(f"{url}: no ref {ref!r} (a branch, tag, commit or "
-                              "pull/N/head)") from exc
+            raise missing_commit(url, ref) or ConfigError(
+                f"{url}: no ref {ref!r} (a branch, tag, commit or pull/N/head)") from exc
     tree = under(paths.cache_dir, "src", f"git-{name}", what="source")
     if not tree.is_dir():
         _git(repo, "worktree", "prune")
@@ -455,5 +456,5 @@ def built_here(paths: NodePaths, matrix_dir: Path | None, *,
     made or registered here; with a ``matrix_dir`` the matrix's own model paths count too."""
     builds = {manifest.name: Path(manifest.server) for manifest in all_manifests(paths)}
     return NodeFiles(name="this machine", builds=builds, models_dir=paths.models_dir,
-                     matrix_dir=matrix_dir, allow_options=allow_options,
-                     allow_build_path=allow_build_path)
+                     downloads_dir=paths.downloads_dir, matrix_dir=matrix_dir,
+                     allow_options=allow_options, allow_build_path=allow_build_path)

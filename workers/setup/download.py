@@ -1,6 +1,6 @@
-"""A pinned model's files downloaded into this node's models dir, whole and checked.
+"""A pinned model's files downloaded into this node's downloads dir, whole and checked.
 
-One download at a time per models dir (an ``fcntl`` lock: N workers on a box download a
+One download at a time per downloads dir (an ``fcntl`` lock: N workers on a box download a
 model once, the others wait and find it there); free disk checked before a byte is
 fetched; each file fetched by huggingface_hub's ``http_get`` into ``FILE.partial`` beside
 its place, resumed from what a cut connection or a stopped worker left there; its sha256
@@ -76,14 +76,14 @@ def _progress(done: int, total: int | None) -> str:
 
 
 @contextmanager
-def download_lock(models_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
-    """One download at a time on this node (every worker process shares the models dir)."""
-    models_dir.mkdir(parents=True, exist_ok=True)
-    with (models_dir / LOCK_NAME).open("a") as handle:
+def download_lock(downloads_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
+    """One download at a time on this node (every worker process shares the downloads dir)."""
+    downloads_dir.mkdir(parents=True, exist_ok=True)
+    with (downloads_dir / LOCK_NAME).open("a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            say(f"waiting for another download on this node ({models_dir / LOCK_NAME})")
+            say(f"waiting for another download on this node ({downloads_dir / LOCK_NAME})")
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -140,11 +140,11 @@ def _fetch_file(model: ModelRef, item: RemoteFile, target: Path, hub: HubAccess,
     return counting.fetched
 
 
-def fetch_model(model: ModelRef, models_dir: Path, hub: HubAccess,
+def fetch_model(model: ModelRef, downloads_dir: Path, hub: HubAccess,
                 say: Callable[[str], None]) -> Path:
     """The first file of a pinned remote model on this node (its shards beside it),
     downloaded if missing; ModelUnavailable when this node cannot get it."""
-    files = downloaded_files(model, models_dir)
+    files = downloaded_files(model, downloads_dir)
     if all(path.is_file() for _, path in files):
         return files[0][1]
     if hub.offline:
@@ -153,17 +153,17 @@ def fetch_model(model: ModelRef, models_dir: Path, hub: HubAccess,
             f"model {model.name!r} ({model.source}) is not on this node and it is offline "
             f"(HF_HUB_OFFLINE): missing {', '.join(missing)}; copy the files there (with "
             "these names) or run `farm prepare` on the matrix where the Hub is reachable")
-    with download_lock(models_dir, say):
+    with download_lock(downloads_dir, say):
         for item, path in files:
             if not path.is_file():  # another worker may have fetched it meanwhile
                 _fetch_file(model, item, path, hub, say)
     return files[0][1]
 
 
-def fetch_models(specs: list[JobSpec], models_dir: Path, hub: HubAccess,
+def fetch_models(specs: list[JobSpec], downloads_dir: Path, hub: HubAccess,
                  say: Callable[[str], None]) -> None:
     """Every remote model the jobs run (and their draft models), on this node (each
     distinct model once)."""
     for model in {model.model_dump_json(): model for spec in specs
                   for model in (spec.model, *spec.draft_models) if model.remote}.values():
-        fetch_model(model, models_dir, hub, say)
+        fetch_model(model, downloads_dir, hub, say)

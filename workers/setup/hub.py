@@ -4,7 +4,7 @@
 revision as written (a branch, a tag, a commit) becomes the commit it names now, and the
 file (every shard of a split GGUF) gets the size and sha256 the Hub states for it (its LFS
 object id). The job stores both, so every node downloads the same bytes and checks them
-(``workers.setup.download``). A pin is also written into the models dir, so that an
+(``workers.setup.download``). A pin is also written into the downloads dir, so that an
 offline node can pin a revision it pinned before (and says it did).
 
 The token is this node's (``HF_TOKEN``, read by the settings): it goes to the Hub only,
@@ -81,31 +81,34 @@ def hub_error(model: ModelRef, exc: Exception, hub: HubAccess) -> FarmError:
         return ConfigError(f"{where}: no repository {model.hf!r} on the Hub (or it is "
                            f"private: set {TOKEN_VARIABLE}); check `hf:`")
     if status is not None:
+        # 5xx and 429 pass by themselves; another 4xx (a file gone from its commit) won't.
         return ModelUnavailable(f"{where}: the Hub answered {status} "
-                                f"({str(exc).splitlines()[0]}); try again later")
+                                f"({str(exc).splitlines()[0]}); try again later",
+                                transient=status >= 500 or status in (408, 429))
     return ModelUnavailable(f"{where}: the Hub could not be reached ({exc}); run again "
-                            "online, or pin `revision:` to a commit this node pinned before")
+                            "online, or pin `revision:` to a commit this node pinned before",
+                            transient=True)
 
 
-def _pin_file(models_dir: Path, model: ModelRef, revision: str) -> Path:
-    return under(models_dir, HUB_DIR, (model.hf or "").replace("/", "--"), "pins",
+def _pin_file(downloads_dir: Path, model: ModelRef, revision: str) -> Path:
+    return under(downloads_dir, HUB_DIR, (model.hf or "").replace("/", "--"), "pins",
                  f"{quote(revision, safe='')}.json", what=f"pin of {model.hf}")
 
 
-def _record(models_dir: Path, model: ModelRef, pinned: ModelRef) -> None:
+def _record(downloads_dir: Path, model: ModelRef, pinned: ModelRef) -> None:
     """Remember a pin (by the revision as written and by its commit), written whole."""
     body = json.dumps({"file": pinned.file, "commit": pinned.revision,
                        "files": [item.model_dump() for item in pinned.files]})
     for revision in dict.fromkeys([model.revision or "main", pinned.revision or ""]):
-        target = _pin_file(models_dir, model, revision)
+        target = _pin_file(downloads_dir, model, revision)
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(f".{os.getpid()}.partial")
         partial.write_text(body, encoding="utf-8")
         partial.replace(target)
 
 
-def _recorded(models_dir: Path, model: ModelRef) -> ModelRef | None:
-    target = _pin_file(models_dir, model, model.revision or "main")
+def _recorded(downloads_dir: Path, model: ModelRef) -> ModelRef | None:
+    target = _pin_file(downloads_dir, model, model.revision or "main")
     if not target.is_file():
         return None
     data = json.loads(target.read_text(encoding="utf-8"))
@@ -137,7 +140,7 @@ def _from_hub(model: ModelRef, hub: HubAccess) -> ModelRef:
     return model.model_copy(update={"revision": info.sha, "files": tuple(files)})
 
 
-def pin_model(model: ModelRef, hub: HubAccess, models_dir: Path,
+def pin_model(model: ModelRef, hub: HubAccess, downloads_dir: Path,
               say: Callable[[str], None]) -> ModelRef:
     """``model`` with its revision a commit and its files' sha256, from the Hub (and
     recorded here), or offline from a pin recorded here before; a URL or local model as
@@ -146,9 +149,9 @@ def pin_model(model: ModelRef, hub: HubAccess, models_dir: Path,
         return model
     if not hub.offline:
         pinned = _from_hub(model, hub)
-        _record(models_dir, model, pinned)
+        _record(downloads_dir, model, pinned)
         return pinned
-    recorded = _recorded(models_dir, model)
+    recorded = _recorded(downloads_dir, model)
     if recorded is None:
         raise ModelUnavailable(
             f"model {model.name!r} ({model.source}): this node is offline (HF_HUB_OFFLINE) "
@@ -166,7 +169,7 @@ def with_models(spec: JobSpec, model: ModelRef, drafts: tuple[ModelRef, ...]) ->
                                    "draft_models": [draft.model_dump() for draft in drafts]})
 
 
-def pin_specs(specs: list[JobSpec], hub: HubAccess, models_dir: Path,
+def pin_specs(specs: list[JobSpec], hub: HubAccess, downloads_dir: Path,
               say: Callable[[str], None]) -> list[JobSpec]:
     """Every job with its Hub models (the model, its draft models) pinned, each distinct
     one asked of the Hub once; jobs that pin to the same job (``main`` and its commit)
@@ -178,7 +181,7 @@ def pin_specs(specs: list[JobSpec], hub: HubAccess, models_dir: Path,
             return model
         key = model.model_dump_json()
         if key not in pinned:
-            pinned[key] = pin_model(model, hub, models_dir, say)
+            pinned[key] = pin_model(model, hub, downloads_dir, say)
             say(f"model {model.name}: {model.hf}@{model.revision} is commit "
                 f"{pinned[key].revision}")
         return pinned[key]

@@ -74,6 +74,10 @@ def compile_step(argv: list[str], env: dict[str, str], what: str, log: Path, *,
         text = "\n".join(tail)
         if "No space left on device" in text:
             raise BuildUnavailable(f"{what}: no space left on device (log: {log})\n{text}")
+        if code < 0 or code in _KILLED or "Killed signal terminated program" in text:
+            # Out of memory, or stopped from outside: this node's failure, not the code's.
+            raise BuildUnavailable(f"{what} was killed (exit {code}: out of memory on this "
+                                   f"node, or stopped; log: {log})\n{text}")
         raise BuildFailed(f"{what} failed (exit {code}); its last lines (all in {log}):\n{text}")
     say(f"{what}: done, {lines} lines in {log}")
 
@@ -82,6 +86,9 @@ def compile_step(argv: list[str], env: dict[str, str], what: str, log: Path, *,
 # file it may write (RLIMIT_FSIZE: the kernel stops the writer). A CUDA build of every
 # architecture writes a few GB; a step past these is a build gone wrong, or a hostile one.
 STEP_SECONDS = 3 * 3600
+# A step's exit when a signal killed it (bubblewrap and shells exit 128 + the signal):
+# SIGKILL (the kernel's OOM killer), SIGTERM.
+_KILLED = (128 + 9, 128 + 15)
 BUILD_BYTES = 32 << 30
 FILE_BYTES = 8 << 30
 _WATCH_EVERY = 5.0
