@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,6 +173,10 @@ def _start_confined(fleet: Fleet, view: View, place: Place, git: str) -> tuple[P
         argv += ["--ro-bind", "/proc/sys", "/proc/sys"]
     for inside in view.tmpfs:
         argv += ["--tmpfs", inside]
+    # The farm as installed (the deployment's /opt/specfarm/.venv): this checkout's venv,
+    # visible again where a private /tmp hid it (a checkout under /tmp).
+    venv = Path(sys.executable).parents[1]
+    argv += ["--ro-bind", str(venv), str(venv)]
     folders = {}
     for inside in view.writable:
         folders[inside] = fleet.root / "writable" / inside.strip("/").replace("/", "-")
