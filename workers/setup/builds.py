@@ -182,9 +182,9 @@ def _git_tree(url: str, ref: str, paths: NodePaths) -> SourceTree:
     try:
         remote_git(["-C", str(repo), "fetch", "--tags", "origin", "--", ref], url)
         commit = _git(repo, "rev-parse", "FETCH_HEAD^{commit}")
-    except BuildUnavailable as exc:
-        if exc.transient:  # the source did not answer: fetching everything would not either
-            raise
+    except RuntimeFarmError as exc:
+        if isinstance(exc, BuildUnavailable) and exc.transient:
+            raise  # the source did not answer: fetching everything would not either
         # A commit id cannot always be fetched by name; fetch everything and look it up.
         remote_git(["-C", str(repo), "fetch", "--tags", "origin",
                     "+refs/heads/*:refs/remotes/origin/*"], url)
