@@ -6,6 +6,10 @@ hands the job back for later without refusing it): a source that does not answer
 out or answers 5xx or 429, a connection cut mid-transfer. What will not is a refusal of
 this node: no such repository, no access. A commit a mirror does not have (yet) is
 transient too: ``missing_commit``.
+
+What the source itself says (``remote:`` lines, ``remote error:``) is the source answering:
+it never makes a failure transient, so a hostile server cannot keep a job deferred; and
+git's output enters the error (job.error, the log) with its control characters replaced.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 from farm.errors import BuildUnavailable
+from farm.matrix.sources import COMMIT
 from workers.setup.steps import say
 
 # One clone or fetch of llama.cpp (about 500 MB of history) on a slow link; git's own
@@ -36,8 +41,6 @@ _PASSING = re.compile(
     r"|rpc failed|temporary failure|network is unreachable|no route to host"
     r"|gnutls_handshake",
     re.IGNORECASE)
-# A full commit id: a pinned commit, which a lagging mirror may not have yet.
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 def remote_git(args: list[str], url: str) -> None:
@@ -54,9 +57,13 @@ def remote_git(args: list[str], url: str) -> None:
                                transient=True) from exc
     if done.returncode == 0:
         return
-    detail = " ".join(done.stderr.split())[-300:] or f"exit code {done.returncode}"
-    passing = _GONE.search(done.stderr) is None and _PASSING.search(done.stderr) is not None
-    raise BuildUnavailable(f"{url}: cannot fetch: {detail}", transient=passing)
+    detail = "".join(char if char.isprintable() else "?"
+                     for char in " ".join(done.stderr.split())[-300:])
+    own = "\n".join(line for line in done.stderr.splitlines()
+                    if not line.startswith("remote:") and "remote error:" not in line)
+    passing = _GONE.search(own) is None and _PASSING.search(own) is not None
+    raise BuildUnavailable(f"{url}: cannot fetch: {detail or f'exit code {done.returncode}'}",
+                           transient=passing)
 
 
 def clone(url: str, repo: Path) -> None:
@@ -84,7 +91,7 @@ def missing_commit(url: str, ref: str) -> BuildUnavailable | None:
     """When ``ref`` is a full commit id that ``url`` does not hold after a fetch of every
     branch: transient (a mirror behind the source the commit was pinned from); None for
     a name (a branch or tag that does not exist is the matrix's error)."""
-    if _COMMIT.match(ref) is None:
+    if COMMIT.match(ref) is None:
         return None
     return BuildUnavailable(f"{url}: commit {ref} is not there (yet): a mirror behind the "
                             "repository it was pinned from, or history rewritten",
