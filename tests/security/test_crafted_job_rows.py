@@ -99,6 +99,16 @@ def _crafted(root: Path) -> dict[str, tuple[dict[str, Any], str]]:
         **{f"draft-file-{name}": ({"draft_models": [{"name": "d", "hf": "o/n", "revision": "0"
                                                      * 40, "file": file}]},
                                   "draft_models.0.file: ") for name, file in _BAD_FILES.items()},
+        # A Hub download's place (DOWNLOADS_DIR/hub/REPO/COMMIT/FILE) from the row: the
+        # repository and the revision can climb no more than the file.
+        "hub-repo-climbs": ({"model": {"name": "m", "hf": "../..", "revision": "0" * 40,
+                                       "file": "x.gguf", "files": [{"name": "x.gguf",
+                                                                    "sha256": "0" * 64}]}},
+                            "model.hf: "),
+        "hub-revision-climbs": ({"model": {"name": "m", "hf": "o/n", "revision": "../../x",
+                                           "file": "x.gguf", "files": [{"name": "x.gguf",
+                                                                        "sha256": "0" * 64}]}},
+                                "is not pinned to a commit"),
         "control-character": ({"flags": [["alias", "a\x1bb"]]}, "control character"),
         "fork-option": ({"flags": [["turbo-knob", "3"]]}, "not on the farm's list"),
         "sampling": ({"sampling": {"temperature": 0.0, "seed": 1, "grammar": "root ::= x"}},
