@@ -30,7 +30,8 @@ def _children() -> dict[int, list[int]]:
     return children
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (its children, theirs, ...), from /proc."""
     children, found, todo = _children(), [], [pid]
     while todo:
         kids = children.get(todo.pop(), [])
@@ -75,7 +76,7 @@ class Watch:
 
     def _run(self) -> None:
         while not self._stopped.wait(0.5):
-            for pid in _descendants(os.getpid()):
+            for pid in descendants(os.getpid()):
                 try:
                     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
                 except OSError:

@@ -54,6 +54,7 @@ from sqlalchemy.engine import make_url
 from farm.settings import load_settings
 from farm.stats.distributions import student_t_quantile
 from tests.bench.bench_fleet_scale import BENCH_CLASS, BENCH_MODEL_FILE, submit_matrix
+from tests.beside import descendants
 from workers.paths import NodePaths
 from workers.setup.provision import fetch_smollm2, provision
 
@@ -105,20 +106,7 @@ def _named(name: str) -> list[int]:
 
 
 def _tree(pids: list[int]) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(") ", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], list(pids)
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
+    return [*pids, *(child for pid in pids for child in descendants(pid))]
 
 
 def _rss_mb(pids: list[int]) -> float:
