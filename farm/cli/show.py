@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 
 from farm.errors import ConfigError
 from farm.report import kinds
-from farm.report.formats import FORMATS, Target, check_target, write
+from farm.report.formats import FORMATS, Target, check_target, render, write
+from farm.report.output import emit
 from farm.results.groups import category_report, category_summary, group_report, with_design_columns
+from farm.results.printed import keep_printed, printed_report
 from farm.results.rows import report_rows
 from farm.results.runs import designs_of, draft_lengths_of, job_specs, runs_frame
 from farm.settings import Settings
@@ -42,16 +44,25 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
     draws = FORMATS[fmt].draws
     # Kept rows print as they are only where the rows are printed one by one.
     kept = FORMATS[fmt].kept and group_by is None and not by_category
+    target = Target(wide, output)
     with open_store(settings) as engine:
         name = None if all_campaigns else (campaign or latest_campaign(engine))
+        printed = printed_report(engine, name) if kept else None
+        if printed is not None and printed.body is not None:
+            emit(printed.body, output)
+            return
         found = report_rows(engine, name, kept=kept)
         rows = found.rows
         runs = runs_frame(engine, name) if by_category or draws else None
         # Each spec read once: the page wants the designs and the draft lengths of them.
         specs = job_specs(engine, name) if runs is not None else {}
         recommendation = _recommendation(engine, name) if draws else None
-    title = "all campaigns" if name is None else f"campaign {name}"
-    target = Target(wide, output)
+        title = "all campaigns" if name is None else f"campaign {name}"
+        if printed is not None:
+            text = render(kinds.JobReport(title, rows, None, found.kept), fmt, target)
+            emit(text, output)
+            keep_printed(engine, printed, text.encode() if isinstance(text, str) else text)
+            return
     from farm.columns import report_frame
 
     if group_by is None and not by_category:

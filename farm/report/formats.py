@@ -18,7 +18,7 @@ from typing import Any
 
 from farm.errors import ConfigError
 from farm.report import kinds
-from farm.report.output import emit, write_file
+from farm.report.output import emit
 from farm.report.sheet import markdown, table_text, terminal_width
 
 
@@ -261,15 +261,15 @@ def check_target(kind: type, fmt: str, output: Path | None) -> None:
         raise ConfigError(f"--format {fmt} writes a file: give -o {stem}{FORMATS[fmt].suffix}")
 
 
+def render(result: object, fmt: str, target: Target) -> str | bytes:
+    """``result`` in ``fmt``: text that ends in a newline, or a file's bytes."""
+    check_target(type(result), fmt, target.output)
+    renderer = _renderer(FORMATS[fmt], type(result))
+    assert renderer is not None, f"{fmt} renders no {type(result).__name__}"
+    data = renderer(result, target)
+    return data if isinstance(data, bytes) or data.endswith("\n") else data + "\n"
+
+
 def write(result: object, fmt: str, target: Target) -> None:
     """``result`` in ``fmt``, on stdout or in ``target.output`` (whole or not at all)."""
-    check_target(type(result), fmt, target.output)
-    render = _renderer(FORMATS[fmt], type(result))
-    assert render is not None, f"{fmt} renders no {type(result).__name__}"
-    data = render(result, target)
-    what = getattr(result, "what", "")
-    if isinstance(data, bytes):
-        assert target.output is not None
-        write_file(target.output, data, what)
-    else:
-        emit(data, target.output, what)
+    emit(render(result, fmt, target), target.output, getattr(result, "what", ""))

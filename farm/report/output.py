@@ -9,14 +9,17 @@ from pathlib import Path
 from farm.errors import ConfigError
 
 
-def emit(text: str, output: Path | None, what: str = "") -> None:
-    """``text`` on stdout, or in ``output`` (``write_file``)."""
-    if not text.endswith("\n"):
-        text += "\n"
-    if output is None:
-        sys.stdout.write(text)
-        return
-    write_file(output, text.encode("utf-8"), what)
+def emit(data: str | bytes, output: Path | None, what: str = "") -> None:
+    """``data`` on stdout, or in ``output`` (``write_file``): text as UTF-8, bytes as they
+    are (a kept report's, ``farm.results.printed``, or a file format's)."""
+    if output is not None:
+        write_file(output, data.encode("utf-8") if isinstance(data, str) else data, what)
+    elif isinstance(data, str):
+        sys.stdout.write(data)
+    else:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
 
 
 def write_file(output: Path, data: bytes, what: str = "") -> None:

@@ -94,8 +94,9 @@ def report_rows(engine: Engine, campaign: str | None, *, kept: bool) -> JobRows:
     """``job_rows``; with ``kept``, the rows kept with their jobs as their JSON text (and
     ``HEAD``). Rows worked out here are kept for the next report, but those of running or
     lost jobs (when this connection may write: a read-only role or a busy SQLite file only
-    skips keeping). A store of 20,000 jobs prints its kept rows in 2.2-3.0 s; working them
-    out and keeping them took 10 s (tests/bench/bench_fleet_scale.py)."""
+    skips keeping). A store of 20,000 jobs prints its kept rows in 1.4-1.7 s; working them
+    out and keeping them takes about 6 s (tests/bench/bench_fleet_scale.py; a whole report
+    kept, ``farm.results.printed``, prints in 0.7 s)."""
     jobs, params = "1 = 1", {}
     if campaign is not None:
         jobs, params = "job.campaign_id = :campaign_id", {
@@ -132,13 +133,15 @@ def _key(job: Mapping[str, Any]) -> str:
     """What a kept row must have been kept at: this code's row version and every column of
     the job it was worked out from (its summary changes only with its finish time, its
     runs only while it is running)."""
-    seen = repr(tuple(map(job.__getitem__, _KEYED))).encode()
+    seen = repr(tuple(map(job.__getitem__, KEYED))).encode()
     return f"{_VERSION}:{hashlib.blake2b(seen, digest_size=8).hexdigest()}"
 
 
-_KEYED = ("state", "attempt", "finished_at", "worker", "error", "failure_class", "speculation",
-          "pairs", "stop_reason", "log_se", "df", "campaign", "job_key", "model", "variant",
-          "build", "gpu_class", "varying")
+# The job's columns a report row is worked out from (``farm.results.sql.JOB_SQL``): kept
+# rows are keyed by them, and so are whole printed reports (``farm.results.printed``).
+KEYED = ("state", "attempt", "finished_at", "worker", "error", "failure_class", "speculation",
+         "pairs", "stop_reason", "log_se", "df", "campaign", "job_key", "model", "variant",
+         "build", "gpu_class", "varying")
 
 
 def _made_rows(connection: Connection, dialect: str,

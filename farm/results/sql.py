@@ -123,18 +123,27 @@ MOVING_STATES = ("running", "lost")
 MOVING = ", ".join(f"'{state}'" for state in MOVING_STATES)
 
 
+# A report row's columns taken from the job (and its campaign) as they are, by name: the
+# SQL of each.
+JOB_SQL = {"job_id": "job.id", "campaign": "c.name", "job_key": "job.job_key",
+           "model": "job.model_name", "variant": "job.variant_name",
+           "build": "job.build_name", "varying": "CAST(job.varying AS TEXT)",
+           "gpu_class": "job.gpu_class", "worker": "job.lease_owner", "state": "job.state",
+           "error": "job.error", "failure_class": "job.failure_class",
+           "speculation": "job.speculation", "pairs": "job.pairs",
+           "stop_reason": "job.stop_reason", "log_se": "job.log_se", "df": "job.df",
+           "attempt": "job.attempt", "finished_at": "job.finished_at"}
+
+
 def job_report_sql(jobs: str) -> str:
     """One row per job meeting ``jobs`` (a condition on ``job``): its columns, its campaign,
     and either the report row kept for it (``farm.results.rows.report_rows``: never for a
     job in ``MOVING_STATES``) or its summary and whether it has runs (an index lookup; no
     run is read). The varying flags, the summary and the kept row come as JSON text, for
     the caller to parse all at once (or, the kept row, to print as it is)."""
+    columns = ",\n       ".join(f"{sql} AS {name}" for name, sql in JOB_SQL.items())
     return f"""
-SELECT job.id AS job_id, c.name AS campaign, job.job_key, job.model_name AS model,
-       job.variant_name AS variant, job.build_name AS build,
-       CAST(job.varying AS TEXT) AS varying, job.gpu_class, job.lease_owner AS worker,
-       job.state, job.error, job.failure_class, job.speculation,
-       job.pairs, job.stop_reason, job.log_se, job.df, job.attempt, job.finished_at,
+SELECT {columns},
        job.report_head,
        CASE WHEN job.report_row IS NOT NULL AND job.state NOT IN ({MOVING})
             THEN job.report_row END AS report_row,
@@ -146,4 +155,21 @@ FROM job
 JOIN campaign c ON c.id = job.campaign_id
 WHERE {jobs}
 ORDER BY c.id, job.id
+"""
+
+
+def jobs_stamp_sql(jobs: str, keyed: tuple[str, ...]) -> str:
+    """PostgreSQL: how many jobs meet ``jobs`` and the sum of a 64-bit hash per job of its
+    id, its campaign and its ``keyed`` columns (``JOB_SQL``), and of how many runs it has
+    while it is in ``MOVING_STATES``: what a report of them is printed from. A row value
+    hashed as one text keeps a null apart from an empty string. 40 ms over 20,000 jobs."""
+    values = ", ".join(["job.id", "job.campaign_id", *(JOB_SQL[name] for name in keyed),
+                        f"CASE WHEN job.state IN ({MOVING}) THEN (SELECT count(*) FROM run "
+                        "WHERE run.job_id = job.id) END"])
+    return f"""
+SELECT count(*) AS jobs,
+       COALESCE(sum(hashtextextended(CAST(ROW({values}) AS TEXT), 0)), 0) AS hashes
+FROM job
+JOIN campaign c ON c.id = job.campaign_id
+WHERE {jobs}
 """

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -369,6 +370,22 @@ class Worker(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ReportText(Base):
+    """A whole ``farm report --format json`` as it was printed (farm.results.printed): per
+    scope, ``all`` or ``campaign:ID``, with the stamp of the code and the jobs it came from.
+    Written by reports, never by workers (farm.store.roles); used on PostgreSQL only."""
+
+    __tablename__ = "report_text"
+
+    scope: Mapped[str] = mapped_column(String(64), primary_key=True)
+    campaign_id: Mapped[int | None] = mapped_column(
+        ForeignKey("campaign.id", ondelete="CASCADE"))
+    stamp: Mapped[str] = mapped_column(String(128))
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    made_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
+                                              server_default=func.now())
 
 
 class PeerImport(Base):

@@ -203,7 +203,11 @@ def test_the_worker_role_cannot_create_or_change_jobs(fleet: Fleet, postgres_url
                           # a kept report row is written by reports only: a worker cannot
                           # print another job's names or figures through it
                           "UPDATE job SET report_row = '{}'",
-                          "UPDATE job SET report_head = '{}'"):
+                          "UPDATE job SET report_head = '{}'",
+                          # nor a whole kept report (farm.results.printed)
+                          "INSERT INTO report_text (scope, stamp, body) "
+                          "VALUES ('all', 'x', '\\x5b5d')",
+                          "UPDATE report_text SET body = body"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 worker.execute(statement)
         worker.execute("UPDATE job SET state = state")  # its own columns it may write
