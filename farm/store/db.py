@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.pool import NullPool
 
 from farm.errors import ConfigError, RuntimeFarmError, ServiceUnavailable
 from farm.settings import Settings, redact_url
@@ -40,8 +41,13 @@ def normalise_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite files get their directory, WAL and a busy timeout."""
+def make_engine(url: str, connections: int | None = None) -> Engine:
+    """An engine for ``url``; SQLite files get their directory, WAL and a busy timeout.
+
+    ``connections`` bounds a PostgreSQL engine's pool: that many held at most (a caller
+    that needs one while all are out waits for it), 0 none held (each use connects); None,
+    SQLAlchemy's default (5 held, 10 more while busy). A fleet of a hundred workers holds
+    one each (``workers.fleet``), not a default pool in each of their processes."""
     url = normalise_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -58,7 +64,12 @@ def make_engine(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     # JIT compiles report queries for longer than they run; nothing here profits from it.
-    return create_engine(url, pool_pre_ping=True, connect_args={"options": "-c jit=off"})
+    options: dict[str, Any] = {"connect_args": {"options": "-c jit=off"}}
+    if connections == 0:
+        return create_engine(url, poolclass=NullPool, **options)
+    if connections is not None:
+        options |= {"pool_size": connections, "max_overflow": 0}
+    return create_engine(url, pool_pre_ping=True, **options)
 
 
 # Any fixed number: every `farm db upgrade` against one PostgreSQL takes the same lock.

@@ -1,11 +1,13 @@
-"""Migrations run both ways on SQLite and PostgreSQL; the engine settings hold."""
+"""Migrations run both ways on SQLite and PostgreSQL; the engine settings and pool bounds
+hold."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from sqlalchemy import inspect, text
+from sqlalchemy import Engine, inspect, text
 
 from farm.store.db import (
     current_revision,
@@ -92,6 +94,36 @@ def test_postgres_urls_are_driven_by_psycopg3(postgres_url: str) -> None:
     with engine.connect() as connection:
         assert connection.scalar(text("select 1")) == 1
     engine.dispose()
+
+
+def _backends(engine: Engine) -> int:
+    """Connections to ``engine``'s database but the one asking."""
+    admin = make_engine(engine.url.render_as_string(hide_password=False), connections=0)
+    try:
+        with admin.connect() as connection:
+            return int(connection.scalar(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()")) or 0)
+    finally:
+        admin.dispose()
+
+
+def test_a_bounded_engine_holds_at_most_its_connections(postgres_url: str) -> None:
+    """A worker's engines (workers.fleet): its pool child's holds none between uses, its
+    heartbeat's one, however many times each is used, from however many threads."""
+    none, one = make_engine(postgres_url, connections=0), make_engine(postgres_url,
+                                                                        connections=1)
+    try:
+        for _ in range(3):
+            with none.connect() as connection:
+                assert connection.scalar(text("select 1")) == 1
+        assert _backends(none) == 0
+        with ThreadPoolExecutor(4) as threads:
+            list(threads.map(lambda _: one.connect().close(), range(8)))
+        assert _backends(one) == 1
+    finally:
+        none.dispose()
+        one.dispose()
 
 
 def test_migrations_create_exactly_the_models_tables(database_url: str) -> None:

@@ -107,7 +107,9 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
         settings = settings.model_copy(update={"sandbox": config.sandbox})
     sandbox = Sandbox(settings.sandbox)
     log.info("%s", sandbox_status(sandbox))
-    engine = make_engine(settings.database_url)
+    # One connection, held: the heartbeat's (the pool child has its own engine, which
+    # holds none: workers.fleet.task.WorkerContext).
+    engine = make_engine(settings.database_url, connections=1)
     require_current_schema(engine)
     app = make_app(settings)
     advertisement = advertise(config, sandbox)
