@@ -107,9 +107,10 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
         settings = settings.model_copy(update={"sandbox": config.sandbox})
     sandbox = Sandbox(settings.sandbox)
     log.info("%s", sandbox_status(sandbox))
-    # One connection, held: the heartbeat's (the pool child has its own engine, which
-    # holds none: workers.fleet.task.WorkerContext).
-    engine = make_engine(settings.database_url, connections=1)
+    # No connection held between beats (one every third of a lease: 100 s deployed), nor
+    # by the pool child between uses (workers.fleet.task.WorkerContext): a fleet holds a
+    # connection per worker only while it uses one.
+    engine = make_engine(settings.database_url, connections=0)
     require_current_schema(engine)
     app = make_app(settings)
     advertisement = advertise(config, sandbox)

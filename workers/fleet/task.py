@@ -70,8 +70,8 @@ class WorkerContext:
     def engine(self) -> Engine:
         """This process's database engine."""
         # Pool children are forked: each process needs its own engine. It holds no
-        # connection between uses (the worker's main process holds its one): an idle fleet
-        # holds one per worker, a busy one a few more for a moment.
+        # connection between uses, nor does the heartbeat's (workers.fleet.daemon): a
+        # fleet of a hundred workers holds only the connections in use.
         if self._engine is None or self._engine_pid != os.getpid():
             self._engine = make_engine(self.settings.database_url, connections=0)
             self._engine_pid = os.getpid()
