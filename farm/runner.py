@@ -144,7 +144,7 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: Nod
     failed = 0
     try:
         for index, (spec, job_id) in enumerate(pending, start=1):
-            sink = DbRunSink(engine, job_id)
+            sink = DbRunSink(engine, job_id, settings.gpu_class)
             progress.job(index, len(pending), spec, len(sink.done()))
             repo.mark_running(engine, job_id)
             try:
@@ -170,6 +170,16 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: Nod
     finally:
         progress.close()
     return failed
+
+
+def this_machine(settings: Settings, gpu_class: str | None,
+                 as_class: str | None) -> tuple[str | None, str]:
+    """The class to pick from a matrix (``--gpu-class``, or ``--as-class``) and the class
+    this machine's runs join: its own (FARM_GPU_CLASS), or ``as_class`` when given."""
+    if as_class is not None and gpu_class not in (None, as_class):
+        raise ConfigError(f"--gpu-class {gpu_class} and --as-class {as_class} name two "
+                          "classes: give one (--as-class picks the class it names)")
+    return as_class or gpu_class, as_class or settings.gpu_class
 
 
 def _one_class(path: Path, matrix: Matrix, gpu_class: str | None) -> str:
@@ -264,7 +274,8 @@ def _models_here(path: Path, specs: list[JobSpec], settings: Settings,
 
 
 def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None,
-                 allow_options: frozenset[str] = frozenset(), allow_build_path: bool = False,
+                 run_as: str | None = None, allow_options: frozenset[str] = frozenset(),
+                 allow_build_path: bool = False,
                  allow_paths: tuple[Path, ...] = (),
                  make_builds: bool = True, ref: str | None = None,
                  pair_with: str | None = None,
@@ -272,7 +283,9 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
                  | None = None,
                  say: Callable[[str], None] = lambda _line: None) -> CheckedMatrix:
     """Validate, resolve and check a matrix's jobs of one GPU class on this machine:
-    everything a run checks, no job written or server started. ``allow_options``:
+    everything a run checks, no job written or server started. ``run_as``: the class
+    this machine's runs join (``this_machine``); none where nothing runs (``farm
+    prepare``). ``allow_options``:
     harmless options beyond the allow-list (``farm run --allow-option``);
     ``allow_build_path``: the matrix's own build binaries may run; ``allow_paths``:
     folders beyond the models dir whose files the matrix's flags may name (``farm run
@@ -290,6 +303,13 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
     if pick is not None:
         matrix, specs = pick(matrix, specs)
     chosen = _one_class(path, matrix, gpu_class)
+    if run_as is not None and chosen != run_as:
+        raise ConfigError(
+            f"{path}: gpu-classes: this machine is GPU class {run_as} (FARM_GPU_CLASS) and "
+            f"the jobs to run are {chosen}: its runs would join {chosen}'s results and "
+            f"history. Run them on {chosen}'s workers (`farm submit`), set "
+            f"FARM_GPU_CLASS={chosen} on a machine of that class, or give --as-class "
+            f"{chosen} to run them here anyway (each run records this machine's class)")
     paths = NodePaths.of(settings)
     node = replace(built_here(paths, path.parent, allow_options=allow_options,
                                allow_build_path=allow_build_path), allow_paths=allow_paths)

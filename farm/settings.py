@@ -17,6 +17,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from farm.errors import ConfigError
+from farm.matrix.schema import ClassName
 
 # Whether a commit's builds and servers run in the sandbox (docs/security.md): the node
 # operator's choice, never a job's.
@@ -105,6 +106,10 @@ class Settings(BaseSettings):
         "FARM_HF_TOKEN", "HF_TOKEN"), description="Token for gated or private repositories.")
     hf_offline: bool = Field(False, validation_alias=AliasChoices(
         "FARM_HF_OFFLINE", "HF_HUB_OFFLINE"), description="Use downloaded models only.")
+    # What this machine's runs join: `farm run`, `bisect` and `track` run a matrix's jobs
+    # of this class only (another with --as-class NAME), so that a laptop's runs never
+    # enter an RTX 3090's history. A worker's class is its config's.
+    gpu_class: ClassName = Field("default", description="This machine's GPU class.")
     sandbox: SandboxMode = Field("on", description=(
         "Run every build and server of a commit in bubblewrap (no network, no secrets); "
         "`off` only where this node's operator trusts every source it builds."))

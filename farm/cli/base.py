@@ -88,3 +88,10 @@ def cli() -> None:
 
     if note := adopt_old_data_dir():
         click.echo(note, err=True)
+
+
+# `farm run`, `bisect` and `track`: where this machine's runs may join another class's.
+as_class_option = click.option(
+    "--as-class", metavar="CLASS",
+    help="Run MATRIX's jobs of GPU class CLASS on this machine although it is another "
+         "(FARM_GPU_CLASS, default `default`); each run records this machine's class.")

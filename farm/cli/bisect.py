@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console
 
-from farm.cli.base import cli
+from farm.cli.base import as_class_option, cli
 from farm.cli.output import output_options
 from farm.errors import ConfigError
 from farm.matrix.schema import Matrix
@@ -78,7 +78,7 @@ def _target(path: Path, good: str, bad: str, job: str | None) -> tuple[Target, J
                   tuple(commits)), spec
 
 
-def _run_step(gpu_class: str | None, console: Console
+def _run_step(gpu_class: str | None, as_class: str | None, console: Console
               ) -> Callable[[Path, Settings, str, str | None, Pick], tuple[str, float | None]]:
     """Runs a step's job here (``farm run``'s path); returns its key and the seconds spent
     checking and making its builds: None for a job the store has finished already (not
@@ -89,7 +89,7 @@ def _run_step(gpu_class: str | None, console: Console
         from farm.matrix.crossbuild import cross_build_specs
         from farm.matrix.load import load_matrix
         from farm.results.history import finished_job
-        from farm.runner import check_matrix, run_matrix
+        from farm.runner import check_matrix, run_matrix, this_machine
         from farm.store.db import connected, table_names
 
         matrix, specs = load_matrix(path, frozenset(), commit)
@@ -98,7 +98,8 @@ def _run_step(gpu_class: str | None, console: Console
             if "job" in table_names(engine) and finished_job(engine, spec.job_key):
                 return spec.job_key, None
         started = time.monotonic()
-        checked = check_matrix(path, settings, gpu_class=gpu_class, ref=commit,
+        picked, run_as = this_machine(settings, gpu_class, as_class)
+        checked = check_matrix(path, settings, gpu_class=picked, run_as=run_as, ref=commit,
                                pair_with=older, pick=pick,
                                say=lambda line: console.print(line, markup=False,
                                                               soft_wrap=True))
@@ -219,13 +220,14 @@ def _label(spec: JobSpec) -> str:
                    "large; else they look again.")
 @output_options(kinds.BisectAnswer, wide=False)
 @click.option("--gpu-class", help="With several gpu-classes in MATRIX: the one to run here.")
+@as_class_option
 @click.option("--dry-run", is_flag=True,
               help="Print the commits, each step's error rate and the expected cost; build "
                    "and run nothing.")
 def bisect_command(matrix: Path, good: str, bad: str, job: str | None,
                    series_names: tuple[str, ...], rounds: int, alpha: float,
                    min_change: float, fmt: str, output: Path | None,
-                   gpu_class: str | None, dry_run: bool) -> None:
+                   gpu_class: str | None, as_class: str | None, dry_run: bool) -> None:
     """Find the first commit between --good and --bad where a series of MATRIX's job
     changed, running each step here as its own stored campaign (an interrupted bisect
     resumes; a second one reuses the steps)."""
@@ -238,7 +240,7 @@ def bisect_command(matrix: Path, good: str, bad: str, job: str | None,
     console = Console(stderr=True)
     runner = StepRunner(target, settings, lambda line: console.print(line, markup=False,
                                                                       soft_wrap=True),
-                        _run_step(gpu_class, console))
+                        _run_step(gpu_class, as_class, console))
     plan = Plan(len(target.commits), alpha, rounds, min_change / 100)
     if dry_run:
         found = _plan(target, spec, names, plan, runner)

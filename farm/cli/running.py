@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 
-from farm.cli.base import cli
+from farm.cli.base import as_class_option, cli
 from farm.errors import JobsFailed
 from farm.settings import Settings, load_settings
 from farm.words import plural
@@ -30,6 +30,7 @@ def sigterm_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
               help="Make every check a run makes and print the argv that would run; run "
                    "nothing, write nothing.")
 @click.option("--gpu-class", help="With several gpu-classes in MATRIX: the one to run here.")
+@as_class_option
 @click.option("--allow-option", "allow_options", multiple=True, metavar="NAME",
               help="Let the matrix pass this harmless llama-server option beyond the farm's "
                    "allow-list (repeatable); options that run programs, reach the network or "
@@ -42,19 +43,22 @@ def sigterm_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
               help="Let the matrix's flags (draft model, LoRA, control vector, projector) "
                    "name files under DIR as well as the models dir (repeatable; only for "
                    "matrices you trust).")
-def run(matrix: Path, dry_run: bool, gpu_class: str | None, allow_options: tuple[str, ...],
-        allow_build_path: bool, allow_paths: tuple[Path, ...]) -> None:
+def run(matrix: Path, dry_run: bool, gpu_class: str | None, as_class: str | None,
+        allow_options: tuple[str, ...], allow_build_path: bool,
+        allow_paths: tuple[Path, ...]) -> None:
     """Run MATRIX on this machine against real llama-server processes."""
     from farm.cli.dry_run import measured_speeds, print_dry_run
     from farm.matrix.options import check_allowances
-    from farm.runner import check_matrix
+    from farm.runner import check_matrix, this_machine
 
     settings = load_settings()
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     say_sandbox(settings, console)
     allowed = check_allowances(allow_options, "--allow-option")
-    checked = check_matrix(matrix, settings, gpu_class=gpu_class, allow_options=allowed,
+    picked, run_as = this_machine(settings, gpu_class, as_class)
+    checked = check_matrix(matrix, settings, gpu_class=picked, run_as=run_as,
+                           allow_options=allowed,
                            allow_build_path=allow_build_path, allow_paths=allow_paths,
                            make_builds=not dry_run,
                            say=lambda line: console.print(line, markup=False, soft_wrap=True))

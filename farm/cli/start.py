@@ -115,7 +115,7 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
     matrix = ab_matrix(model_entry(model, settings.models_dir),
                        _baseline(ngl, ctx, threads, flash_attn, args),
                        flag_map(shlex.join(variant), "the variant's flags (after --)"),
-                       design=design, build=build)
+                       design=design, build=build, gpu_class=settings.gpu_class)
     path = output or under(settings.data_dir, "ab", f"{matrix['campaign']}.yaml", what="matrix")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# Written by `farm ab`; `farm run {path}` runs it again.\n"

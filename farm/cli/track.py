@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from farm.cli.base import cli
+from farm.cli.base import as_class_option, cli
 from farm.errors import ConfigError
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings, load_settings
@@ -50,16 +50,17 @@ def _previous(settings: Settings, specs: list[JobSpec]) -> str | None:
     return earlier[-1] if earlier else None
 
 
-def _run_here(matrix: Path, ref: str, settings: Settings, gpu_class: str | None,
-              older: str | None) -> None:
+def _run_here(matrix: Path, ref: str, settings: Settings,
+              classes: tuple[str | None, str | None], older: str | None) -> None:
     """The matrix at ``ref`` run here, then (``older``) its arms paired across builds."""
     from farm.cli.progress import RunProgress
     from farm.cli.show import show_report
-    from farm.runner import check_matrix, run_matrix
+    from farm.runner import check_matrix, run_matrix, this_machine
 
     console = Console(stderr=True)
+    picked, run_as = this_machine(settings, *classes)
     for pair_with in (None, older) if older else (None,):
-        checked = check_matrix(matrix, settings, gpu_class=gpu_class, ref=ref,
+        checked = check_matrix(matrix, settings, gpu_class=picked, run_as=run_as, ref=ref,
                                pair_with=pair_with,
                                say=lambda line: console.print(line, markup=False,
                                                               soft_wrap=True))
@@ -74,12 +75,14 @@ def _run_here(matrix: Path, ref: str, settings: Settings, gpu_class: str | None,
                    "(its current commit).")
 @click.option("--gpu-class", help="With an embedded store and several gpu-classes in MATRIX: "
                                   "the one to run here.")
+@as_class_option
 @click.option("--paired", is_flag=True,
               help="Also run each job's arms on the last tracked commit against REF's in "
                    "one paired job per arm, so `farm history` reads their tok/s changes "
                    "from a crossover interval, free of the machine's drift between jobs "
                    "(docs/history.md). Costs about twice the pairs of a plain track.")
-def track(matrix: Path, ref: str, gpu_class: str | None, paired: bool) -> None:
+def track(matrix: Path, ref: str, gpu_class: str | None, as_class: str | None,
+          paired: bool) -> None:
     """Run MATRIX with its source builds at REF's current commit, once per commit: on a
     fleet (FARM_DATABASE_URL and FARM_BROKER_URL set) its jobs are submitted, else run
     here. A commit whose jobs the store already holds is left alone (exit 0)."""
@@ -105,7 +108,7 @@ def track(matrix: Path, ref: str, gpu_class: str | None, paired: bool) -> None:
     click.echo(f"{ref} is at {at}: {plural(len(specs) - len(stored), 'new job')} in campaign "
                f"{campaign}")
     if settings.embedded or settings.broker_url is None:
-        _run_here(matrix, ref, settings, gpu_class, older)
+        _run_here(matrix, ref, settings, (gpu_class, as_class), older)
         return
     from farm.fleet.app import make_app
     from farm.fleet.submit import submit

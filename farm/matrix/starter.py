@@ -115,15 +115,17 @@ def _number(value: FlagValue) -> FlagScalar:
 
 
 def ab_matrix(model: dict[str, str], baseline: dict[str, Any], variant: dict[str, Any], *,
-              design: dict[str, Any], build: str) -> dict[str, Any]:
+              design: dict[str, Any], build: str, gpu_class: str = "default") -> dict[str, Any]:
     """The matrix of one A/B: the model, the baseline's flags, one variant, ``design``
-    (keys such as ``pairs``, ``n-predict``, ``prompt-suite``). Its campaign is named after
-    the model and a hash of everything else, so the same A/B is the same campaign."""
+    (keys such as ``pairs``, ``n-predict``, ``prompt-suite``), on this machine's
+    ``gpu_class``. Its campaign is named after the model and a hash of everything else, so
+    the same A/B is the same campaign."""
     if not variant:
         raise ConfigError("farm ab: give the variant's flags after `--`, e.g. "
                           "`farm ab MODEL -- --spec-type draft-mtp --spec-draft-n-max 3`")
     body: dict[str, Any] = {
         "build": build, "models": [model], **design, "flags": baseline,
+        **({"gpu-classes": [gpu_class]} if gpu_class != "default" else {}),
         "variants": [{"name": _name(str(variant.get("spec-type", "variant"))),
                       "flags": variant}]}
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:8]

@@ -237,6 +237,10 @@ class Run(Base):
     chunk_gap_p50_ms: Mapped[float | None] = mapped_column(Float)
     chunk_gap_max_ms: Mapped[float | None] = mapped_column(Float)
     gpu_name: Mapped[str | None] = mapped_column(String(200))
+    gpu_memory_mb: Mapped[float | None] = mapped_column(Float)  # its GPU's total, MiB
+    # The GPU class of the machine that measured it (FARM_GPU_CLASS, a worker's own): the
+    # job's, unless `farm run --as-class` ran the job's class on another machine.
+    machine_class: Mapped[str | None] = mapped_column(String(100))
     # Telemetry over the run's window: the server process here, NVML where there is a GPU.
     rss_mb: Mapped[float | None] = mapped_column(Float)
     cpu_seconds: Mapped[float | None] = mapped_column(Float)

@@ -130,3 +130,31 @@ def test_the_dry_runs_argv_is_the_argv_the_run_stores(streams: int, tmp_path: Pa
         assert ran[ran.index("--parallel") + 1] == str(streams) and "--log-verbosity" in ran
     again = run_cli("run", "--dry-run", str(matrix))
     assert re.search(r"4 runs in 1 job; about \d+ s of generation", again.stdout), again.stdout
+
+
+def test_run_refuses_jobs_of_another_gpu_class_unless_run_as_it(
+        tmp_path: Path, smollm2: Path, isolated_data_dir: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine is class `default` (FARM_GPU_CLASS unset): an RTX 3090 matrix's runs
+    would join that class's history, so `farm run` refuses them, saying the three ways
+    out; --as-class and FARM_GPU_CLASS each let it run."""
+    matrix = write_matrix(tmp_path, {**_fleet_matrix("x"), "gpu-classes": ["rtx3090"],
+                                     "models": [{"name": "m", "path": str(smollm2)}]})
+    refused = run_cli("run", "--dry-run", str(matrix))
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert refused.stderr.startswith(
+        f"error: {matrix}: gpu-classes: this machine is GPU class default (FARM_GPU_CLASS) "
+        "and the jobs to run are rtx3090")
+    for way in ("`farm submit`", "FARM_GPU_CLASS=rtx3090", "--as-class rtx3090"):
+        assert way in refused.stderr
+    assert run_cli("run", "--dry-run", "--as-class", "rtx3090",
+                   str(matrix)).exit_code == 0
+    both = run_cli("run", "--dry-run", "--gpu-class", "cpu", "--as-class", "rtx3090",
+                   str(matrix))
+    assert both.exit_code == 2 and "give one" in both.stderr
+    monkeypatch.setenv("FARM_GPU_CLASS", "rtx3090")
+    assert run_cli("run", "--dry-run", str(matrix)).exit_code == 0
+    monkeypatch.setenv("FARM_GPU_CLASS", "RTX 3090")
+    bad = run_cli("run", "--dry-run", str(matrix))
+    assert bad.exit_code == 2 and "FARM_GPU_CLASS" in bad.stderr
+    assert not isolated_data_dir.exists()

@@ -53,9 +53,12 @@ def test_run_stores_every_run_with_provenance_and_reports_the_drafting(
 
     with sqlite3.connect(isolated_data_dir / "farm.db") as db:
         rows = db.execute("select arm, generated_tokens, server_version, model_file, "
-                          "model_sha256, host, argv, text from run").fetchall()
+                          "model_sha256, host, argv, text, machine_class, gpu_memory_mb "
+                          "from run").fetchall()
     assert len(rows) == 4
-    for arm, tokens, version, model_file, sha, host, argv, text in rows:
+    for arm, tokens, version, model_file, sha, host, argv, text, machine, memory in rows:
+        # This machine's own class (FARM_GPU_CLASS unset), no GPU memory on a CPU node.
+        assert (machine, memory) == ("default", None)
         assert tokens == 32 and "build 11434" in version
         assert model_file == smollm2.name and len(sha) == 64 and host
         assert ("--spec-type" in json.loads(argv)) == (arm == "variant")

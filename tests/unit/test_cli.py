@@ -50,6 +50,8 @@ def _output(*formats: str, default: str = "table", all_help: str | None = None,
     return options
 
 
+AS_CLASS = ("Run MATRIX's jobs of GPU class CLASS on this machine although it is another "
+            "(FARM_GPU_CLASS, default `default`); each run records this machine's class.")
 HELP: dict[tuple[str, ...], Help] = {
     (): Help("farm [OPTIONS] COMMAND [ARGS]...",
              "specfarm: measure llama.cpp speculative decoding (MTP, n-gram, draft) properly.",
@@ -60,6 +62,7 @@ HELP: dict[tuple[str, ...], Help] = {
         {"--dry-run": "Make every check a run makes and print the argv that would run; run "
                       "nothing, write nothing.",
          "--gpu-class TEXT": "With several gpu-classes in MATRIX: the one to run here.",
+         "--as-class CLASS": AS_CLASS,
          "--allow-option NAME": "Let the matrix pass this harmless llama-server option beyond "
                                 "the farm's allow-list (repeatable); options that run "
                                 "programs, reach the network or touch files are never "
@@ -115,6 +118,7 @@ HELP: dict[tuple[str, ...], Help] = {
                        "(its current commit). [required]",
          "--gpu-class TEXT": "With an embedded store and several gpu-classes in MATRIX: the "
                              "one to run here.",
+         "--as-class CLASS": AS_CLASS,
          "--paired": "Also run each job's arms on the last tracked commit against REF's in "
                      "one paired job per arm, so `farm history` reads their tok/s changes "
                      "from a crossover interval, free of the machine's drift between jobs "
@@ -143,6 +147,7 @@ HELP: dict[tuple[str, ...], Help] = {
                                  "[default: 10.0; 0.1<=x<=1000]",
          **_output("table", "md", "json", wide=False),
          "--gpu-class TEXT": "With several gpu-classes in MATRIX: the one to run here.",
+         "--as-class CLASS": AS_CLASS,
          "--dry-run": "Print the commits, each step's error rate and the expected cost; build "
                       "and run nothing."}),
     ("import",): Help(

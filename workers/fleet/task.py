@@ -243,7 +243,7 @@ def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
     if build_seconds:
         log.info("job %s: builds made in %.0f s", lease.job_id, build_seconds)
     sink = LeasedRunSink(worker.engine(), lease, keeper.lost, worker.config.worker_name,
-                         settings.repost_after)
+                         worker.config.gpu_class, settings.repost_after)
     with measuring(paths) as let_builds_go, job_clock(settings.job_time_limit):
         def between_blocks() -> None:
             with clock_stopped():  # another job's build is not this job's time

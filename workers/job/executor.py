@@ -264,7 +264,7 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
                 telemetry=sampler.summarize(began, sampler.mark()),
                 slot_speculative=speculative, weights_spilled=spilled,
                 tokens=client.tokenize(generation.text), gpu_name=gpus[0].name if gpus else None,
-                node=node)
+                gpu_memory_mb=gpus[0].vram_total_mb if gpus else None, node=node)
             sink.record(result, checked)
             on_run(result)
         if gpus:

@@ -60,6 +60,7 @@ class RunResult:
     weights_spilled: bool
     tokens: list[int] | None
     gpu_name: str | None
+    gpu_memory_mb: float | None  # the GPU's total memory, MiB
     node: NodeLoad
 
     @property

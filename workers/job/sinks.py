@@ -36,10 +36,11 @@ def _commit(arm: Arm) -> str | None:
 
 
 class DbRunSink:
-    """Runs of one job, written straight to the store (the embedded, single-owner case)."""
+    """Runs of one job, written straight to the store (the embedded, single-owner case), by
+    a machine of GPU class ``machine_class``."""
 
-    def __init__(self, engine: Engine, job_id: int) -> None:
-        self.engine, self.job_id = engine, job_id
+    def __init__(self, engine: Engine, job_id: int, machine_class: str) -> None:
+        self.engine, self.job_id, self.machine_class = engine, job_id, machine_class
         self.host = host_name()
 
     def done(self) -> dict[RunKey, float]:
@@ -63,7 +64,7 @@ class DbRunSink:
     def record(self, result: RunResult, checked: Preflight) -> None:
         """Store one run."""
         with Session(self.engine) as session, session.begin():
-            session.add(run_row(self.job_id, result, checked, self.host))
+            session.add(run_row(self.job_id, result, checked, self.host, self.machine_class))
 
     def record_samples(self, slot: Slot, samples: list[Sample]) -> None:
         """Store one block's GPU samples."""
@@ -83,7 +84,7 @@ def sample_rows(job_id: int, attempt: int, slot: Slot, samples: list[Sample]) ->
 
 
 def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
-            worker_name: str | None = None, attempt: int = 1) -> Run:
+            machine_class: str, worker_name: str | None = None, attempt: int = 1) -> Run:
     """The row of one run: its measurements, telemetry, and where and how it ran."""
     gen, counters, tele = result.generation, result.counters, result.telemetry
     window = result.window
@@ -113,7 +114,8 @@ def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
         throttled=tele.throttled if tele.max_vram_used_mb is not None else None,
         throttle_reasons=tele.throttle_reasons or None, tokens=result.tokens,
         seed=result.seeds[0],
-        gpu_name=result.gpu_name, chunk_gap_p50_ms=gen.chunk_gap(0.5),
+        gpu_name=result.gpu_name, gpu_memory_mb=result.gpu_memory_mb,
+        machine_class=machine_class, chunk_gap_p50_ms=gen.chunk_gap(0.5),
         chunk_gap_max_ms=gen.chunk_gap(1.0), **_spec_stats_values(result.spec_stats),
         kv_mib=result.memory.kv_mib if result.memory else None,
         draft_context_mib=result.memory.draft_context_mib if result.memory else None,
@@ -159,8 +161,8 @@ class LeasedRunSink(DbRunSink):
     lease keeper); a write that meets a database outage is retried for ``retry_for`` s."""
 
     def __init__(self, engine: Engine, lease: leases.Lease, lost: threading.Event,
-                 worker_name: str, retry_for: float) -> None:
-        super().__init__(engine, lease.job_id)
+                 worker_name: str, machine_class: str, retry_for: float) -> None:
+        super().__init__(engine, lease.job_id, machine_class)
         self.lease, self.lost, self.worker_name = lease, lost, worker_name
         self.retry_for = retry_for
 
@@ -180,7 +182,8 @@ class LeasedRunSink(DbRunSink):
     def record(self, result: RunResult, checked: Preflight) -> None:
         """Store one run, only while the lease holds."""
         self._write(lambda session: session.add(run_row(
-            self.job_id, result, checked, self.host, self.worker_name, self.lease.attempt)))
+            self.job_id, result, checked, self.host, self.machine_class, self.worker_name,
+            self.lease.attempt)))
 
     def record_samples(self, slot: Slot, samples: list[Sample]) -> None:
         """Store one block's GPU samples, only while the lease holds."""
