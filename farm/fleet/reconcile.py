@@ -36,24 +36,46 @@ class Reconciled:
     waiting: int  # pending jobs whose message was found in the broker
 
 
+# Pending jobs taken, posted and committed at a time: a job's row stays locked until its
+# batch's messages are sent, and a worker that got one of them waits that long to claim it
+# (a whole 10,000-job submit at once held the first claims for seconds).
+BATCH = 500
+
+
 def reconcile(engine: Engine, app: Celery, repost_after: int, campaign_id: int | None = None,
-              *, recheck: bool = False) -> Reconciled:
+              *, recheck: bool = False, batch: int = BATCH) -> Reconciled:
     """Post every pending job (of one campaign, or all) that has no message in the broker.
 
     Jobs posted within ``repost_after`` seconds are taken as waiting, unless ``recheck``
-    (``farm submit``) looks them all up now.
+    (``farm submit``) looks them all up now. ``batch`` jobs at a time, each batch committed
+    once its messages are sent; each class's queue is read once, for the first batch that
+    needs it.
     """
-    with Session(engine) as session, session.begin():
-        pending = outbox.take(session, 0 if recheck else repost_after, campaign_id)
-        posted_before = [item for item in pending if item.posted]
-        held = held_jobs(app, {item.gpu_class for item in posted_before}, repost_after)
-        outbox.confirm(session, [item.job_id for item in posted_before if item.job_id in held])
-        messages = outbox.mark_posted(session, [item for item in pending
-                                                if item.job_id not in held])
-        # Sent before the commit: another reconciler that sees these rows unlocked finds
-        # the messages in the broker. A failed send rolls the marks back.
-        send(app, messages)
-    return Reconciled(messages, len(pending) - len(messages))
+    posted: list[outbox.Message] = []
+    waiting, after = 0, 0
+    held: set[int] = set()
+    read: set[str] = set()  # the classes whose queues ``held`` has
+    while True:
+        with Session(engine) as session, session.begin():
+            pending = outbox.take(session, 0 if recheck else repost_after, campaign_id,
+                                  after=after, limit=batch)
+            posted_before = [item for item in pending if item.posted]
+            unread = {item.gpu_class for item in posted_before} - read
+            if unread:
+                held |= held_jobs(app, unread, repost_after)
+                read |= unread
+            outbox.confirm(session, [item.job_id for item in posted_before
+                                     if item.job_id in held])
+            messages = outbox.mark_posted(session, [item for item in pending
+                                                    if item.job_id not in held])
+            # Sent before the commit: another reconciler that sees these rows unlocked
+            # finds the messages in the broker. A failed send rolls the marks back.
+            send(app, messages)
+        posted += messages
+        waiting += len(pending) - len(messages)
+        if len(pending) < batch:
+            return Reconciled(posted, waiting)
+        after = pending[-1].job_id
 
 
 def held_jobs(app: Celery, gpu_classes: Iterable[str], taken_within: float) -> set[int]:

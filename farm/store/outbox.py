@@ -71,13 +71,16 @@ def needs_post(repost_after: int) -> ColumnElement[bool]:
                     Job.posted_at < func.now() - timedelta(seconds=repost_after)))
 
 
-def take(session: Session, repost_after: int, campaign_id: int | None = None) -> list[Pending]:
-    """Lock and return the jobs that :func:`needs_post`."""
+def take(session: Session, repost_after: int, campaign_id: int | None = None, *,
+         after: int = 0, limit: int | None = None) -> list[Pending]:
+    """Lock and return the jobs that :func:`needs_post`, by id: past ``after``, at most
+    ``limit`` of them."""
     query = (select(Job.id, Job.gpu_class, Job.model_name, Job.variant_name, Job.posted_at,
                     Campaign.name)
              .join(Campaign)
-             .where(needs_post(repost_after))
+             .where(needs_post(repost_after), Job.id > after)
              .order_by(Job.id)
+             .limit(limit)
              .with_for_update(of=Job, skip_locked=True))
     if campaign_id is not None:
         query = query.where(Job.campaign_id == campaign_id)

@@ -44,12 +44,13 @@ def _record(kind: str, seconds: float, extra: str = "") -> None:
 
 
 def _timed(kind: str, call: Callable[..., T]) -> Callable[..., T]:
+    """``call``, its seconds logged with the wall-clock time it began."""
     def timed(*args: Any, **kwargs: Any) -> T:
-        started = time.perf_counter()
+        began, started = time.time(), time.perf_counter()
         try:
             return call(*args, **kwargs)
         finally:
-            _record(kind, time.perf_counter() - started)
+            _record(kind, time.perf_counter() - started, f"{began:.3f}")
     return timed
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
 from farm.errors import ServiceUnavailable
+from farm.fleet import reconcile as reconciling
 from farm.fleet.app import TASK_NAME, make_app
 from farm.fleet.reconcile import held_jobs, reconcile
 from farm.settings import load_settings
@@ -202,3 +203,39 @@ def test_a_send_that_fails_marks_nothing_and_the_next_reconciliation_posts_all(
     assert client.llen(QUEUE) == 0
     assert {m.task_id for m in reconcile(engine, app, 30).posted} == {f"job-{i}-1" for i in ids}
     assert _queued_jobs(client) == ids
+
+
+def test_batches_post_each_job_once_and_commit_as_they_go(
+        engine: Engine, broker: tuple[Celery, redis.Redis]) -> None:
+    """Seven jobs in batches of three, in two classes: each posted once; a job of the first
+    batch is claimable (its row unlocked) while a later batch is still being posted; and a
+    recheck finds every message waiting in both queues, reading each queue once."""
+    app, client = broker
+    ids = _jobs(engine, 7, ("cpu", "gpu"))
+    claimed_while_posting: list[bool] = []
+    send = reconciling.send
+
+    def sending(app_: Celery, messages: list[outbox.Message]) -> None:
+        if messages and messages[0].job_id != ids[0]:  # a later batch: the first committed
+            claimed_while_posting.append(
+                leases.claim(engine, ids[0], "w", 60) is not None)
+        send(app_, messages)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reconciling, "send", sending)
+        first = reconcile(engine, app, 60, batch=3)
+    assert sorted(m.job_id for m in first.posted) == ids and claimed_while_posting[0]
+    reads: list[set[str]] = []
+    held = reconciling.held_jobs
+
+    def reading(app_: Celery, classes: set[str], within: float) -> set[int]:
+        reads.append(set(classes))
+        return held(app_, classes, within)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reconciling, "held_jobs", reading)
+        again = reconcile(engine, app, 60, recheck=True, batch=3)
+    # The claimed job is no longer pending; the other six are found waiting.
+    assert again.posted == [] and again.waiting == 6
+    assert reads == [{"cpu", "gpu"}]  # the first batch has both classes; none read again
+    assert client.llen(QUEUE) + client.llen("gpu.gpu") == 7
