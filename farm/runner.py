@@ -302,6 +302,8 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
         specs = cross_build_specs(specs, pair_with)
     if pick is not None:
         matrix, specs = pick(matrix, specs)
+    if gpu_class is None and run_as in matrix.gpu_classes:
+        gpu_class = run_as  # of several classes, this machine's
     chosen = _one_class(path, matrix, gpu_class)
     if run_as is not None and chosen != run_as:
         raise ConfigError(

@@ -90,6 +90,9 @@ def track(matrix: Path, ref: str, gpu_class: str | None, as_class: str | None,
     from farm.matrix.load import load_matrix
 
     settings = load_settings()
+    if as_class is not None and not (settings.embedded or settings.broker_url is None):
+        raise ConfigError(f"--as-class {as_class}: on a fleet `farm track` submits each "
+                          "class's jobs to its workers; run it without --as-class")
     loaded = load_matrix(matrix, frozenset(), ref)
     campaign, specs = loaded[0].campaign, loaded[1]
     at = ", ".join(commit[:12] for commit in _commits(specs))

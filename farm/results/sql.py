@@ -160,10 +160,13 @@ ORDER BY c.id, job.id
 
 def jobs_stamp_sql(jobs: str, keyed: tuple[str, ...]) -> str:
     """PostgreSQL: how many jobs meet ``jobs`` and the sum of a 64-bit hash per job of its
-    id, its campaign and its ``keyed`` columns (``JOB_SQL``), and of how many runs it has
-    while it is in ``MOVING_STATES``: what a report of them is printed from. A row value
-    hashed as one text keeps a null apart from an empty string. 40 ms over 20,000 jobs."""
+    id, its campaign and its ``keyed`` columns (``JOB_SQL``), of when it was last claimed
+    (a job handed back and claimed again is not the job it was), and of how many runs it
+    has while it is in ``MOVING_STATES``: what a report of them is printed from. A row
+    value hashed as one text keeps a null apart from an empty string; its times are the
+    session's time zone's (the caller sets UTC). 40 ms over 20,000 jobs."""
     values = ", ".join(["job.id", "job.campaign_id", *(JOB_SQL[name] for name in keyed),
+                        "job.started_at",
                         f"CASE WHEN job.state IN ({MOVING}) THEN (SELECT count(*) FROM run "
                         "WHERE run.job_id = job.id) END"])
     return f"""

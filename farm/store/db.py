@@ -46,8 +46,8 @@ def make_engine(url: str, connections: int | None = None) -> Engine:
 
     ``connections`` bounds a PostgreSQL engine's pool: that many held at most (a caller
     that needs one while all are out waits for it), 0 none held (each use connects); None,
-    SQLAlchemy's default (5 held, 10 more while busy). A fleet of a hundred workers holds
-    one each (``workers.fleet``), not a default pool in each of their processes."""
+    SQLAlchemy's default (5 held, 10 more while busy). A fleet's workers hold none between
+    uses (``workers.fleet``), not a default pool in each of their processes."""
     url = normalise_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":

@@ -154,6 +154,11 @@ def test_run_refuses_jobs_of_another_gpu_class_unless_run_as_it(
     assert both.exit_code == 2 and "give one" in both.stderr
     monkeypatch.setenv("FARM_GPU_CLASS", "rtx3090")
     assert run_cli("run", "--dry-run", str(matrix)).exit_code == 0
+    # Of several classes, this machine's is run without --gpu-class.
+    several = write_matrix(tmp_path, {
+        **_fleet_matrix("x"), "gpu-classes": ["cpu", "rtx3090"],
+        "models": [{"name": "m", "path": str(smollm2)}]}, "several.yaml")
+    assert run_cli("run", "--dry-run", str(several)).exit_code == 0
     monkeypatch.setenv("FARM_GPU_CLASS", "RTX 3090")
     bad = run_cli("run", "--dry-run", str(matrix))
     assert bad.exit_code == 2 and "FARM_GPU_CLASS" in bad.stderr

@@ -104,6 +104,9 @@ CHANGES = {
     "worker": "UPDATE job SET lease_owner = CASE WHEN lease_owner IS NULL THEN '' END "
               "WHERE id = {done}",
     "gone": "DELETE FROM job WHERE id = {done}",
+    # Handed back and claimed again, its columns as they were: not the job it was.
+    "claimed-again": "UPDATE job SET started_at = COALESCE(started_at, now()) "
+                     "+ interval '1 second' WHERE id = {done}",
     "campaign-renamed": "UPDATE campaign SET name = name || '-2' WHERE id = "
                         "(SELECT campaign_id FROM job WHERE id = {done})",
     "campaign-gone": "DELETE FROM campaign WHERE id = "
@@ -129,6 +132,16 @@ def test_a_change_to_what_a_report_is_printed_from_prints_it_again(
     after = _report(store, "--all")
     assert after != MARK
     assert after == _fresh(store, "--all")
+
+
+def test_the_stamp_is_the_same_in_every_time_zone(store: Engine) -> None:
+    first = _report(store, "--all")
+    _mark(store)
+    env = {"FARM_DATABASE_URL": store.url.render_as_string(hide_password=False),
+           "PGTZ": "Asia/Kathmandu"}
+    result = run_cli("report", "--all", "--format", "json", env=env)
+    assert result.exit_code == 0 and result.stdout_bytes == MARK
+    assert first != MARK
 
 
 def test_a_campaigns_report_is_kept_apart_from_others(store: Engine) -> None:
