@@ -25,7 +25,7 @@ from tests.e2e.test_fleet import wait_for
 from tests.e2e.test_source_builds import git_daemon
 from tests.helpers import run_cli
 from tests.unit.test_telemetry import MIB, Device, FakeClock, FakeNvml
-from workers.fleet.task import clock_stopped, job_clock
+from workers.fleet.task import job_clock
 from workers.job.admission import check_allowed
 from workers.job.runtime.sandbox import Sandbox
 from workers.job.telemetry import gpus_for_devices
@@ -223,43 +223,6 @@ def test_a_build_waits_for_measurements_and_goes_before_new_ones(
     assert order == ["measure", "measure-end", "build", "build-end", "measure", "measure-end"]
 
 
-def _measure_blocks(paths: NodePaths, blocks: int, seconds: float, log: Path) -> None:
-    with measuring(paths) as let_builds_go:
-        for block in range(blocks):
-            waited = let_builds_go()
-            with log.open("a") as out:
-                out.write(f"block{block} {waited:.2f}\n")
-            time.sleep(seconds)
-    with log.open("a") as out:
-        out.write("measure-end 0\n")
-
-
-def test_a_build_waits_for_the_block_a_measurement_is_in_not_its_whole_job(
-        tmp_path: Path, node_paths: NodePaths) -> None:
-    """Between blocks a measurement lets a waiting build go first, then goes on: the build
-    waits about one block (not the job's hours), and the measurement waits while it
-    builds, never beside it."""
-    paths = replace(node_paths, cache_dir=tmp_path / "cache")
-    log = tmp_path / "order"
-    context = multiprocessing.get_context("fork")
-    measurement = context.Process(target=_measure_blocks, args=(paths, 10, 0.4, log))
-    measurement.start()
-    wait_for(lambda: log.exists(), 30, "the first block")
-    builder = context.Process(target=_hold, args=(paths, "build", 1.0, log))
-    builder.start()
-    for process in (measurement, builder):
-        process.join(60)
-    order = [line.split() for line in log.read_text().splitlines()]
-    names = [name for name, _ in order]
-    start, end = names.index("build"), names.index("build-end")
-    assert end == start + 1  # no block beside the build
-    assert start < 4 < len(names) - 1, names  # it went first, within a block or two
-    waited = [float(value) for name, value in order if name.startswith("block")]
-    assert [index for index, value in enumerate(waited) if value > 0] == [start], order
-    assert waited[start] >= 0.9  # the block after the build waited for it
-    assert names[-1] == "measure-end" and len(waited) == 10
-
-
 def test_a_failed_compile_step_keeps_its_last_lines_and_a_full_disk_or_a_kill_is_the_nodes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     noisy = "for i in range(100): print(f'line {i}')\nprint('x.cpp:1:2: error: boom')\nexit(2)"
@@ -298,15 +261,3 @@ def test_the_jobs_time_limit_starts_when_its_builds_are_made() -> None:
     with job_clock(1):
         pass
     time.sleep(1.2)  # disarmed on the way out
-
-
-def test_the_jobs_clock_stops_while_it_lets_a_build_go_first() -> None:
-    started = time.monotonic()
-    with pytest.raises(SoftTimeLimitExceeded), job_clock(1):
-        time.sleep(0.5)
-        with clock_stopped():  # waiting for another job's build
-            time.sleep(1.5)
-        time.sleep(5)
-    assert 2.4 < time.monotonic() - started < 3.5  # 0.5 s, then 1.5 s stopped, then 0.5 s
-    with clock_stopped():  # no clock running: nothing to stop or start
-        time.sleep(0.1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import fcntl
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -59,49 +59,19 @@ def building(paths: NodePaths) -> Iterator[None]:
 
 
 @contextmanager
-def measuring(paths: NodePaths) -> Iterator[Callable[[], float]]:
+def measuring(paths: NodePaths) -> Iterator[None]:
     """Hold the node's build lock shared while measuring: measurements run side by side
-    (one per GPU), a build waits for them, and a waiting build goes before new ones.
-
-    What it gives, called between blocks, lets a waiting build go first: the measurement
-    lets go of the lock, waits while the build runs and takes the lock again, and it
-    returns the seconds that took (0: no build waited). So a build waits for the block each
-    measurement is in, not for whole jobs of hours, and the other GPUs idle that long."""
+    (one per GPU), a build waits for them, and a waiting build goes before new ones."""
     locks = paths.cache_dir / "locks"
     locks.mkdir(parents=True, exist_ok=True)
-    intent = locks / "build.intent"
     handle = (locks / "build.lock").open("a")
-
-    def take() -> None:
-        with _flock(intent, fcntl.LOCK_SH):
-            fcntl.flock(handle, fcntl.LOCK_SH)
-
-    def let_builds_go() -> float:
-        if not _build_waiting(intent):
-            return 0.0
-        started = time.monotonic()
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        take()
-        return time.monotonic() - started
-
     try:
-        take()
-        yield let_builds_go
+        with _flock(locks / "build.intent", fcntl.LOCK_SH):
+            fcntl.flock(handle, fcntl.LOCK_SH)
+        yield
     finally:
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
-
-
-def _build_waiting(intent: Path) -> bool:
-    """Whether a build holds the build intent (it waits for the lock, or builds): only a
-    build takes it exclusively."""
-    with intent.open("a") as probe:
-        try:
-            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(probe, fcntl.LOCK_UN)
-        return False
 
 
 def cuda_arch(source: BuildSource, gpus: Sequence[GpuInfo]) -> str | None:
