@@ -19,6 +19,12 @@ def queue_name(gpu_class: str) -> str:
     return f"gpu.{gpu_class}"
 
 
+def worker_queue(worker_name: str) -> str:
+    """One worker's own queue (``worker.NAME``): a job some workers of its class refused is
+    posted to one that did not, so that a refuser cannot take its message and drop it."""
+    return f"worker.{worker_name}"
+
+
 def make_app(settings: Settings) -> Celery:
     """The farm's Celery app on ``FARM_BROKER_URL``; a ConfigError when no broker is set."""
     if not settings.broker_url:

@@ -13,7 +13,6 @@ from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
 from farm.errors import ConfigError
-from farm.fleet.app import queue_name
 from farm.fleet.reconcile import reconcile
 from farm.matrix.schema import Matrix
 from farm.matrix.sources import source_allowed
@@ -117,7 +116,7 @@ def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
         _reopen(session, campaign_id, retry_failed, retry_cancelled)
     reconciled = reconcile(engine, app, settings.repost_after, campaign_id, recheck=True)
     for message in reconciled.posted:
-        result.posted[queue_name(message.gpu_class)] += 1
+        result.posted[message.queue] += 1
     with Session(engine) as session:
         rows = session.execute(select(Job.state, func.count())
                                .where(Job.campaign_id == campaign_id).group_by(Job.state))
@@ -142,3 +141,4 @@ def cancel(engine: Engine, campaign: str) -> int:
     # No revoke: a running job stops at its next lease renewal, and a waiting message finds
     # its job cancelled and is dropped (revoking asks every worker for a result backend).
     return len(rows)
+

@@ -45,15 +45,17 @@ class Pending:
     gpu_class: str
     label: str  # shown by Flower: "campaign model variant [class]"
     posted: bool  # a message was posted before (it may still be in the broker)
+    refused_by: frozenset[str]  # the workers that refused it (they never claim it)
 
 
 @dataclass(frozen=True)
 class Message:
-    """A message to send for a job; its task id ``job-<id>-<post_gen>`` is new at every post."""
+    """A message to send for a job to ``queue`` (its class's, or one worker's); its task id
+    ``job-<id>-<post_gen>`` is new at every post."""
 
     job_id: int
     task_id: str
-    gpu_class: str
+    queue: str
     label: str
 
 
@@ -76,7 +78,7 @@ def take(session: Session, repost_after: int, campaign_id: int | None = None, *,
     """Lock and return the jobs that :func:`needs_post`, by id: past ``after``, at most
     ``limit`` of them."""
     query = (select(Job.id, Job.gpu_class, Job.model_name, Job.variant_name, Job.posted_at,
-                    Campaign.name)
+                    Job.refusals, Campaign.name)
              .join(Campaign)
              .where(needs_post(repost_after), Job.id > after)
              .order_by(Job.id)
@@ -85,8 +87,9 @@ def take(session: Session, repost_after: int, campaign_id: int | None = None, *,
     if campaign_id is not None:
         query = query.where(Job.campaign_id == campaign_id)
     return [Pending(job_id, gpu_class, f"{campaign} {model} {variant} [{gpu_class}]",
-                    posted_at is not None)
-            for job_id, gpu_class, model, variant, posted_at, campaign in session.execute(query)]
+                    posted_at is not None, frozenset(refusals or ()))
+            for job_id, gpu_class, model, variant, posted_at, refusals, campaign
+            in session.execute(query)]
 
 
 def _among(job_ids: list[int]) -> ColumnElement[bool]:
@@ -101,8 +104,10 @@ def confirm(session: Session, job_ids: list[int]) -> None:
         session.execute(update(Job).where(_among(job_ids)).values(posted_at=func.now()))
 
 
-def mark_posted(session: Session, pending: list[Pending]) -> list[Message]:
-    """Give each job a new message id (its next post generation) before it is sent."""
+def mark_posted(session: Session, pending: list[Pending], queues: dict[int, str]
+                ) -> list[Message]:
+    """Give each job a new message id (its next post generation) before it is sent to its
+    queue in ``queues`` (job id -> queue)."""
     if not pending:
         return []
     by_id = {item.job_id: item for item in pending}
@@ -112,5 +117,5 @@ def mark_posted(session: Session, pending: list[Pending]) -> list[Message]:
         update(Job).where(_among(list(by_id)))
         .values(post_gen=Job.post_gen + 1, task_id=task_id, posted_at=func.now())
         .returning(Job.id, Job.task_id)).all()
-    return [Message(job_id, str(task), by_id[job_id].gpu_class, by_id[job_id].label)
+    return [Message(job_id, str(task), queues[job_id], by_id[job_id].label)
             for job_id, task in rows]

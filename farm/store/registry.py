@@ -9,7 +9,7 @@ from sqlalchemy import Engine, func, select, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from farm.store.models import Worker
+from farm.store.models import Job, JobState, Worker
 
 
 def register(engine: Engine, name: str, values: dict[str, Any]) -> None:
@@ -44,6 +44,21 @@ def live_workers(engine: Engine, within: timedelta) -> list[Worker]:
                                   Worker.stopped_at.is_(None)).order_by(Worker.name))
     with Session(engine) as session:
         return list(session.scalars(query))
+
+
+def live_by_class(engine: Engine, within: timedelta) -> dict[str, list[str]]:
+    """The live workers of each class by name, those holding no lease first."""
+    live = (select(Worker.gpu_class, Worker.name)
+            .where(Worker.heartbeat_at > func.now() - within, Worker.stopped_at.is_(None))
+            .order_by(Worker.name))
+    running = select(Job.lease_owner).where(Job.state == JobState.RUNNING).distinct()
+    with Session(engine) as session:
+        busy = set(session.scalars(running))
+        by_class: dict[str, list[str]] = {}
+        for gpu_class, name in session.execute(live):
+            by_class.setdefault(gpu_class, []).append(name)
+    return {gpu_class: sorted(names, key=lambda name: name in busy)
+            for gpu_class, names in by_class.items()}
 
 
 def all_workers(engine: Engine) -> list[tuple[Worker, float]]:

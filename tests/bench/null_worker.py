@@ -54,10 +54,10 @@ def _timed(kind: str, call: Callable[..., T]) -> Callable[..., T]:
     return timed
 
 
-def _held_jobs(app: Any, gpu_classes: Any, taken_within: float) -> set[int]:
-    classes = list(gpu_classes)
-    _record("queue-read", 0.0, str(len(classes)))
-    return held(app, classes, taken_within)
+def _held_jobs(app: Any, queues: Any, taken_within: float) -> set[int]:
+    names = list(queues)
+    _record("queue-read", 0.0, str(len(names)))
+    return held(app, names, taken_within)
 
 
 def _run(job_id: int, arm: str) -> Run:

@@ -273,7 +273,7 @@ def test_cancel_stops_a_running_job_and_its_server(fleet: Fleet,
 
 def test_a_duplicate_delivery_of_a_finished_job_runs_nothing(
         fleet: Fleet, provisioned: Provisioned) -> None:
-    from farm.fleet.app import make_app
+    from farm.fleet.app import make_app, queue_name
     from farm.fleet.reconcile import send
     from farm.settings import load_settings
     from farm.store.outbox import Message
@@ -284,7 +284,7 @@ def test_a_duplicate_delivery_of_a_finished_job_runs_nothing(
     runs = fleet.run_keys()
     job = fleet.jobs()[0]
     app = make_app(load_settings(broker_url=fleet.env["FARM_BROKER_URL"]))
-    send(app, [Message(job.id, f"job-{job.id}-9", job.gpu_class, "duplicate")])
+    send(app, [Message(job.id, f"job-{job.id}-9", queue_name(job.gpu_class), "duplicate")])
     log = fleet.root / "alpha.log"
     wait_for(lambda: "not claimable" in log.read_text(), 30, "the duplicate to be refused")
     assert fleet.run_keys() == runs and fleet.jobs()[0].attempt == 1

@@ -92,7 +92,8 @@ def node_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _start_line(server: Path) -> str:
     """The line the server logs as it starts (it then fails on the missing model)."""
-    result = subprocess.run([str(server), "-m", "/nonexistent.gguf", "--port", "0"],
+    result = subprocess.run([str(server), "-m", "/nonexistent.gguf", "--port", "0",
+                             "--threads", "1"],
                             capture_output=True, text=True, timeout=60, check=False)
     return next(line for line in (result.stdout + result.stderr).splitlines()
                 if "initializing" in line)

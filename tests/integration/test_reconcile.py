@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -19,8 +20,8 @@ from farm.fleet import reconcile as reconciling
 from farm.fleet.app import TASK_NAME, make_app
 from farm.fleet.reconcile import held_jobs, reconcile
 from farm.settings import load_settings
-from farm.store import leases, outbox
-from farm.store.models import Campaign, Job
+from farm.store import leases, outbox, registry
+from farm.store.models import Campaign, Job, Worker
 from tests.helpers import private_redis_url
 
 QUEUE = "gpu.cpu"
@@ -96,10 +97,10 @@ def test_a_message_taken_by_a_dead_worker_counts_only_within_the_bound(
     assert isinstance(body, bytes)
     client.hset("unacked", "tag-1", json.dumps([json.loads(body), "", QUEUE]))
     client.zadd("unacked_index", {"tag-1": time.time()})
-    assert held_jobs(app, ["cpu"], 30) == {job_id}
+    assert held_jobs(app, [QUEUE], 30) == {job_id}
     assert reconcile(engine, app, 30, recheck=True).posted == []
     client.zadd("unacked_index", {"tag-1": time.time() - 60})  # its worker died a while ago
-    assert held_jobs(app, ["cpu"], 30) == set()
+    assert held_jobs(app, [QUEUE], 30) == set()
     assert [m.job_id for m in reconcile(engine, app, 30, recheck=True).posted] == [job_id]
 
 
@@ -228,14 +229,60 @@ def test_batches_post_each_job_once_and_commit_as_they_go(
     reads: list[set[str]] = []
     held = reconciling.held_jobs
 
-    def reading(app_: Celery, classes: set[str], within: float) -> set[int]:
-        reads.append(set(classes))
-        return held(app_, classes, within)
+    def reading(app_: Celery, queues: set[str], within: float) -> set[int]:
+        reads.append(set(queues))
+        return held(app_, queues, within)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(reconciling, "held_jobs", reading)
         again = reconcile(engine, app, 60, recheck=True, batch=3)
     # The claimed job is no longer pending; the other six are found waiting.
     assert again.posted == [] and again.waiting == 6
-    assert reads == [{"cpu", "gpu"}]  # the first batch has both classes; none read again
+    assert reads == [{QUEUE, "gpu.gpu"}]  # the first batch has both classes; none read again
     assert client.llen(QUEUE) + client.llen("gpu.gpu") == 7
+
+
+def _worker(engine: Engine, name: str, *, alive: bool = True) -> None:
+    registry.register(engine, name, {"host": "h", "gpu_class": "cpu", "devices": [],
+                                     "gpus": [], "builds": {}, "models": [], "pid": 1})
+    if not alive:
+        with Session(engine) as session, session.begin():
+            session.execute(update(Worker).where(Worker.name == name).values(
+                heartbeat_at=func.now() - timedelta(minutes=5)))
+
+
+def _refused_by(engine: Engine, job_ids: list[int], *names: str) -> None:
+    with Session(engine) as session, session.begin():
+        session.execute(update(Job).where(Job.id.in_(job_ids)).values(
+            refusals={name: "cannot" for name in names}, posted_at=None))
+
+
+def test_a_refused_job_goes_to_the_queue_of_a_live_worker_that_did_not_refuse_it(
+        engine: Engine, broker: tuple[Celery, redis.Redis]) -> None:
+    """The refuser, idle while the others measure, never receives the job again: it goes
+    to another live worker's own queue, idle ones first and spread over them; a message
+    waiting there counts as waiting until that worker dies; with nobody left who did not
+    refuse it, the class's queue."""
+    app, client = broker
+    for name in ("busy", "idle", "refuser", "spare"):
+        _worker(engine, name)
+    _worker(engine, "dead", alive=False)
+    running, *refused, plain = _jobs(engine, 5)
+    assert leases.claim(engine, running, "busy", 60) is not None
+    _refused_by(engine, refused, "refuser")
+    posted = reconcile(engine, app, 30).posted
+    assert {m.job_id: m.queue for m in posted} == {
+        refused[0]: "worker.idle", refused[1]: "worker.spare", refused[2]: "worker.busy",
+        plain: QUEUE}
+    assert client.llen("worker.refuser") == 0 and client.llen("worker.dead") == 0
+    # Found waiting in their workers' queues: not posted again.
+    assert reconcile(engine, app, 30, recheck=True).posted == []
+    # The idle worker dies with its message unread: its job is posted to another.
+    with Session(engine) as session, session.begin():
+        session.execute(update(Worker).where(Worker.name == "idle").values(
+            heartbeat_at=func.now() - timedelta(minutes=5)))
+    [again] = reconcile(engine, app, 30, recheck=True).posted
+    assert (again.job_id, again.queue) == (refused[0], "worker.spare")
+    # Every live worker but the refuser gone: the class's queue, for a worker yet to come.
+    _refused_by(engine, refused[1:], "refuser", "busy", "spare")
+    assert {m.queue for m in reconcile(engine, app, 30).posted} == {QUEUE}

@@ -14,7 +14,7 @@ from celery.signals import worker_shutting_down
 from celery.worker import WorkController
 from sqlalchemy import Engine
 
-from farm.fleet.app import make_app, queue_name
+from farm.fleet.app import make_app, queue_name, worker_queue
 from farm.fleet.reconcile import reconcile
 from farm.fleet.submit import require_fleet
 from farm.retry import OUTAGE, FailingLog
@@ -125,7 +125,9 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
     heartbeat.beat()
     heartbeat.start()
     try:
-        worker = app.Worker(hostname=config.worker_name, queues=[queue_name(config.gpu_class)],
+        # Its class's queue, and its own: jobs that other workers of the class refused.
+        queues = [queue_name(config.gpu_class), worker_queue(config.worker_name)]
+        worker = app.Worker(hostname=config.worker_name, queues=queues,
                             concurrency=1, pool="prefork", prefetch_multiplier=1,
                             task_events=True, loglevel="INFO", optimization="fair",
                             # No gossip or mingle: the job table, not other workers' state,
