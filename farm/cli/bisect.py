@@ -24,6 +24,8 @@ from farm.stats.bisect import ALPHA, MIN_CHANGE, ROUNDS, Measure, Outcome, Plan,
 from farm.stats.intervals import log_interval
 
 if TYPE_CHECKING:  # the steps read the store with pandas: loaded when a bisect runs
+    from celery import Celery
+
     from farm.cli.bisect_steps import SeriesEvidence, StepRunner, Target
 
 Pick = Callable[[Matrix, list[JobSpec]], tuple[Matrix, list[JobSpec]]]
@@ -57,10 +59,12 @@ def _commit(git: str, ref: str, option: str) -> str:
                           "one it has") from exc
 
 
-def _target(path: Path, good: str, bad: str, job: str | None) -> tuple[Target, JobSpec]:
+def _target(path: Path, good: str, bad: str, job: str | None,
+            clone: Path | None) -> tuple[Target, JobSpec]:
+    """What to search, every bad input refused (exit 2) before anything is built. The
+    commits are listed in the source's repository, or in ``clone`` (--clone) when the
+    source is a URL (the workers of a fleet fetch it)."""
     from farm.cli.bisect_steps import Target
-
-    """What to search, every bad input refused (exit 2) before anything is built."""
     from farm.matrix.load import load_matrix
     from farm.matrix.sources import commit_subject, first_parent_commits
 
@@ -69,11 +73,12 @@ def _target(path: Path, good: str, bad: str, job: str | None) -> tuple[Target, J
     if source is None:
         raise ConfigError(f"{path}: build: a bisect builds each commit: give a source build "
                           "`build: {name, git, ref}` (docs/builds.md)")
-    bad_commit = _commit(source.git, bad, "--bad")
-    good_commit = _commit(source.git, good, "--good")
-    commits = first_parent_commits(source.git, good_commit, bad_commit, f"{path}: build")
+    listing = str(clone) if clone is not None else source.git
+    bad_commit = _commit(listing, bad, "--bad")
+    good_commit = _commit(listing, good, "--good")
+    commits = first_parent_commits(listing, good_commit, bad_commit, f"{path}: build")
     spec = _pick_job(path, load_matrix(path, frozenset(), bad_commit)[1], job)
-    good_subject = commit_subject(source.git, good_commit, f"{path}: build")
+    good_subject = commit_subject(listing, good_commit, f"{path}: build")
     return Target(path, matrix.campaign, spec.comparable_key, (good_commit, good_subject),
                   tuple(commits)), spec
 
@@ -106,6 +111,58 @@ def _run_step(gpu_class: str | None, as_class: str | None, console: Console
         seconds = time.monotonic() - started
         run_matrix(checked, settings, RunProgress(console))
         return checked.specs[0].job_key, seconds
+    return run
+
+
+def _fleet_app(settings: Settings, as_class: str | None) -> Celery:
+    """--submit's Celery app: the fleet's store and broker set, no --as-class (the workers
+    of the job's own class measure)."""
+    from farm.fleet.app import make_app
+    from farm.fleet.submit import require_fleet
+
+    require_fleet(settings)
+    if as_class is not None:
+        raise ConfigError(f"--as-class {as_class}: with --submit each step runs on the "
+                          "workers of the job's own class (--job picks the job)")
+    return make_app(settings)
+
+
+def _submit_step(console: Console, app: Celery
+                 ) -> Callable[[Path, Settings, str, str | None, Pick], tuple[str, float | None]]:
+    """Posts a step's job to the workers of its GPU class (``farm submit``'s path) and
+    waits for it in the database; returns its key and the seconds its worker spent making
+    its builds: None for a job the store has finished already. A coordinator stopped while
+    waiting leaves the job to the fleet: the same command submits nothing twice, and reads
+    or waits for it."""
+    def run(path: Path, settings: Settings, commit: str, older: str | None,
+            pick: Pick) -> tuple[str, float | None]:
+        from farm.errors import JobsFailed
+        from farm.fleet.submit import submit, wait_ended
+        from farm.matrix.crossbuild import cross_build_specs
+        from farm.matrix.load import load_matrix
+        from farm.results.history import finished_job
+        from farm.store.db import connected
+
+        loaded, specs = load_matrix(path, frozenset(), commit)
+        matrix, specs = pick(loaded, cross_build_specs(specs, older) if older else specs)
+        [spec] = specs
+        with connected(settings.database_url) as engine:
+            if finished_job(engine, spec.job_key):
+                return spec.job_key, None
+            submitted = submit(path, (matrix, specs), settings, app, engine,
+                               retry_failed=False)
+            for _, reason in submitted.unrunnable:
+                raise ConfigError(f"{path}: the job of {matrix.campaign} cannot run on the "
+                                  f"fleet: {reason}")
+            console.print(f"{matrix.campaign}: on the workers of class {spec.gpu_class} "
+                          "(Ctrl-C leaves it to them; the same command resumes)",
+                          markup=False, soft_wrap=True)
+            ended = wait_ended(engine, spec.job_key, lambda line: console.print(
+                line, markup=False, soft_wrap=True))
+        if ended.state != "done":  # the step is skipped (an end: the bisect stops)
+            raise JobsFailed(f"job {spec.job_key[:12]} {ended.state} ({ended.failure_class})"
+                             f": {ended.error}", matrix.campaign)
+        return spec.job_key, ended.build_seconds or 0.0
     return run
 
 
@@ -221,26 +278,35 @@ def _label(spec: JobSpec) -> str:
 @output_options(kinds.BisectAnswer, wide=False)
 @click.option("--gpu-class", help="With several gpu-classes in MATRIX: the one to run here.")
 @as_class_option
+@click.option("--clone", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A local clone of MATRIX's source, where the commits between --good and "
+                   "--bad are listed, when its build.git is a URL (as a fleet's is).")
+@click.option("--submit", "on_fleet", is_flag=True,
+              help="Run each step's job on the fleet's workers of its GPU class "
+                   "(FARM_DATABASE_URL and FARM_BROKER_URL), waiting for it in the database.")
 @click.option("--dry-run", is_flag=True,
               help="Print the commits, each step's error rate and the expected cost; build "
                    "and run nothing.")
 def bisect_command(matrix: Path, good: str, bad: str, job: str | None,
                    series_names: tuple[str, ...], rounds: int, alpha: float,
                    min_change: float, fmt: str, output: Path | None,
-                   gpu_class: str | None, as_class: str | None, dry_run: bool) -> None:
+                   gpu_class: str | None, as_class: str | None, clone: Path | None,
+                   on_fleet: bool, dry_run: bool) -> None:
     """Find the first commit between --good and --bad where a series of MATRIX's job
-    changed, running each step here as its own stored campaign (an interrupted bisect
-    resumes; a second one reuses the steps)."""
+    changed, running each step here (or, with --submit, on the fleet) as its own stored
+    campaign (an interrupted bisect resumes; a second one reuses the steps)."""
     from farm.cli.bisect_steps import SeriesEvidence, StepRunner, check_series
     from farm.report.formats import Target, write
 
     names = check_series(series_names or ("speedup",))
-    target, spec = _target(matrix, good, bad, job)
     settings = load_settings()
+    app = _fleet_app(settings, as_class) if on_fleet else None
+    target, spec = _target(matrix, good, bad, job, clone)
     console = Console(stderr=True)
     runner = StepRunner(target, settings, lambda line: console.print(line, markup=False,
                                                                       soft_wrap=True),
-                        _run_step(gpu_class, as_class, console))
+                        _submit_step(console, app) if app is not None
+                        else _run_step(gpu_class, as_class, console))
     plan = Plan(len(target.commits), alpha, rounds, min_change / 100)
     if dry_run:
         found = _plan(target, spec, names, plan, runner)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -142,3 +144,36 @@ def cancel(engine: Engine, campaign: str) -> int:
     # its job cancelled and is dropped (revoking asks every worker for a result backend).
     return len(rows)
 
+
+@dataclass(frozen=True)
+class Ended:
+    """How a job the fleet ran ended."""
+
+    state: str
+    failure_class: str | None
+    error: str | None
+    build_seconds: float | None
+
+
+ENDED = (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+
+def wait_ended(engine: Engine, job_key: str, say: Callable[[str], None],
+               poll: float = 2.0) -> Ended:
+    """Wait until the fleet has ended the job with this key (its latest row), saying each
+    state it passes through and which worker holds it. Nothing here changes the job: a
+    caller stopped while waiting (or by a database outage) leaves it to the workers."""
+    query = (select(Job.state, Job.lease_owner, Job.failure_class, Job.error,
+                    Job.build_seconds)
+             .where(Job.job_key == job_key).order_by(Job.id.desc()).limit(1))
+    said = None
+    while True:
+        with engine.connect() as connection:
+            state, owner, failure_class, error, build_seconds = connection.execute(query).one()
+        now = f"{state} on {owner}" if state == JobState.RUNNING else state
+        if now != said:
+            say(f"job {job_key[:12]}: {now}")
+            said = now
+        if state in ENDED:
+            return Ended(state, failure_class, error, build_seconds)
+        time.sleep(poll)

@@ -100,7 +100,8 @@ def first_parent_commits(git: str, good: str, bad: str, where: str) -> list[tupl
     ancestor of bad."""
     if not Path(git).is_dir():
         raise ConfigError(f"{where}.git: {git}: `farm bisect` lists the commits between good "
-                          "and bad with git: give the path of a local clone of it")
+                          "and bad with git: give the path of a local clone of it (as --clone, to "
+                          "keep the URL the workers fetch)")
     if good == bad:
         raise ConfigError(f"--good and --bad are the same commit {good[:12]}; give a good "
                           "commit before the bad one")

@@ -90,6 +90,27 @@ def test_a_matrix_without_a_source_build_and_an_unknown_series_are_refused(
                                         "--series", "tok")
 
 
+def test_a_url_source_lists_its_commits_in_the_clone_given_and_submit_needs_a_fleet(
+        repository: tuple[Path, list[str]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    source, commits = repository
+    url = write_matrix(tmp_path, matrix_dict(Path("m.gguf"), campaign="nightly", build={
+        "name": "master", "git": f"file://{source}", "ref": "master"}))
+    line = _refused(str(url), "--good", commits[0], "--bad", "master", "--dry-run")
+    assert "give the path of a local clone of it (as --clone" in line
+    planned = run_cli("bisect", str(url), "--good", commits[0], "--bad", "master",
+                      "--clone", str(source), "--dry-run", "--format", "json")
+    assert planned.exit_code == 0, planned.output
+    assert json.loads(planned.output)["commits"] == 5
+    args = (str(url), "--good", commits[0], "--bad", "master", "--clone", str(source),
+            "--submit")
+    assert "the fleet needs one shared PostgreSQL" in _refused(*args)
+    monkeypatch.setenv("FARM_DATABASE_URL", "postgresql://nobody@127.0.0.1:9/none")
+    assert "FARM_BROKER_URL is not set" in _refused(*args)
+    monkeypatch.setenv("FARM_BROKER_URL", "redis://127.0.0.1:9/0")
+    assert "--as-class gpu: with --submit" in _refused(*args, "--as-class", "gpu")
+
+
 def test_the_dry_run_lists_the_commits_their_error_rates_and_the_cost(
         repository: tuple[Path, list[str]], tmp_path: Path) -> None:
     source, commits = repository

@@ -126,8 +126,8 @@ HELP: dict[tuple[str, ...], Help] = {
     ("bisect",): Help(
         "farm bisect [OPTIONS] MATRIX",
         "Find the first commit between --good and --bad where a series of MATRIX's job "
-        "changed, running each step here as its own stored campaign (an interrupted bisect "
-        "resumes; a second one reuses the steps).",
+        "changed, running each step here (or, with --submit, on the fleet) as its own "
+        "stored campaign (an interrupted bisect resumes; a second one reuses the steps).",
         {"--good REF": "A commit, branch or tag of the matrix's source build where the series "
                        "is as it should be (an ancestor of --bad). [required]",
          "--bad REF": "A later commit, branch or tag where it changed. [required]",
@@ -148,6 +148,12 @@ HELP: dict[tuple[str, ...], Help] = {
          **_output("table", "md", "json", wide=False),
          "--gpu-class TEXT": "With several gpu-classes in MATRIX: the one to run here.",
          "--as-class CLASS": AS_CLASS,
+         "--clone DIRECTORY": "A local clone of MATRIX's source, where the commits between "
+                              "--good and --bad are listed, when its build.git is a URL (as "
+                              "a fleet's is).",
+         "--submit": "Run each step's job on the fleet's workers of its GPU class "
+                     "(FARM_DATABASE_URL and FARM_BROKER_URL), waiting for it in the "
+                     "database.",
          "--dry-run": "Print the commits, each step's error rate and the expected cost; build "
                       "and run nothing."}),
     ("import",): Help(

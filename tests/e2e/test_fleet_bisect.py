@@ -1,0 +1,110 @@
+"""A bisect on the fleet, for real: `farm bisect --submit` over three commits of a local
+llama.cpp repository (the provisioned sdist's tree; the second plants 3 ms of sleep in
+every draft call, the third adds a README line), each step's job built and measured by two
+real `farm worker` processes while the coordinator waits on PostgreSQL. The coordinator is
+killed (SIGKILL) while its first step runs; the same command then resumes: the running
+job is not submitted twice, and the answer names the planted commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e import planted
+from tests.e2e.test_fleet import FARM, shared_redis_fleet, wait_for
+from tests.e2e.test_source_builds import Box
+from workers.setup.provision import Provisioned
+
+pytestmark = [pytest.mark.server, pytest.mark.alone]
+
+
+@pytest.fixture
+def three_commits(provisioned: Provisioned, tmp_path: Path) -> tuple[Path, list[str]]:
+    """c0 the sdist; c1 3 ms per draft call; c2 a README line."""
+    repo = tmp_path / "git" / "llama.cpp"
+    commits = [planted.sdist_repository(repo, "c0: b11434 from the sdist")]
+    planted.plant_draft_cost(repo)
+    commits.append(planted.commit(repo, "c1: 3 ms more per speculative round"))
+    with (repo / "README.md").open("a") as readme:
+        readme.write("\nA line nothing builds.\n")
+    commits.append(planted.commit(repo, "c2: a README line"))
+    return repo, commits
+
+
+@pytest.fixture
+def box(tmp_path: Path, postgres_url: str, smollm2: Path,
+        provisioned: Provisioned) -> Iterator[Box]:
+    with shared_redis_fleet(tmp_path, smollm2, postgres_url) as fleet:
+        (fleet.models / "oracle-cpu.gguf").hardlink_to(
+            provisioned.models["qwen35-mtp-oracle-cpu"])
+        yield Box(fleet, tmp_path / "box-cache")
+
+
+def _matrix(box: Box, url: str) -> Path:
+    # As tests/e2e/test_bisect.py's (planted.nightly_matrix), by file in the workers'
+    # models dir and on their class.
+    path = box.fleet.root / "nightly.yaml"
+    path.write_text(yaml.safe_dump({
+        "campaign": "nightly", "gpu-classes": ["box"], "prompt-mode": "completion",
+        "build": {"name": "master", "git": url, "ref": "master"},
+        "models": [{"name": "oracle-cpu", "file": "oracle-cpu.gguf"}],
+        "prompts": ["hello speculative world", "the fleet finds the commit"],
+        "n-predict": 64, "repetitions": 2, "pairs": 4, "max-pairs": 4,
+        "flags": {"ctx-size": 256, "threads": 2},
+        "variants": [{"name": "mtp", "flags": {"spec-type": "draft-mtp",
+                                               "spec-draft-n-max": 3}}]}))
+    return path
+
+
+def test_a_bisect_submitted_to_the_fleet_survives_its_coordinator_and_finds_the_commit(
+        box: Box, three_commits: tuple[Path, list[str]]) -> None:
+    repo, commits = three_commits
+    url = f"file://{repo}"
+    box.start("one", [url])
+    box.start("two", [url])
+    # The workers fetch the URL; the coordinator lists the commits in its clone.
+    command = [FARM, "bisect", str(_matrix(box, url)), "--good", commits[0], "--bad",
+               "master", "--clone", str(repo), "--series", "draft", "--submit",
+               "--format", "json"]
+    started = time.monotonic()
+    first = subprocess.Popen(command, env=box.fleet.env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: any(job.state == "running" for job in box.fleet.jobs()), 300,
+                 "the first step's job to run on a worker")
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    [running] = box.fleet.jobs()
+    again = subprocess.run(command, env=box.fleet.env, capture_output=True, text=True,
+                           timeout=900, check=False)
+    seconds = time.monotonic() - started
+    assert again.returncode == 0, again.stderr[-3000:]
+    print(f"\nfleet bisect: {seconds:.0f} s\n{again.stderr}")
+    answer = json.loads(again.stdout)
+    [draft] = answer["series"]
+    assert draft["steps"][0]["verdict"] == "differ"
+    # As in tests/e2e/test_bisect.py: c1 is first, "like bad" or, on a machine that
+    # drifted between jobs, "neither" with the range it opens.
+    if draft["answer"] == "found":
+        assert draft["first_bad"]["commit"] == commits[1]
+    else:
+        assert draft["answer"] == "neither" and draft["range"][0] == commits[1]
+    jobs = box.fleet.jobs()
+    # good's, bad's and c1's own jobs, each once, run by the workers: the job running when
+    # the coordinator died was waited for, not submitted again.
+    assert len(jobs) == 3 and jobs[0].id == running.id
+    assert [(job.state, job.attempt) for job in jobs] == [("done", 1)] * 3
+    assert {job.lease_owner for job in jobs} <= {"one", "two"}
+    assert sorted(job.spec["campaign"] for job in jobs) == sorted(
+        f"nightly.bisect.{commit[:12]}" for commit in commits)
+    assert f"nightly.bisect.{commits[0][:12]}: on the workers of class box" in again.stderr
