@@ -23,8 +23,9 @@ def test_failed_start_is_classified_from_the_server_log(
         provisioned: Provisioned, tmp_path: Path, model: str, argv: list[str],
         expected: str) -> None:
     path = provisioned.models.get(model, tmp_path / "missing.gguf")
-    server = LlamaServer(str(provisioned.server), str(path), ["-c", "256", *argv],
-                         tmp_path / "server.log")
+    # One thread: a start that fails late (the model loaded first) runs beside other tests.
+    server = LlamaServer(str(provisioned.server), str(path),
+                         ["-c", "256", "--threads", "1", *argv], tmp_path / "server.log")
     with pytest.raises(ServerStartError) as caught:
         server.start()
     assert caught.value.failure_class == expected
@@ -33,7 +34,7 @@ def test_failed_start_is_classified_from_the_server_log(
 
 def test_a_server_that_is_not_ready_in_time_is_a_retryable_timeout(
         provisioned: Provisioned, smollm2: Path, tmp_path: Path) -> None:
-    server = LlamaServer(str(provisioned.server), str(smollm2), ["-c", "256"],
+    server = LlamaServer(str(provisioned.server), str(smollm2), ["-c", "256", "--threads", "1"],
                          tmp_path / "slow.log", startup_timeout=0.05)
     with pytest.raises(ServerStartError) as caught:
         server.start()

@@ -45,8 +45,8 @@ def test_server_answers_a_fixed_length_streamed_generation(
 
 def test_server_that_exits_on_start_raises_with_its_log_tail(
         provisioned: Provisioned, smollm2: Path, tmp_path: Path) -> None:
-    server = LlamaServer(str(provisioned.server), str(smollm2), ["--cache-type-k", "q9_9"],
-                         tmp_path / "bad.log")
+    server = LlamaServer(str(provisioned.server), str(smollm2),
+                         [*ARGS, "--cache-type-k", "q9_9"], tmp_path / "bad.log")
     with pytest.raises(ServerStartError, match="exited with code 1") as caught:
         server.start()
     assert "q9_9" in caught.value.log_tail
