@@ -51,14 +51,15 @@ def box(tmp_path: Path, postgres_url: str, smollm2: Path,
 
 def _matrix(box: Box, url: str) -> Path:
     # As tests/e2e/test_bisect.py's (planted.nightly_matrix), by file in the workers'
-    # models dir and on their class.
+    # models dir and on their class, one repetition a block (the planted cost doubles the
+    # draft timer: the fleet's mechanics are tested here, not the decisions' power).
     path = box.fleet.root / "nightly.yaml"
     path.write_text(yaml.safe_dump({
         "campaign": "nightly", "gpu-classes": ["box"], "prompt-mode": "completion",
         "build": {"name": "master", "git": url, "ref": "master"},
         "models": [{"name": "oracle-cpu", "file": "oracle-cpu.gguf"}],
         "prompts": ["hello speculative world", "the fleet finds the commit"],
-        "n-predict": 64, "repetitions": 2, "pairs": 4, "max-pairs": 4,
+        "n-predict": 64, "repetitions": 1, "pairs": 4, "max-pairs": 4,
         "flags": {"ctx-size": 256, "threads": 2},
         "variants": [{"name": "mtp", "flags": {"spec-type": "draft-mtp",
                                                "spec-draft-n-max": 3}}]}))
