@@ -148,10 +148,12 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: Nod
             progress.job(index, len(pending), spec, len(sink.done()))
             repo.mark_running(engine, job_id)
             try:
-                # As a worker measures: no build of this node's workers runs meanwhile.
-                with measuring(NodePaths.of(settings)):
+                # As a worker measures: no build of this node's workers runs meanwhile
+                # (one that waits goes first between blocks).
+                with measuring(NodePaths.of(settings)) as let_builds_go:
                     outcome = execute_job(spec, sink, node=node, paths=NodePaths.of(settings),
-                                          on_run=progress.run, gpus=gpus)
+                                          on_run=progress.run, gpus=gpus,
+                                          between_blocks=let_builds_go)
             except KeyboardInterrupt:
                 repo.mark_finished(engine, job_id, JobState.QUEUED,
                                    "interrupted; `farm run` resumes")

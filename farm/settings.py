@@ -138,12 +138,15 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _visibility_outlasts_jobs(self) -> Settings:
-        if self.visibility_timeout <= self.job_time_limit + self.build_time_limit + 300:
+        # A job's worst case: its builds, then its measurement, paused for as long again
+        # while other jobs' builds go first (workers.fleet.task).
+        if self.visibility_timeout <= self.job_time_limit + 2 * self.build_time_limit + 300:
             raise ValueError(
                 f"FARM_VISIBILITY_TIMEOUT ({self.visibility_timeout} s) must exceed the job "
-                f"time limit FARM_JOB_TIME_LIMIT ({self.job_time_limit} s) + its builds' "
-                f"FARM_BUILD_TIME_LIMIT ({self.build_time_limit} s) + 300 s, or Redis hands a "
-                "running job to a second worker")
+                f"time limit FARM_JOB_TIME_LIMIT ({self.job_time_limit} s) + twice the "
+                f"FARM_BUILD_TIME_LIMIT ({self.build_time_limit} s: its own builds, and other "
+                "jobs' it lets go first) + 300 s, or Redis hands a running job to a second "
+                "worker")
         return self
 
     @property

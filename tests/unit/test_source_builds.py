@@ -25,7 +25,7 @@ from tests.e2e.test_fleet import wait_for
 from tests.e2e.test_source_builds import git_daemon
 from tests.helpers import run_cli
 from tests.unit.test_telemetry import MIB, Device, FakeClock, FakeNvml
-from workers.fleet.task import job_clock
+from workers.fleet.task import clock_stopped, job_clock
 from workers.job.admission import check_allowed
 from workers.job.runtime.sandbox import Sandbox
 from workers.job.telemetry import gpus_for_devices
@@ -196,7 +196,10 @@ def test_a_source_fetched_through_git_daemon_is_checked_out_at_the_stored_commit
 
 
 def _hold(paths: NodePaths, kind: str, seconds: float, log: Path) -> None:
-    with building(paths) if kind == "build" else measuring(paths):
+    """``kind``: a job's source build (build), another build (replace: `farm build`,
+    pruning) or a measurement."""
+    with (building(paths, for_job=kind == "build") if kind in ("build", "replace")
+          else measuring(paths)):
         with log.open("a") as out:
             out.write(f"{kind} {time.monotonic():.3f}\n")
         time.sleep(seconds)
@@ -221,6 +224,67 @@ def test_a_build_waits_for_measurements_and_goes_before_new_ones(
         process.join(30)
     order = [line.split()[0] for line in log.read_text().splitlines()]
     assert order == ["measure", "measure-end", "build", "build-end", "measure", "measure-end"]
+
+
+def _measure_blocks(paths: NodePaths, blocks: int, seconds: float, log: Path) -> None:
+    with measuring(paths) as let_builds_go:
+        for block in range(blocks):
+            waited = let_builds_go()
+            with log.open("a") as out:
+                out.write(f"block{block} {waited:.2f}\n")
+            time.sleep(seconds)
+    with log.open("a") as out:
+        out.write("measure-end 0\n")
+
+
+def _one_after_another(paths: NodePaths, log: Path, blocks: tuple[int, float],
+                       *builds: tuple[str, float]) -> None:
+    """A measurement of ``blocks`` (how many, seconds each), then once its first block has
+    begun the ``builds`` (kind, seconds), 0.3 s apart, each in its own process."""
+    context = multiprocessing.get_context("fork")
+    processes = [context.Process(target=_measure_blocks, args=(paths, *blocks, log))]
+    processes[0].start()
+    wait_for(lambda: log.exists(), 30, "the first block")
+    for kind, seconds in builds:
+        processes.append(context.Process(target=_hold, args=(paths, kind, seconds, log)))
+        processes[-1].start()
+        time.sleep(0.3)
+    for process in processes:
+        process.join(60)
+        assert process.exitcode == 0
+
+
+def test_a_build_waits_for_the_block_a_measurement_is_in_not_its_whole_job(
+        tmp_path: Path, node_paths: NodePaths) -> None:
+    """Between blocks a measurement lets a waiting build go first, then goes on: the build
+    waits about one block (not the job's hours), and the measurement waits while it
+    builds, never beside it."""
+    log = tmp_path / "order"
+    _one_after_another(replace(node_paths, cache_dir=tmp_path / "cache"), log, (10, 0.4),
+                       ("build", 1.0))
+    order = [line.split() for line in log.read_text().splitlines()]
+    names = [name for name, _ in order]
+    start, end = names.index("build"), names.index("build-end")
+    assert end == start + 1  # no block beside the build
+    assert start < 4 < len(names) - 1, names  # it went first, within a block or two
+    waited = [float(value) for name, value in order if name.startswith("block")]
+    assert [index for index, value in enumerate(waited) if value > 0] == [start], order
+    assert waited[start] >= 0.9  # the block after the build waited for it
+    assert names[-1] == "measure-end" and len(waited) == 10
+
+
+def test_a_build_that_may_replace_what_a_job_measures_waits_for_the_whole_job(
+        tmp_path: Path, node_paths: NodePaths) -> None:
+    """`farm build` (which may replace the build a job measures) or pruning waits for the
+    whole measurement, never between its blocks; a job's build that arrives behind it
+    waits for it in turn, and nothing deadlocks."""
+    log = tmp_path / "order"
+    _one_after_another(replace(node_paths, cache_dir=tmp_path / "cache"), log, (6, 0.3),
+                       ("replace", 0.5), ("build", 0.5))
+    order = [line.split() for line in log.read_text().splitlines()]
+    assert [name for name, _ in order] == [f"block{block}" for block in range(6)] + [
+        "measure-end", "replace", "replace-end", "build", "build-end"]
+    assert all(float(value) == 0 for name, value in order if name.startswith("block"))
 
 
 def test_a_failed_compile_step_keeps_its_last_lines_and_a_full_disk_or_a_kill_is_the_nodes(
@@ -261,3 +325,15 @@ def test_the_jobs_time_limit_starts_when_its_builds_are_made() -> None:
     with job_clock(1):
         pass
     time.sleep(1.2)  # disarmed on the way out
+
+
+def test_the_jobs_clock_stops_while_it_lets_a_build_go_first() -> None:
+    started = time.monotonic()
+    with pytest.raises(SoftTimeLimitExceeded), job_clock(1):
+        time.sleep(0.5)
+        with clock_stopped():  # waiting for another job's build
+            time.sleep(1.5)
+        time.sleep(5)
+    assert 2.4 < time.monotonic() - started < 3.5  # 0.5 s, then 1.5 s stopped, then 0.5 s
+    with clock_stopped():  # no clock running: nothing to stop or start
+        time.sleep(0.1)

@@ -136,9 +136,12 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
                             # measurement. Flower still sees each worker's events.
                             without_gossip=True, without_mingle=True,
                             # The job's own limit starts once its builds are made
-                            # (workers.fleet.task.job_clock); these bound both.
-                            soft_time_limit=settings.job_time_limit + settings.build_time_limit,
-                            time_limit=settings.job_time_limit + settings.build_time_limit
+                            # (workers.fleet.task.job_clock) and stops while it lets other
+                            # jobs' builds go first (a build's limit in all); these bound
+                            # the job, its builds and those waits.
+                            soft_time_limit=settings.job_time_limit
+                            + 2 * settings.build_time_limit,
+                            time_limit=settings.job_time_limit + 2 * settings.build_time_limit
                             + 300)
         _forward_stop(worker)
         worker.start()

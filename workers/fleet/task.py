@@ -244,10 +244,37 @@ def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
         log.info("job %s: builds made in %.0f s", lease.job_id, build_seconds)
     sink = LeasedRunSink(worker.engine(), lease, keeper.lost, worker.config.worker_name,
                          worker.config.gpu_class, settings.repost_after)
-    with measuring(paths), job_clock(settings.job_time_limit):
+    let_go = [0.0]  # seconds this job waited for other jobs' builds
+    with measuring(paths) as let_builds_go, job_clock(settings.job_time_limit):
+        def between_blocks() -> None:
+            # Up to a build's time limit in all (Celery's limits allow for it); then other
+            # jobs' builds wait for this one's end.
+            if let_go[0] >= settings.build_time_limit:
+                return
+            with clock_stopped():  # another job's build is not this job's time
+                waited = let_builds_go()
+            let_go[0] += waited
+            if waited:
+                log.info("job %s: let a build of this node go first (%.0f s)", lease.job_id,
+                         waited)
+
         return execute_job(resolve(spec, files), sink, node=files, paths=paths,
-                           gpus=worker.gpus,
-                           siblings=lambda: _node_pids(worker.engine())), build_seconds
+                           gpus=worker.gpus, siblings=lambda: _node_pids(worker.engine()),
+                           between_blocks=between_blocks), build_seconds
+
+
+@contextmanager
+def clock_stopped() -> Iterator[None]:
+    """The job's clock (``job_clock``) stopped meanwhile, and started again with what it
+    had left (nothing to stop outside the main thread)."""
+    left, _ = signal.getitimer(signal.ITIMER_REAL)
+    if left:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        yield
+    finally:
+        if left:
+            signal.setitimer(signal.ITIMER_REAL, left)
 
 
 # Within a job, what may pass (farm.errors.Unavailable.transient) is tried again after

@@ -145,7 +145,8 @@ class Block:
 
 def execute_job(spec: JobSpec, sink: RunSink, *, node: NodeFiles, paths: NodePaths,
                 on_run: ProgressFn | None = None, gpus: Sequence[GpuInfo] = (),
-                siblings: Callable[[], Sequence[int]] = tuple) -> Outcome:
+                siblings: Callable[[], Sequence[int]] = tuple,
+                between_blocks: Callable[[], object] = tuple) -> Outcome:
     """Run the job's block pairs until its two-stage rule stops; raises ``FarmError``.
 
     ``spec`` has its builds and model resolved on ``node``. The job is checked (and old
@@ -154,7 +155,9 @@ def execute_job(spec: JobSpec, sink: RunSink, *, node: NodeFiles, paths: NodePat
     the devices the servers run on, sampled through NVML while they do (none on a CPU node);
     ``siblings`` the pids of the farm's other workers on this node: this process, they and
     their servers are the farm's own work, everything else on the node other work, waited
-    out or refused before each block as the job's ``busy_node`` says (``workers.job.quiet``).
+    out or refused before each block as the job's ``busy_node`` says (``workers.job.quiet``);
+    ``between_blocks`` is called before each block (a waiting build of this node goes
+    first: ``workers.setup.ondemand.measuring``).
     """
     checked = preflight(spec, node, paths)
     sink.start(checked)
@@ -170,6 +173,7 @@ def execute_job(spec: JobSpec, sink: RunSink, *, node: NodeFiles, paths: NodePat
             todo = [(prompt, rep) for prompt in spec.prompts for rep in range(spec.repetitions)
                     if RunKey(slot.role, slot.block, prompt.id, rep) not in measured]
             if todo:
+                between_blocks()
                 log_path = under(paths.logs_dir, spec.job_key[:16],
                                  f"block{slot.block}-{slot.role}.log", what="log")
                 roots = [os.getpid(), *siblings()]

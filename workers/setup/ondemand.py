@@ -7,7 +7,7 @@ node: an exclusive ``fcntl`` lock in the cache dir, which every worker process o
 shares, so N workers asking for one build make it once (the others wait, then find it).
 Measurements hold the same lock shared, so that no build runs beside a measurement on the
 node; a waiting build goes first (the ``intent`` lock), so that back-to-back jobs cannot
-starve it.
+starve it, and a job's build goes first between a measurement's blocks (``measuring``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import fcntl
 import shutil
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,28 +50,63 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
 
 
 @contextmanager
-def building(paths: NodePaths) -> Iterator[None]:
-    """Hold the node's build lock: no other build, and no measurement, runs meanwhile."""
+def building(paths: NodePaths, *, for_job: bool = False) -> Iterator[None]:
+    """Hold the node's build lock: no other build, and no measurement, runs meanwhile.
+
+    A job's source build (``for_job``: a new build, which nothing measured uses) may go
+    first between a measurement's blocks (``measuring``); any other build (`farm build`,
+    which may replace a build a job is measuring, and pruning) waits for whole
+    measurements: it also takes the ``replace`` lock, which each measurement holds shared
+    from its start to its end."""
     locks = paths.cache_dir / "locks"
-    with _flock(locks / "build.intent", fcntl.LOCK_EX), _flock(locks / "build.lock",
-                                                                fcntl.LOCK_EX):
+    kind = locks / ("build.job" if for_job else "build.replace")
+    with (_flock(locks / "build.intent", fcntl.LOCK_EX), _flock(kind, fcntl.LOCK_EX),
+          _flock(locks / "build.lock", fcntl.LOCK_EX)):
         yield
 
 
 @contextmanager
-def measuring(paths: NodePaths) -> Iterator[None]:
+def measuring(paths: NodePaths) -> Iterator[Callable[[], float]]:
     """Hold the node's build lock shared while measuring: measurements run side by side
-    (one per GPU), a build waits for them, and a waiting build goes before new ones."""
+    (one per GPU), a build waits for them, and a waiting build goes before new ones (the
+    ``intent`` lock).
+
+    What it gives, called between blocks, lets a waiting job's source build go first: the
+    measurement lets go of the build lock, waits while the build runs (the ``job`` lock)
+    and takes the lock again, and it returns the seconds that took (0: none waited). So a
+    job's build waits for the block each measurement is in, not for whole jobs of hours,
+    and the node's other GPUs idle that long. Other builds wait for the whole measurement
+    (``building``)."""
     locks = paths.cache_dir / "locks"
     locks.mkdir(parents=True, exist_ok=True)
-    handle = (locks / "build.lock").open("a")
-    try:
+    job_build = locks / "build.job"
+    # Closing the files lets go of their locks.
+    with (locks / "build.replace").open("a") as replace, (locks / "build.lock").open("a") as lock:
         with _flock(locks / "build.intent", fcntl.LOCK_SH):
-            fcntl.flock(handle, fcntl.LOCK_SH)
-        yield
-    finally:
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+            fcntl.flock(replace, fcntl.LOCK_SH)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+
+        def let_builds_go() -> float:
+            if not _held(job_build):
+                return 0.0
+            started = time.monotonic()
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            with _flock(job_build, fcntl.LOCK_SH):  # once the build is made
+                fcntl.flock(lock, fcntl.LOCK_SH)
+            return time.monotonic() - started
+
+        yield let_builds_go
+
+
+def _held(path: Path) -> bool:
+    """Whether a process holds this lock file exclusively."""
+    with path.open("a") as probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
 
 
 def cuda_arch(source: BuildSource, gpus: Sequence[GpuInfo]) -> str | None:
@@ -126,7 +161,7 @@ def make_source_build(source: BuildSource, paths: NodePaths, gpus: Sequence[GpuI
     found = _ready(request.name, paths)
     started = time.monotonic()
     if found is None:
-        with building(paths):
+        with building(paths, for_job=True):
             found = _ready(request.name, paths) or build(request, paths)
     _touch(found, paths)
     return MadeBuild(found, 0.0 if time.monotonic() - started < 0.5
