@@ -136,11 +136,16 @@ class Settings(BaseSettings):
         data.setdefault("repost_after", max(5, 2 * int(lease)) if lease.isdigit() else 600)
         return data
 
+    @property
+    def task_time_limit(self) -> int:
+        """The most seconds one job may take on a worker (Celery's soft limit; the hard one
+        is 300 s later): its builds, its measurement, and as long as a build again while it
+        lets other jobs' builds go first (``workers.fleet.task``)."""
+        return self.job_time_limit + 2 * self.build_time_limit
+
     @model_validator(mode="after")
     def _visibility_outlasts_jobs(self) -> Settings:
-        # A job's worst case: its builds, then its measurement, paused for as long again
-        # while other jobs' builds go first (workers.fleet.task).
-        if self.visibility_timeout <= self.job_time_limit + 2 * self.build_time_limit + 300:
+        if self.visibility_timeout <= self.task_time_limit + 300:
             raise ValueError(
                 f"FARM_VISIBILITY_TIMEOUT ({self.visibility_timeout} s) must exceed the job "
                 f"time limit FARM_JOB_TIME_LIMIT ({self.job_time_limit} s) + twice the "

@@ -151,9 +151,9 @@ def _submit_step(console: Console, app: Celery
                 return spec.job_key, None
             submitted = submit(path, (matrix, specs), settings, app, engine,
                                retry_failed=False)
-            for _, reason in submitted.unrunnable:
+            if submitted.unrunnable:
                 raise ConfigError(f"{path}: the job of {matrix.campaign} cannot run on the "
-                                  f"fleet: {reason}")
+                                  f"fleet: {submitted.unrunnable[0][1]}")
             console.print(f"{matrix.campaign}: on the workers of class {spec.gpu_class} "
                           "(Ctrl-C leaves it to them; the same command resumes)",
                           markup=False, soft_wrap=True)

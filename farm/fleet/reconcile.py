@@ -110,8 +110,9 @@ class Routes:
 
     def queue(self, item: outbox.Pending) -> str:
         """The queue to post the job to."""
-        allowed = [name for name in self.live(item.gpu_class) if name not in item.refused_by
-                   ] if item.refused_by else []
+        if not item.refused_by:
+            return queue_name(item.gpu_class)
+        allowed = [name for name in self.live(item.gpu_class) if name not in item.refused_by]
         if not allowed:
             return queue_name(item.gpu_class)
         # min keeps the idle-first order among workers given as many.

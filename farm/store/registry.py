@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import ColumnElement, Engine, and_, func, select, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -38,19 +38,21 @@ def mark_stopped(engine: Engine, name: str) -> None:
                         .values(stopped_at=func.now()))
 
 
+def _live(within: timedelta) -> ColumnElement[bool]:
+    """SQL condition: a heartbeat within ``within`` and no stop said."""
+    return and_(Worker.heartbeat_at > func.now() - within, Worker.stopped_at.is_(None))
+
+
 def live_workers(engine: Engine, within: timedelta) -> list[Worker]:
     """Workers whose last heartbeat is recent and that did not say they stopped."""
-    query = (select(Worker).where(Worker.heartbeat_at > func.now() - within,
-                                  Worker.stopped_at.is_(None)).order_by(Worker.name))
+    query = select(Worker).where(_live(within)).order_by(Worker.name)
     with Session(engine) as session:
         return list(session.scalars(query))
 
 
 def live_by_class(engine: Engine, within: timedelta) -> dict[str, list[str]]:
     """The live workers of each class by name, those holding no lease first."""
-    live = (select(Worker.gpu_class, Worker.name)
-            .where(Worker.heartbeat_at > func.now() - within, Worker.stopped_at.is_(None))
-            .order_by(Worker.name))
+    live = select(Worker.gpu_class, Worker.name).where(_live(within)).order_by(Worker.name)
     running = select(Job.lease_owner).where(Job.state == JobState.RUNNING).distinct()
     with Session(engine) as session:
         busy = set(session.scalars(running))

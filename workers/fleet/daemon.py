@@ -139,10 +139,8 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
                             # (workers.fleet.task.job_clock) and stops while it lets other
                             # jobs' builds go first (a build's limit in all); these bound
                             # the job, its builds and those waits.
-                            soft_time_limit=settings.job_time_limit
-                            + 2 * settings.build_time_limit,
-                            time_limit=settings.job_time_limit + 2 * settings.build_time_limit
-                            + 300)
+                            soft_time_limit=settings.task_time_limit,
+                            time_limit=settings.task_time_limit + 300)
         _forward_stop(worker)
         worker.start()
     finally:

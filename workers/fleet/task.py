@@ -244,16 +244,17 @@ def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
         log.info("job %s: builds made in %.0f s", lease.job_id, build_seconds)
     sink = LeasedRunSink(worker.engine(), lease, keeper.lost, worker.config.worker_name,
                          worker.config.gpu_class, settings.repost_after)
-    let_go = [0.0]  # seconds this job waited for other jobs' builds
+    let_go = 0.0  # seconds this job waited for other jobs' builds
     with measuring(paths) as let_builds_go, job_clock(settings.job_time_limit):
         def between_blocks() -> None:
-            # Up to a build's time limit in all (Celery's limits allow for it); then other
-            # jobs' builds wait for this one's end.
-            if let_go[0] >= settings.build_time_limit:
+            # Up to a build's time limit in all (Settings.task_time_limit allows for it);
+            # then other jobs' builds wait for this one's end.
+            nonlocal let_go
+            if let_go >= settings.build_time_limit:
                 return
             with clock_stopped():  # another job's build is not this job's time
                 waited = let_builds_go()
-            let_go[0] += waited
+            let_go += waited
             if waited:
                 log.info("job %s: let a build of this node go first (%.0f s)", lease.job_id,
                          waited)
