@@ -66,14 +66,14 @@ def _target(path: Path, good: str, bad: str, job: str | None,
     source is a URL (the workers of a fleet fetch it)."""
     from farm.cli.bisect_steps import Target
     from farm.matrix.load import load_matrix
-    from farm.matrix.sources import commit_subject, first_parent_commits
+    from farm.matrix.sources import commit_subject, first_parent_commits, require_repository
 
     matrix, specs = load_matrix(path)
     source = specs[0].build.source if specs else None
     if source is None:
         raise ConfigError(f"{path}: build: a bisect builds each commit: give a source build "
                           "`build: {name, git, ref}` (docs/builds.md)")
-    listing = str(clone) if clone is not None else source.git
+    listing = source.git if clone is None else require_repository(clone, "--clone")
     bad_commit = _commit(listing, bad, "--bad")
     good_commit = _commit(listing, good, "--good")
     commits = first_parent_commits(listing, good_commit, bad_commit, f"{path}: build")

@@ -119,6 +119,15 @@ def first_parent_commits(git: str, good: str, bad: str, where: str) -> list[tupl
             (line.partition("\t") for line in listed.stdout.splitlines())]
 
 
+def require_repository(path: Path, where: str) -> str:
+    """``path`` as an absolute path, a ConfigError unless it is a git repository."""
+    found = _git(["-C", str(path.resolve()), "rev-parse", "--git-dir"], where)
+    if found.returncode != 0:
+        raise ConfigError(f"{where}: {path} is not a git repository; give a clone of the "
+                          "matrix's source")
+    return str(path.resolve())
+
+
 def commit_subject(git: str, commit: str, where: str) -> str:
     """The subject line of ``commit`` in the local repository ``git``."""
     found = _git(["-C", git, "log", "-1", "--format=%s", "--end-of-options", commit], where)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, ValidationError
 
@@ -17,11 +18,17 @@ from workers.job.resolve import NodeFiles
 from workers.paths import NodePaths
 from workers.setup.builds import all_manifests
 
+# A worker's name keys its row, its leases and refusals, and its own Redis queue
+# (``worker.NAME``, farm.fleet.app.worker_queue): letters, digits and what a default
+# name (CLASS@HOST-DEVICES) holds, never a space, a control character or a path.
+WorkerName = Annotated[str, Field(min_length=1, max_length=200,
+                                  pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@,:+-]*$")]
+
 
 class WorkerConfig(Strict):
     """A worker's config file, checked like a matrix: unknown keys are errors."""
 
-    name: str | None = Field(None, description="Default CLASS@HOST-DEVICES.")
+    name: WorkerName | None = Field(None, description="Default CLASS@HOST-DEVICES.")
     gpu_class: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     devices: list[int] = Field(default_factory=list)
     models_dir: Path = Field(description="Default: FARM_MODELS_DIR.")
