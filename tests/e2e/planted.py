@@ -63,6 +63,16 @@ def plant_draft_cost(repo: Path) -> None:
          "#include <algorithm>\n#include <chrono>\n#include <thread>\n")
 
 
+def cost_then_readme(repo: Path, cost: str, readme: str) -> list[str]:
+    """Two commits: 3 ms per draft call (``plant_draft_cost``, message ``cost``), then a
+    README line nothing builds (message ``readme``)."""
+    plant_draft_cost(repo)
+    planted = commit(repo, cost)
+    with (repo / "README.md").open("a") as text:
+        text.write("\nA line nothing builds.\n")
+    return [planted, commit(repo, readme)]
+
+
 def nightly_matrix(path: Path, repo: Path, model: Path, *, prompt: str, n_predict: int,
                    pairs: int) -> Path:
     """The matrix these tests follow over commits: master of ``repo``, the CPU MTP oracle,

@@ -42,11 +42,8 @@ def six_commits(provisioned: Provisioned, tmp_path_factory: pytest.TempPathFacto
     commits.append(planted.commit(repo, "c2: a typo that does not compile"))
     planted.edit(server, planted.SERVER_LINE[1] + " not C++", planted.SERVER_LINE[1])
     commits.append(planted.commit(repo, "c3: the typo fixed"))
-    planted.plant_draft_cost(repo)
-    commits.append(planted.commit(repo, "c4: 3 ms more per speculative round"))
-    with (repo / "README.md").open("a") as readme:
-        readme.write("\nA line nothing builds.\n")
-    commits.append(planted.commit(repo, "c5: a README line"))
+    commits += planted.cost_then_readme(repo, "c4: 3 ms more per speculative round",
+                                        "c5: a README line")
     return repo, commits
 
 

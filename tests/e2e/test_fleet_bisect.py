@@ -32,11 +32,8 @@ def three_commits(provisioned: Provisioned, tmp_path: Path) -> tuple[Path, list[
     """c0 the sdist; c1 3 ms per draft call; c2 a README line."""
     repo = tmp_path / "git" / "llama.cpp"
     commits = [planted.sdist_repository(repo, "c0: b11434 from the sdist")]
-    planted.plant_draft_cost(repo)
-    commits.append(planted.commit(repo, "c1: 3 ms more per speculative round"))
-    with (repo / "README.md").open("a") as readme:
-        readme.write("\nA line nothing builds.\n")
-    commits.append(planted.commit(repo, "c2: a README line"))
+    commits += planted.cost_then_readme(repo, "c1: 3 ms more per speculative round",
+                                        "c2: a README line")
     return repo, commits
 
 
