@@ -17,8 +17,6 @@ from workers.setup.builds import load_manifest
 
 SPECULATIVE = "common/speculative.cpp"
 TIMED_DRAFT = "            impl->draft(dparams);\n"
-SLOW_DRAFT = ("            std::this_thread::sleep_for(std::chrono::milliseconds(3));\n"
-              + TIMED_DRAFT)
 SERVER_LINE = ('SRV_INF("%s", "initializing ...\\n");',
                'SRV_INF("%s", "initializing (commit B) ...\\n");')
 
@@ -56,17 +54,19 @@ def bare_sdist_repository(work: Path, served: Path) -> str:
     return made
 
 
-def plant_draft_cost(repo: Path) -> None:
-    """3 ms of sleep in every draft call, inside the draft timer."""
-    edit(repo / SPECULATIVE, TIMED_DRAFT, SLOW_DRAFT)
+def plant_draft_cost(repo: Path, ms: int = 3) -> None:
+    """``ms`` of sleep in every draft call, inside the draft timer."""
+    edit(repo / SPECULATIVE, TIMED_DRAFT,
+         f"            std::this_thread::sleep_for(std::chrono::milliseconds({ms}));\n"
+         + TIMED_DRAFT)
     edit(repo / SPECULATIVE, "#include <algorithm>\n",
          "#include <algorithm>\n#include <chrono>\n#include <thread>\n")
 
 
-def cost_then_readme(repo: Path, cost: str, readme: str) -> list[str]:
-    """Two commits: 3 ms per draft call (``plant_draft_cost``, message ``cost``), then a
+def cost_then_readme(repo: Path, cost: str, readme: str, ms: int = 3) -> list[str]:
+    """Two commits: ``ms`` per draft call (``plant_draft_cost``, message ``cost``), then a
     README line nothing builds (message ``readme``)."""
-    plant_draft_cost(repo)
+    plant_draft_cost(repo, ms)
     planted = commit(repo, cost)
     with (repo / "README.md").open("a") as text:
         text.write("\nA line nothing builds.\n")
