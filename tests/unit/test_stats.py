@@ -336,7 +336,11 @@ def test_acceptance_interval_treats_runs_as_clusters() -> None:
     assert rate_interval([5, 10, 20], [10, 20, 40]) == (0.5, 0.5)
     low, high = rate_interval([2, 8, 5, 5], [10, 10, 10, 10])
     margin = student_t_quantile(0.975, 3) * math.sqrt(4 / 3 * 18) / 40
-    assert (low, high) == pytest.approx((0.5 - margin, 0.5 + margin))
+    # Made on the logit scale (slope 1 / (0.5 x 0.5)); residuals -3, 3, 0, 0 are not
+    # skewed, so the t quantile is unchanged.
+    logit_margin = margin / 0.25
+    assert (low, high) == pytest.approx((1 / (1 + math.exp(logit_margin)),
+                                         1 / (1 + math.exp(-logit_margin))))
     assert all(math.isnan(v) for v in rate_interval([5], [10]))  # one run: no interval
     found = acceptance(make_runs(constant(10.0, 15.0), pairs=2))
     assert (found.rate_low, found.rate_high) == (0.5, 0.5)
