@@ -1,6 +1,11 @@
-"""Counted nouns in messages: ``plural(1, "job")`` is "1 job", ``plural(2, "job")`` "2 jobs"."""
+"""Words that messages share: counted nouns (``plural(1, "job")`` is "1 job",
+``plural(2, "job")`` "2 jobs"), and phrases one module writes and another reads."""
 
 from __future__ import annotations
+
+# How a stop reason starts when max pairs left an assured job's interval wider than its
+# target (``farm.stats.twostage.stop_decision``); reports show that reason among its flags.
+NOT_REACHABLE = "target not reachable"
 
 
 def plural(count: int, noun: str, many: str | None = None) -> str:

@@ -27,6 +27,9 @@ MEANINGS: tuple[tuple[str, str], ...] = (
     ("drift", "the machine's speed changed over the job's blocks (heat, clocks, other "
               "load); the interval already keeps a linear drift out of the speedup, but "
               "a quiet, cooled machine gives a tighter one"),
+    ("target not reachable", "the job ran its max-pairs and its interval is still wider "
+                             "than the target (its half-width): the interval holds, but to "
+                             "reach the target quiet the machine or raise `max-pairs`"),
     ("busy node", "other processes used the CPU or GPU during some blocks; set `busy-node: "
                   "wait` in the matrix to hold each block until the node is quiet "
                   "(docs/busy-node.md)"),

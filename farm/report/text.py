@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from farm.columns import ACROSS_JOBS, KEPT_BLANKS, row_json, table_columns
 from farm.report import cells
 from farm.report.sheet import Column, Row, Sheet, frame_sheet
+from farm.words import NOT_REACHABLE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,6 +80,8 @@ def _flags(row: Row) -> str:
         flags.append("outputs diverge")
     if cells.flag(row["drift_flag"]):
         flags.append("drift")
+    if (stopped := cells.text(row.get("stop_reason"))).startswith(NOT_REACHABLE):
+        flags.append(stopped)
     flags += cells.block_notes(row)
     if failure := cells.text(row["failure_class"]):
         flags.append(failure)

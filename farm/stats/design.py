@@ -28,7 +28,8 @@ class Design:
 
     ``assurance`` (None, or a probability): None plans as if the first stage's spread were
     the true one, which meets the target about six times in ten; a probability plans the
-    fewest pairs that meet it with that probability (``planned_pairs``)."""
+    fewest pairs that meet it with that probability (``planned_pairs``), and runs on past
+    them while the job's interval is wider than the target (``stop_decision``)."""
 
     first_stage: int
     max_pairs: int

@@ -146,7 +146,9 @@ def test_two_stage_jobs_cover_in_every_scenario_and_when_they_stop_earliest(name
           f"{earliest.mean():.0%} of jobs) {covered[earliest].mean():.3f}, "
           f"mean pairs {used.mean():.1f}")
     assert 0.93 <= covered.mean() <= 0.97
-    assert covered[earliest].mean() >= 0.90 and earliest.sum() >= 100
+    # Fewer jobs plan the least pairs since the plan allows for the autocorrelation factor
+    # (issue 38): 84 of 4,000 in the 20%-slow scenario.
+    assert covered[earliest].mean() >= 0.90 and earliest.sum() >= 75
 
 
 # The design a verification matrix uses (farm.results.recommend), with room to plan freely.
