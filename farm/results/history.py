@@ -244,6 +244,10 @@ def history(engine: Engine, keys: Sequence[str]) -> History:
     finished jobs' series per build and the changes between consecutive builds."""
     jobs, builds = _per_build(engine, keys)
     order = dict(zip(builds["build"], builds["order"], strict=True))
+    # The order builds were tracked in (their first runs): the history's running calls
+    # follow it (farm.stats.changes).
+    tracked = dict(zip(builds.sort_values(["first_run", "order"], kind="stable")["build"],
+                       range(len(builds)), strict=True))
     points, listed = [], []
     for (key, build), entry in jobs.items():
         summary = _summary(entry["job"])
@@ -252,12 +256,13 @@ def history(engine: Engine, keys: Sequence[str]) -> History:
                        "build": build, "order": order[build],
                        "campaign": entry["job"]["campaign"], "job_id": entry["job"]["id"]})
         points += [{"key": key, "series": series, "series_label": series_label(series),
-                    "order": order[build], "build": build, "value": estimate.value,
+                    "order": order[build], "tracked": tracked[build], "build": build,
+                    "value": estimate.value,
                     "low": estimate.low, "high": estimate.high, "log_se": estimate.log_se,
                     "df": estimate.df, "blocks": estimate.blocks}
                    for series, estimate in _series(entry["runs"], summary).items()]
-    frame = pd.DataFrame(points, columns=[*POINT_COLUMNS, "series_label", "low", "high",
-                                         "blocks"])
+    frame = pd.DataFrame(points, columns=[*POINT_COLUMNS, "tracked", "series_label", "low",
+                                         "high", "blocks"])
     frame = frame.assign(rank=frame["series"].map(series_order)).sort_values(
         ["key", "rank", "order"]).drop(columns="rank").reset_index(drop=True)
     # Every build of a key ran the same arms: one spec a key finds its paired jobs.

@@ -1,13 +1,13 @@
 """Statistics: pure functions on the tidy runs frame (one row per run, ``frame.tidy_runs``)
 and on numbers. No database, network, broker, files or settings; no module here imports
-another package of the farm.
+another package of the farm but ``farm.words`` (a phrase the reports read back).
 
     distributions  Student's t and F without scipy (no numpy)
     intervals      Interval, the t margin and log intervals, best-of-m (no numpy)
     design         the design of a job and the stop decision (no numpy, no pydantic)
     frame          the runs frame: its columns, valid runs, one job at a time
     speedup        pair values, paired t, the crossover model, a job's estimate
-    twostage       the two-stage rule: pairs planned from the first stage
+    twostage       the two-stage rule: pairs planned from the first stage, run on to target
     pooling        jobs combined: random-effects over log speedups, variance shrinkage
     acceptance     accepted over drafted with prompts as clusters, per position
     agreement      variant outputs against the baseline's, against the baseline's repeats
@@ -16,6 +16,7 @@ another package of the farm.
     difference     a change between two measurements, false discovery rate across many
     history        a job's series on one build (blocks as units), each with its interval
     changes        a history's changes between builds, in words, and the regression gate
+    online         between-build variance; LORD++ calls made as builds arrive
     traffic        latency percentiles, simultaneous streams and slots
     prompt_speed   the prompts' length and each arm's prompt processing speed
     curve          the engine cost curve over acceptance lengths

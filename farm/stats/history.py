@@ -30,6 +30,9 @@ VERIFY_COST = "verify_ms_per_token"
 ACCEPTANCE = "acceptance_"
 # Series where a rise is a regression (a cost); for every other a fall is.
 COSTS = frozenset({DRAFT_COST, VERIFY_COST})
+# Series that a machine's drift between jobs moves: each arm's speed and the timers (not
+# the speedup, both arms measured in one job, nor acceptance, the same text each time).
+BETWEEN_JOBS = frozenset({BASELINE, VARIANT, DRAFT_COST, VERIFY_COST})
 
 
 def series_order(series: str) -> tuple[int, int]:

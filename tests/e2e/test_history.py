@@ -1,7 +1,9 @@
 """A history for real: `farm track` follows `master` of a local llama.cpp repository (the
 provisioned sdist's tree) over three commits, the third planting a fixed cost per
-speculative round (3 ms of sleep in every `common_speculative_draft` call, inside its
-draft timer), and `farm history` marks the change on the series that moved (draft
+speculative round (10 ms of sleep in every `common_speculative_draft` call, inside its
+draft timer: several times the draft's own cost, beyond what the machine's drift between
+jobs moves that timer, which was +93% between two builds of the same code in one run),
+and `farm history` marks the change on the series that moved (draft
 ms/token; variant tok/s and the speedup too when the test has the power) and on none of
 those the machine's drift between jobs cannot move (the speedup and acceptance), at the
 harmless commit before it either.
@@ -35,13 +37,13 @@ pytestmark = [pytest.mark.server, pytest.mark.alone]
 def three_commits(provisioned: Provisioned, tmp_path_factory: pytest.TempPathFactory
                   ) -> tuple[Path, list[str]]:
     """A: the sdist as is; B: a server log line changed (nothing measured moves); C: B
-    plus 3 ms per draft call."""
+    plus 10 ms per draft call."""
     repo = tmp_path_factory.mktemp("git") / "llama.cpp"
     commits = [planted.sdist_repository(repo, "A: b11434 from the sdist")]
     planted.edit(repo / "tools/server/server.cpp", *planted.SERVER_LINE)
     commits.append(planted.commit(repo, "B: the server says which commit it is"))
-    planted.plant_draft_cost(repo)
-    commits.append(planted.commit(repo, "C: 3 ms more per speculative round"))
+    planted.plant_draft_cost(repo, ms=10)
+    commits.append(planted.commit(repo, "C: 10 ms more per speculative round"))
     return repo, commits
 
 
@@ -54,9 +56,11 @@ def _matrix(path: Path, repo: Path, model: Path) -> Path:
                                   n_predict=64, pairs=6)
 
 
-def _called(history: dict[str, Any], build: str) -> dict[str, str]:
-    return {change["series"]: change["verdict"] for change in history["changes"]
-            if change["build_b"] == build and change["verdict"] != "unchanged"}
+def _called(history: dict[str, Any], build: str, verdict: str = "verdict") -> dict[str, str]:
+    """The series called changed at ``build``: by the history's running calls, or
+    (``verdict="gate_verdict"``) by the gate's test of the newest build."""
+    return {change["series"]: change[verdict] for change in history["changes"]
+            if change["build_b"] == build and change[verdict] not in ("unchanged", "")}
 
 
 def test_history_of_three_tracked_commits_marks_the_planted_draft_cost_only(
@@ -98,7 +102,9 @@ def test_history_of_three_tracked_commits_marks_the_planted_draft_cost_only(
     steady = {"speedup", "mean_accepted_length"} | {
         row["series"] for row in history["changes"] if row["series"].startswith("acceptance")}
     assert not (steady - {"speedup"}) & set(_called(history, b)), _called(history, b)
-    called = _called(history, c)
+    # C is the newest build: the gate tests it as its own family (the history's running
+    # calls, LORD++ over every tracked test, are stricter this early: docs/history.md).
+    called = _called(history, c, "gate_verdict")
     assert called["draft_ms_per_token"] == "regression"
     # The variant's tok/s and the speedup fall too (-17% and -13%, -8% and -14% in the runs
     # of docs/history.md), but over 6 pairs their intervals are about 10% wide: called or
@@ -130,8 +136,9 @@ def test_history_of_three_tracked_commits_marks_the_planted_draft_cost_only(
     page = tmp_path / "history.html"
     assert run_cli("history", str(matrix), "--format", "html", "-o", str(page)).exit_code == 0
     assert "data:image/png;base64," in page.read_text(encoding="utf-8")
-    # The planted cost read +47% [+21%, +79%] in one run (the build before it slow), +70%
-    # expected: a threshold of 20% it passes, whatever the drift.
+    # 3 ms of planted cost read +47% [+21%, +79%] in one run and +77% [-55%, +593%] in
+    # another, whose draft timer had moved +93% between A and B (the same code): the
+    # between-build variance learnt from that made it no call; 10 ms is several times it.
     gated = run_cli("history", str(matrix), "--fail-on-regression=draft_ms_per_token:20")
     assert gated.exit_code == 3 and f"({b} -> {c}" in gated.output
     assert run_cli("history", str(matrix),

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from farm.stats.changes import beyond, describe, find_changes
+from farm.stats.changes import beyond, describe, find_changes, gate
 from farm.stats.history import block_values, job_series, mean_estimate
+from farm.stats.online import PRIOR_DF, PRIOR_TAU, between_build_variance
 from tests.unit import simulate_history
 
 
@@ -45,14 +47,15 @@ def test_a_paired_job_across_two_builds_replaces_the_difference_of_their_two_job
     paired = pd.DataFrame([{"key": "k", "series": "baseline_tok_s", "build_a": "b0",
                             "build_b": "b1", "change": 1.003, "change_low": 0.98,
                             "change_high": 1.02, "p_value": 0.7}])
+    # One transition, the newest: the gate's calls.
     unpaired = find_changes(points).set_index("series")
-    assert unpaired.loc["baseline_tok_s", "verdict"] == "regression"
+    assert unpaired.loc["baseline_tok_s", "gate_verdict"] == "regression"
     changes = find_changes(points, paired=paired).set_index("series")
     assert changes.loc["baseline_tok_s", "paired"]
-    assert changes.loc["baseline_tok_s", "verdict"] == "unchanged"
+    assert changes.loc["baseline_tok_s", "gate_verdict"] == "unchanged"
     assert changes.loc["baseline_tok_s", "change"] == 1.003
     assert not changes.loc["variant_tok_s", "paired"]
-    assert changes.loc["variant_tok_s", "verdict"] == "regression"
+    assert changes.loc["variant_tok_s", "gate_verdict"] == "regression"
     [text] = describe(changes.reset_index())["text"]
     assert "variant tok/s -18%" in text and "(paired)" not in text
     moved = find_changes(points, paired=paired.assign(change=0.9, change_low=0.85,
@@ -74,25 +77,79 @@ def test_values_without_spread_are_unchanged_when_equal_and_untested_when_not() 
     assert math.isnan(changes["q_value"].iloc[1])
 
 
-def test_false_discovery_rate_is_held_across_series_and_builds() -> None:
-    # Twenty transitions at p about 0.01 each: one alone would be called, BH over all not.
+def test_the_gate_holds_its_false_discovery_rate_across_the_newest_build_s_series() -> None:
+    # Twenty newest transitions at p about 0.01 each: one alone would be called, BH over
+    # all of them not; the running calls (LORD++) this early ask for far less.
     points = _points({f"s{index}": [1.0, 1.0 + 0.036] for index in range(20)}, se=0.01,
                      df=30)
-    assert (find_changes(points)["p_value"] < 0.02).all()
-    assert (find_changes(points)["verdict"] == "improvement").all()  # all real: BH calls all
+    changes = find_changes(points)
+    assert (changes["p_value"] < 0.02).all() and (changes["family"] == "tracked").all()
+    assert (changes["gate_verdict"] == "improvement").all()  # all real: BH calls all
+    assert (changes["verdict"] == "unchanged").all() and (changes["level"] < 0.01).all()
     mixed = _points({"s0": [1.0, 1.036], **{f"n{i}": [1.0, 1.0] for i in range(40)}},
                     se=0.01, df=30)
-    assert (find_changes(mixed)["verdict"] == "unchanged").all()
+    assert (find_changes(mixed)["gate_verdict"] == "unchanged").all()
+
+
+def test_a_running_call_is_final_and_the_gate_tests_only_the_newest_build() -> None:
+    values = {"speedup": [1.30, 1.30, 1.10, 1.10], "acceptance_1": [0.8, 0.8, 0.8, 0.8]}
+    three = find_changes(_points({name: levels[:3] for name, levels in values.items()}))
+    four = find_changes(_points(values))
+    shared = ["build_b", "series", "p_value", "level", "verdict"]
+    assert four[four["order_b"] <= 2][shared].reset_index(drop=True).equals(
+        three[shared].reset_index(drop=True))
+    assert set(four.loc[four["order_b"] == 2, "verdict"]) == {"regression", "unchanged"}
+    assert set(four.loc[four["order_b"] == 3, "gate_verdict"]) == {"unchanged"}
+    assert (four.loc[four["order_b"] < 3, "gate_verdict"] == "").all()
+    gate_columns = ["build_a", "build_b", "series", "change", "p_value", "q_value",
+                    "gate_verdict"]
+    assert gate(_points(values))[gate_columns].reset_index(drop=True).equals(
+        four[four["gate_verdict"] != ""][gate_columns].reset_index(drop=True))
+
+
+def test_a_build_tracked_after_a_newer_one_is_its_own_family() -> None:
+    # b6 (a bisect step between b5 and b7) ran last: b5 -> b7 stays the tracked transition,
+    # b5 -> b6 and b6 -> b7 are out of order, with their own BH; the gate reads b5 -> b7.
+    levels = [1.30, 1.31, 1.29, 1.30, 1.31, 1.30, 1.10, 1.10]
+    points = _points({"speedup": levels}).assign(
+        tracked=lambda frame: frame["order"].map(lambda order: {6: 7, 7: 6}.get(order, order)))
+    changes = find_changes(points)
+    families = {(row["build_a"], row["build_b"]): row["family"]
+                for row in changes.to_dict(orient="records")}
+    assert families == {**{(f"b{i}", f"b{i + 1}"): "tracked" for i in range(5)},
+                        ("b5", "b7"): "tracked", ("b5", "b6"): "out of order",
+                        ("b6", "b7"): "out of order"}
+    late = changes[changes["family"] == "out of order"].set_index("build_b")
+    assert late.loc["b6", "verdict"] == "regression" and late["q_value"].notna().all()
+    [gated] = changes[changes["gate_verdict"] != ""].to_dict(orient="records")
+    assert (gated["build_a"], gated["build_b"], gated["gate_verdict"]) == (
+        "b5", "b7", "regression")
+
+
+def test_the_between_build_variance_is_learnt_from_quiet_transitions_only() -> None:
+    rng = np.random.default_rng(5)
+    within = np.full(60, 2 * 0.01**2)
+    quiet = rng.normal(0.0, math.sqrt(within[0] + 2 * 0.03**2), 60)
+    tau2, df = between_build_variance(quiet, within, prior=False)
+    assert math.sqrt(tau2) == pytest.approx(0.03, rel=0.25) and df >= 55
+    # Five real changes among them are left out, not read as spread.
+    changed = quiet + np.where(np.arange(60) % 12 == 0, 0.5, 0.0)
+    assert between_build_variance(changed, within, prior=False)[0] == pytest.approx(
+        tau2, rel=0.3)
+    assert between_build_variance([], [], prior=False) == (0.0, 0.0)
+    assert between_build_variance([], [], prior=True) == (PRIOR_TAU**2, PRIOR_DF)
 
 
 def test_the_gate_fails_regressions_beyond_their_threshold_only() -> None:
-    changes = find_changes(_points({"speedup": [1.30, 1.17], "verify_ms_per_token": [10.0, 11.8],
-                                    "draft_ms_per_token": [2.0, 1.5]}))
-    assert set(beyond(changes, {"all": 0.0})["series"]) == {"speedup", "verify_ms_per_token"}
-    assert beyond(changes, {"speedup": 0.15}).empty  # -10% is within 15%
-    assert list(beyond(changes, {"verify_ms_per_token": 0.15})["series"]) == [
+    changes = gate(_points({"speedup": [1.30, 1.17], "verify_ms_per_token": [10.0, 11.8],
+                            "draft_ms_per_token": [2.0, 1.5]}))
+    assert set(beyond(changes, {"all": 0.0}, "gate_verdict")["series"]) == {
+        "speedup", "verify_ms_per_token"}
+    assert beyond(changes, {"speedup": 0.15}, "gate_verdict").empty  # -10% is within 15%
+    assert list(beyond(changes, {"verify_ms_per_token": 0.15}, "gate_verdict")["series"]) == [
         "verify_ms_per_token"]
-    assert beyond(changes, {"draft_ms_per_token": 0.0}).empty  # a faster draft is no regression
+    # a faster draft is no regression
+    assert beyond(changes, {"draft_ms_per_token": 0.0}, "gate_verdict").empty
 
 
 def test_a_mean_of_blocks_has_its_interval_on_the_log_scale() -> None:
@@ -142,8 +199,10 @@ def test_simulated_null_histories_raise_few_false_alarms() -> None:
 
 
 def test_simulated_planted_change_is_found_on_its_series() -> None:
-    # The e2e's planted cost: variant tok/s -17%, speedup -10%, at 8 blocks a build.
+    # The e2e's planted cost: variant tok/s -17%, speedup -10%, at 8 blocks a build, on the
+    # second of three transitions: the running calls (LORD++, strict this early: 0.82 at
+    # 300 histories) find it; the gate's power on a newest build is tests/unit/test_stats_gate.
     cell = simulate_history.history_cell(150, 26003, {"variant_tok_s": 0.83, "speedup": 0.90},
                                          blocks=8)
-    assert cell.power >= 0.9, cell
+    assert cell.power >= 0.7, cell
     assert cell.false_discoveries <= 0.1, cell
