@@ -65,16 +65,9 @@ def f_cdf(x: float, df1: float, df2: float) -> float:
     return regularized_incomplete_beta(df1 / 2.0, df2 / 2.0, df1 * x / (df1 * x + df2))
 
 
-def _t_density(t: float, df: float) -> float:
-    return math.exp(math.lgamma((df + 1.0) / 2.0) - math.lgamma(df / 2.0)
-                    - 0.5 * math.log(df * math.pi)
-                    - (df + 1.0) / 2.0 * math.log1p(t * t / df))
-
-
 @lru_cache(maxsize=4096)
 def student_t_quantile(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t: Newton's steps on the CDF inside a bracket that
-    each step narrows, bisecting where a step would leave it (cached, as loops ask often)."""
+    """The ``p`` quantile of Student's t (bisection on the CDF; cached, as loops ask often)."""
     if not 0.0 < p < 1.0 or df <= 0:
         raise ValueError(f"need 0 < p < 1 and df > 0, got p={p}, df={df}")
     if p < 0.5:
@@ -83,14 +76,12 @@ def student_t_quantile(p: float, df: float) -> float:
     low, high = 0.0, 1.0
     while _t_upper_tail(high, df) > tail:
         low, high = high, high * 2.0
-    t = (low + high) / 2.0
     for _ in range(200):
-        excess = _t_upper_tail(t, df) - tail  # > 0: t is below the quantile
-        if abs(excess) <= 1e-15 * tail:
-            break
-        low, high = (t, high) if excess > 0 else (low, t)
-        step = t + excess / _t_density(t, df)
-        t = step if low <= step <= high else (low + high) / 2.0
+        middle = (low + high) / 2.0
+        if _t_upper_tail(middle, df) > tail:
+            low = middle
+        else:
+            high = middle
         if high - low <= 1e-13 * high:
             break
-    return t
+    return (low + high) / 2.0
