@@ -12,9 +12,9 @@ Pure numpy: a few seconds for 2,000 replicates a cell.
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
+from tests.unit.simulate import plus_minus
 from tests.unit.simulate_acceptance import CELLS, coverage_cell, truth
 
 # The linearised interval before issue 38, a symmetric t interval on the rate scale (this
@@ -23,9 +23,6 @@ BEFORE = {(0.5, 3): "0.953 (0.036/0.011)", (0.5, 4): "0.940 (0.044/0.017)",
           (0.5, 8): "0.942 (0.042/0.016)", (1.0, 3): "0.917 (0.068/0.015)",
           (1.0, 4): "0.911 (0.077/0.011)", (1.0, 8): "0.919 (0.061/0.019)"}
 
-
-def _se(rate: float, n: int) -> str:
-    return f"±{math.sqrt(max(rate * (1 - rate), 1e-9) / max(n, 1)):.3f}"
 
 
 def main() -> None:
@@ -41,7 +38,7 @@ def main() -> None:
         cell = coverage_cell(jobs, prompts, sigma, 3800 + seed)
         print(f"{sigma:>4} {prompts:>7} {truth(sigma):>7.4f} "
               f"{BEFORE.get((sigma, prompts), '-'):>20} {cell.coverage:>7.3f} "
-              f"{_se(cell.coverage, jobs):>6} {cell.below:>6.3f} {cell.above:>6.3f} "
+              f"{plus_minus(cell.coverage, jobs):>6} {cell.below:>6.3f} {cell.above:>6.3f} "
               f"{cell.half_width:>10.3f}", flush=True)
     print(f"\n{time.monotonic() - began:.0f} s")
 

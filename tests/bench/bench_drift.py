@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from farm.stats.drift import trend_t
+from tests.unit.simulate import plus_minus
 from tests.unit.simulate_drift import PER_BLOCK, Floats, flag_rate
 
 CELLS = [(phi, blocks) for blocks in (16, 24) for phi in (0.0, 0.5, 0.8)]
@@ -74,9 +75,6 @@ def table(series: int) -> None:
     print("CRITICAL = (" + ", ".join(f"({b}, {c:.2f})" for b, c in found) + ")")
 
 
-def _se(rate: float, n: int) -> str:
-    return f"±{math.sqrt(max(rate * (1 - rate), 1e-9) / max(n, 1)):.3f}"
-
 
 def main() -> None:
     """Run every cell and print the table."""
@@ -98,8 +96,8 @@ def main() -> None:
         false = flag_rate(phi, blocks, jobs, 3800 + seed)
         power = flag_rate(phi, blocks, jobs, 3900 + seed, per_block=PER_BLOCK)
         before = BEFORE.get((phi, blocks), ("-", "-"))
-        print(f"{phi:>5} {blocks:>6} {before[0]:>9} {false:>6.3f} {_se(false, jobs):>6} "
-              f"{before[1]:>12} {power:>6.3f} {_se(power, jobs):>6}", flush=True)
+        print(f"{phi:>5} {blocks:>6} {before[0]:>9} {false:>6.3f} {plus_minus(false, jobs):>6} "
+              f"{before[1]:>12} {power:>6.3f} {plus_minus(power, jobs):>6}", flush=True)
     print(f"\n{time.monotonic() - began:.0f} s")
 
 

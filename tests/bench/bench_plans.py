@@ -14,10 +14,9 @@ then the default design (4/12/±3%) in every two-stage cell. Pure numpy: about 5
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
-from tests.unit.simulate import DEFAULT, TWO_STAGE_CELLS
+from tests.unit.simulate import DEFAULT, TWO_STAGE_CELLS, plus_minus
 from tests.unit.simulate_plans import ASSURED_DESIGNS, PLAN_CELLS, PlanCell, plan_cell
 
 # The code before (c73afe3's rule: the plan alone, without the autocorrelation factor, and
@@ -32,12 +31,9 @@ BEFORE_DEFAULT = {"steady": "0.969 / 0.975, 10.9", "heavy tails (t3)": "0.963 / 
                   "AR(1) 0.5 blocks": "0.957 / 0.958, 10.5"}
 
 
-def _se(rate: float, n: int) -> str:
-    return f"±{math.sqrt(max(rate * (1 - rate), 1e-9) / max(n, 1)):.3f}"
-
 
 def _row(cell: PlanCell, jobs: int) -> str:
-    return (f"{cell.met:>6.3f} {_se(cell.met, jobs):>6} {cell.said:>6.3f} "
+    return (f"{cell.met:>6.3f} {plus_minus(cell.met, jobs):>6} {cell.said:>6.3f} "
             f"{cell.said_coverage:>8.3f} {cell.silent:>7.3f} "
             f"{cell.coverage:>6.3f} / {cell.earliest:.3f} ({cell.earliest_jobs:>4}) "
             f"{cell.at_plan:>7.3f} {cell.ran_on_coverage:>6.3f} ({cell.ran_on:.2f}) "

@@ -11,7 +11,6 @@ standard error. Pure numpy: about 4 minutes for 4,000 replicates on one core.
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 from tests.unit.simulate import (
@@ -21,6 +20,7 @@ from tests.unit.simulate import (
     acceptance_cell,
     difference_cell,
     drift_cell,
+    plus_minus,
     two_stage_cell,
 )
 
@@ -31,9 +31,6 @@ BEFORE_WITHOUT_DESIGN = {"steady": "0.900", "wandering speedup": "0.807"}
 BEFORE_MET = {"steady": "0.928", "noise doubling": "0.256"}
 BEFORE_DRIFT = {"iid": "0.058", "ar0.5": "0.197", "ar0.8": "0.405"}
 
-
-def _se(rate: float, n: int) -> str:
-    return f"±{math.sqrt(max(rate * (1 - rate), 1e-9) / max(n, 1)):.3f}"
 
 
 def main() -> None:
@@ -57,20 +54,20 @@ def main() -> None:
     for seed, name in enumerate(("steady", "noise doubling", "noisy warm-up")):
         cell = two_stage_cell(TWO_STAGE_CELLS[name], ASSURED, assured_jobs, 200 + seed)
         print(f"{name:<20} met before {BEFORE_MET.get(name, '-'):>6} now {cell.met:.3f} "
-              f"{_se(cell.met, assured_jobs)}; coverage {cell.coverage:.3f}; "
+              f"{plus_minus(cell.met, assured_jobs)}; coverage {cell.coverage:.3f}; "
               f"mean pairs {cell.mean_pairs:.1f}", flush=True)
     drift_jobs = max(jobs // 2, 200)
     print(f"\ndrift test, steady machine, 16 blocks ({drift_jobs} jobs a cell)")
     for seed, blocks in enumerate(("iid", "t3", "ar0.5", "ar0.8")):
         rate = drift_cell(blocks, drift_jobs, 700 + seed)
         print(f"{blocks:<8} false positives before {BEFORE_DRIFT.get(blocks, '-'):>6} "
-              f"now {rate:.3f} {_se(rate, drift_jobs)}", flush=True)
+              f"now {rate:.3f} {plus_minus(rate, drift_jobs)}", flush=True)
     for seed, blocks in enumerate(("iid", "ar0.5")):
         power = drift_cell(blocks, drift_jobs, 710 + seed, total_change=-0.10)
         print(f"{blocks:<8} power for -10% over 16 blocks {power:.3f}", flush=True)
     accepted = acceptance_cell(jobs, 800)
     print(f"\nacceptance, 4 prompts x 18 identical runs: covers the prompts' population "
-          f"before 0.297, now {accepted:.3f} {_se(accepted, jobs)}", flush=True)
+          f"before 0.297, now {accepted:.3f} {plus_minus(accepted, jobs)}", flush=True)
     rounds = max(jobs // 20, 50)
     null = difference_cell(rounds, 900)
     changed = difference_cell(rounds, 901, changed=10)

@@ -44,6 +44,17 @@ TWO_STAGE_CELLS = {
 Floats = npt.NDArray[np.float64]
 
 
+def binomial_sd(rate: float, replicates: int) -> float:
+    """The standard deviation of a rate measured over ``replicates`` independent
+    replicates: the slack a seeded cell's band allows, and the ± a bench prints."""
+    return math.sqrt(max(rate * (1 - rate), 1e-9) / max(replicates, 1))
+
+
+def plus_minus(rate: float, replicates: int) -> str:
+    """``binomial_sd`` as a bench prints it: "±0.005"."""
+    return f"±{binomial_sd(rate, replicates):.3f}"
+
+
 def _ar(rng: np.random.Generator, n: int, phi: float, sd: float) -> Floats:
     values = np.empty(n)
     values[0] = rng.normal(0, sd)

@@ -13,13 +13,11 @@ import math
 import pytest
 
 from farm.stats.acceptance import rate_interval
+from tests.unit.simulate import binomial_sd
 from tests.unit.simulate_acceptance import CELLS, coverage_cell
 
 JOBS = 2000
 
-
-def _sd(rate: float, replicates: int) -> float:
-    return math.sqrt(rate * (1 - rate) / replicates)
 
 
 @pytest.mark.parametrize(("sigma", "prompts"), CELLS)
@@ -29,7 +27,7 @@ def test_the_interval_covers_when_prompts_differ(sigma: float, prompts: int) -> 
     print(f"\nacceptance, {prompts} prompts, logit SD {sigma}: coverage {cell.coverage:.3f} "
           f"(truth below {cell.below:.3f}, above {cell.above:.3f}), "
           f"half-width {cell.half_width:.3f}")
-    slack = 2 * _sd(0.95, JOBS)
+    slack = 2 * binomial_sd(0.95, JOBS)
     assert 0.93 - slack <= cell.coverage <= 0.97 + slack
 
 

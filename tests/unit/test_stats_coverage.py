@@ -18,13 +18,11 @@ from farm.stats.design import Design
 from farm.stats.difference import adjusted_p_values, difference, discoveries
 from farm.stats.speedup import job_estimate, speedup_by
 from tests.unit import simulate
+from tests.unit.simulate import binomial_sd
 from tests.unit.test_stats import make_runs
 
 JOBS = 1500
 
-
-def _sd(rate: float, replicates: int) -> float:
-    return math.sqrt(rate * (1 - rate) / replicates)
 
 
 @pytest.mark.parametrize("cell", list(simulate.TWO_STAGE_CELLS))
@@ -34,9 +32,9 @@ def test_the_two_stage_interval_covers_when_the_noise_changes(cell: str) -> None
     found = simulate.two_stage_cell(simulate.TWO_STAGE_CELLS[cell], simulate.DEFAULT, JOBS,
                                     1000 + list(simulate.TWO_STAGE_CELLS).index(cell))
     print(f"\n{cell}: {found}")
-    slack = 2 * _sd(0.95, JOBS)
+    slack = 2 * binomial_sd(0.95, JOBS)
     assert 0.93 - slack <= found.coverage <= 0.97 + slack
-    assert found.earliest >= 0.93 - 2 * _sd(0.95, found.earliest_jobs)
+    assert found.earliest >= 0.93 - 2 * binomial_sd(0.95, found.earliest_jobs)
     assert found.earliest_jobs >= 50
 
 
@@ -64,7 +62,7 @@ def test_the_drift_test_false_alarms_at_most_6_percent_under_autocorrelation(
     jobs = 600
     rate = simulate.drift_cell(blocks, jobs, 2000)
     print(f"\ndrift test, steady machine, {blocks} blocks: false positives {rate:.3f}")
-    assert rate <= bound + 2 * _sd(bound, jobs)
+    assert rate <= bound + 2 * binomial_sd(bound, jobs)
 
 
 def test_the_drift_test_finds_a_10_percent_drift_over_16_blocks() -> None:
@@ -72,7 +70,7 @@ def test_the_drift_test_finds_a_10_percent_drift_over_16_blocks() -> None:
     power = simulate.drift_cell("iid", jobs, 2001, total_change=-0.10)
     print(f"\ndrift test, -10% over 16 blocks: power {power:.3f}")
     # 0.635 before issue 38; its critical value now allows for AR(1) 0.8 blocks (0.515).
-    assert power >= 0.5 - 2 * _sd(0.5, jobs)
+    assert power >= 0.5 - 2 * binomial_sd(0.5, jobs)
 
 
 def test_acceptance_covers_the_prompt_population_when_prompts_repeat() -> None:
@@ -80,7 +78,7 @@ def test_acceptance_covers_the_prompt_population_when_prompts_repeat() -> None:
     jobs = 800
     coverage = simulate.acceptance_cell(jobs, 2002)
     print(f"\nacceptance, 4 prompts x 18 identical runs: coverage {coverage:.3f}")
-    slack = 2 * _sd(0.95, jobs)
+    slack = 2 * binomial_sd(0.95, jobs)
     assert 0.92 - slack <= coverage <= 0.97 + slack
 
 
@@ -91,9 +89,9 @@ def test_the_difference_test_holds_its_false_discovery_rate_and_finds_5_percent(
     changed = simulate.difference_cell(rounds, 2004, changed=10)
     print(f"\ndifference, 20 null jobs: {null}; 10 of 20 changed by 5%: {changed}")
     # With every job null, the FDR is the chance of any false call.
-    assert null.fdr <= 0.05 + 2 * _sd(0.05, rounds)
-    assert changed.fdr <= 0.05 + 2 * _sd(0.05, rounds)
-    assert changed.power >= 0.7 - 2 * _sd(0.7, rounds * 10)
+    assert null.fdr <= 0.05 + 2 * binomial_sd(0.05, rounds)
+    assert changed.fdr <= 0.05 + 2 * binomial_sd(0.05, rounds)
+    assert changed.power >= 0.7 - 2 * binomial_sd(0.7, rounds * 10)
 
 
 def test_difference_and_benjamini_hochberg_by_hand() -> None:

@@ -6,10 +6,9 @@ binomial standard errors of the jobs run here."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
+from tests.unit.simulate import binomial_sd
 from tests.unit.simulate_drift import PER_BLOCK, flag_rate
 
 JOBS = 500
@@ -20,9 +19,6 @@ POWER = {(0.0, 16): 0.721, (0.5, 16): 0.593, (0.8, 16): 0.602,
          (0.0, 24): 0.995, (0.5, 24): 0.912, (0.8, 24): 0.839}
 
 
-def _sd(rate: float, n: int) -> float:
-    return math.sqrt(rate * (1 - rate) / n)
-
 
 @pytest.mark.parametrize(("phi", "blocks"), list(POWER))
 def test_the_drift_flag_holds_false_positives_at_5_percent_under_autocorrelation(
@@ -31,5 +27,5 @@ def test_the_drift_flag_holds_false_positives_at_5_percent_under_autocorrelation
     rate = flag_rate(phi, blocks, JOBS, seed)
     power = flag_rate(phi, blocks, JOBS, seed + 1000, per_block=PER_BLOCK)
     print(f"\nAR(1) {phi}, {blocks} blocks: false positives {rate:.3f}, power {power:.3f}")
-    assert rate <= 0.05 + 2 * _sd(0.05, JOBS)
-    assert power >= POWER[phi, blocks] - 2 * _sd(POWER[phi, blocks], JOBS)
+    assert rate <= 0.05 + 2 * binomial_sd(0.05, JOBS)
+    assert power >= POWER[phi, blocks] - 2 * binomial_sd(POWER[phi, blocks], JOBS)

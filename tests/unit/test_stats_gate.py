@@ -10,18 +10,14 @@ Run with ``-s`` to see the figures.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from tests.unit import simulate_gate
+from tests.unit.simulate import binomial_sd
 
 HISTORIES = 500
 BUILDS = (4, 30, 100, 365)
 
-
-def _sd(rate: float) -> float:
-    return math.sqrt(rate * (1 - rate) / HISTORIES)
 
 
 @pytest.mark.parametrize("builds", BUILDS)
@@ -32,8 +28,8 @@ def test_the_gate_keeps_its_power_as_the_history_grows(builds: int) -> None:
     false alarms <= 0.05."""
     found = simulate_gate.gate_cell(HISTORIES, 3800 + builds, builds, simulate_gate.PRECISE)
     print(f"\nB={builds}, SE 1.06%: {found}")
-    assert found.power >= (0.9 if builds == 4 else 0.95) - 2 * _sd(0.95)
-    assert found.false_alarms <= 0.05 + 2 * _sd(0.05)
+    assert found.power >= (0.9 if builds == 4 else 0.95) - 2 * binomial_sd(0.95, HISTORIES)
+    assert found.false_alarms <= 0.05 + 2 * binomial_sd(0.05, HISTORIES)
 
 
 # The audit's power at value SE 3% (df 6), the gate over the whole history.
@@ -47,7 +43,7 @@ def test_at_three_percent_the_gate_does_not_lose_power_with_length(builds: int) 
     found = simulate_gate.gate_cell(HISTORIES, 3900 + builds, builds, simulate_gate.NOISY)
     print(f"\nB={builds}, SE 3%: {found}")
     assert found.power >= max(BEFORE_NOISY[builds], 0.15)
-    assert found.false_alarms <= 0.05 + 2 * _sd(0.05)
+    assert found.false_alarms <= 0.05 + 2 * binomial_sd(0.05, HISTORIES)
 
 
 @pytest.mark.parametrize("builds", BUILDS)
@@ -59,4 +55,4 @@ def test_a_machine_that_drifts_3_percent_between_nights_does_not_fail_the_gate(
     found = simulate_gate.gate_cell(HISTORIES, 4000 + builds, builds, simulate_gate.NOISY,
                                     drift=0.03)
     print(f"\nB={builds}, SE 3%, drift 3%: {found}")
-    assert found.false_alarms <= 0.05 + 2 * _sd(0.05)
+    assert found.false_alarms <= 0.05 + 2 * binomial_sd(0.05, HISTORIES)

@@ -9,8 +9,6 @@ Run with ``-s`` to see the figures.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -18,18 +16,16 @@ from farm.stats.design import Design
 from farm.stats.twostage import planned_pairs, stop_decision
 from farm.words import NOT_REACHABLE
 from tests.unit import simulate, simulate_plans
+from tests.unit.simulate import binomial_sd
 
 JOBS = 500
 # The default design's jobs are short: as many as test_stats_coverage.py runs.
 DEFAULT_JOBS = 1500
 
 
-def _sd(rate: float, replicates: int) -> float:
-    return math.sqrt(rate * (1 - rate) / replicates)
-
 
 def _covers(coverage: float, jobs: int) -> bool:
-    return 0.93 - 2 * _sd(0.95, jobs) <= coverage <= 0.97 + 2 * _sd(0.95, jobs)
+    return 0.93 - 2 * binomial_sd(0.95, jobs) <= coverage <= 0.97 + 2 * binomial_sd(0.95, jobs)
 
 
 @pytest.mark.parametrize("design", list(simulate_plans.ASSURED_DESIGNS))
@@ -44,8 +40,8 @@ def test_an_assured_plan_meets_its_target_or_says_it_is_out_of_reach(design: str
                                      simulate_plans.ASSURED_DESIGNS[design], JOBS, seed)
     print(f"\n{design}, {cell}: {found}")
     if (design, cell) == ("max 100", "steady"):
-        assert found.met >= 0.9 - 2 * _sd(0.9, JOBS)
-    assert found.met + found.said >= 0.9 - 2 * _sd(0.9, JOBS)
+        assert found.met >= 0.9 - 2 * binomial_sd(0.9, JOBS)
+    assert found.met + found.said >= 0.9 - 2 * binomial_sd(0.9, JOBS)
     assert _covers(found.coverage, JOBS)
     if found.said * JOBS >= 50:  # the jobs that say so still cover
         assert _covers(found.said_coverage, round(found.said * JOBS))
@@ -61,7 +57,7 @@ def test_the_default_design_run_by_its_stopping_rule_covers(cell: str) -> None:
     print(f"\n{cell}: {found}")
     assert found.ran_on == 0.0  # without an assurance, a job stops at its plan
     assert _covers(found.coverage, DEFAULT_JOBS)
-    assert found.earliest >= 0.93 - 2 * _sd(0.95, found.earliest_jobs)
+    assert found.earliest >= 0.93 - 2 * binomial_sd(0.95, found.earliest_jobs)
     assert found.earliest_jobs >= 50
 
 
