@@ -12,6 +12,7 @@ SE 1.06% (8 blocks at 3%) and 3% (7 blocks at 7.9%), B = 4, 30, 100, 365.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,35 +65,40 @@ def regressed(points: pd.DataFrame, factor: float = 0.9) -> pd.DataFrame:
     return points.assign(value=points["value"].where(~newest, points["value"] * factor))
 
 
-def gate_cell(histories: int, seed: int, builds: int, noise: tuple[int, int | float],
-              drift: float = 0.0) -> GateCell:
-    """The gate (``farm.stats.changes.gate``, what ``--fail-on-regression`` reads) on
-    ``histories`` histories with and without the planted regression."""
+def _newest_calls(points: pd.DataFrame) -> pd.DataFrame:
+    """The gate's rows (``farm.stats.changes.gate``, what ``--fail-on-regression`` reads)
+    and their verdicts."""
+    return gate(points).assign(verdict=lambda rows: rows["gate_verdict"])
+
+
+def _running_calls(points: pd.DataFrame) -> pd.DataFrame:
+    """The history's own calls (``find_changes``' ``verdict``, LORD++ over the tracked
+    transitions) of the newest transition."""
+    changes = find_changes(points)
+    return changes[changes["order_b"] == changes["order_b"].max()]
+
+
+def _cell(calls: Callable[[pd.DataFrame], pd.DataFrame], histories: int, seed: int,
+          builds: int, noise: tuple[int, int | float], drift: float) -> GateCell:
     rng = np.random.default_rng(seed)
     power = alarms = 0
     blocks, sd = int(noise[0]), float(noise[1])
     for _ in range(histories):
         points = history(rng, builds, blocks, sd, drift)
-        alarms += int((gate(points)["gate_verdict"] == "regression").any())
-        found = gate(regressed(points))
-        power += int(((found["series"] == "speedup")
-                      & (found["gate_verdict"] == "regression")).any())
+        alarms += int((calls(points)["verdict"] == "regression").any())
+        found = calls(regressed(points))
+        power += int(((found["series"] == "speedup") & (found["verdict"] == "regression")).any())
     return GateCell(power / histories, alarms / histories)
+
+
+def gate_cell(histories: int, seed: int, builds: int, noise: tuple[int, int | float],
+              drift: float = 0.0) -> GateCell:
+    """The gate on ``histories`` histories with and without the planted regression."""
+    return _cell(_newest_calls, histories, seed, builds, noise, drift)
 
 
 def display_cell(histories: int, seed: int, builds: int, noise: tuple[int, int | float],
                  drift: float = 0.0) -> GateCell:
-    """The history's own call (``find_changes``' ``verdict``, LORD++ over the tracked
-    transitions) of the newest transition, as ``gate_cell`` counts the gate's."""
-    rng = np.random.default_rng(seed)
-    power = alarms = 0
-    blocks, sd = int(noise[0]), float(noise[1])
-    for _ in range(histories):
-        points = history(rng, builds, blocks, sd, drift)
-        changes = find_changes(points)
-        newest = changes["order_b"] == builds - 1
-        alarms += int((changes.loc[newest, "verdict"] == "regression").any())
-        found = find_changes(regressed(points))
-        power += int(((found["series"] == "speedup") & (found["order_b"] == builds - 1)
-                      & (found["verdict"] == "regression")).any())
-    return GateCell(power / histories, alarms / histories)
+    """The running calls of the newest transition, counted as ``gate_cell`` counts the
+    gate's."""
+    return _cell(_running_calls, histories, seed, builds, noise, drift)
