@@ -192,18 +192,18 @@ def find_changes(points: pd.DataFrame, rate: float = FDR,
     across the two builds, used instead of the two builds' values where present
     (``paired`` True)."""
     changes = _tests(points, paired, newest_only=False)
-    called = np.zeros(len(changes), dtype=bool)
+    called = pd.Series(False, index=changes.index)
     # Tracked: LORD++ in the order the builds were tracked, a build's tests in series order.
     online = changes[changes["family"] == TRACKED].assign(
         rank=lambda frame: frame["series"].map(series_order)).sort_values(
         ["tracked_b", "order_b", "key", "rank"], kind="stable")
     levels, calls = lord_levels(online["p_value"].astype(float).tolist(), rate)
     changes.loc[online.index, "level"] = levels
-    called[changes.index.get_indexer(online.index)] = calls
+    called[online.index] = np.array(calls, dtype=bool)
     late = changes.index[changes["family"] == OUT_OF_ORDER]
     changes.loc[late, "q_value"] = adjusted_p_values(
         changes.loc[late, "p_value"].astype(float).tolist())
-    called[changes.index.get_indexer(late)] = changes.loc[late, "q_value"] <= rate
+    called[late] = changes.loc[late, "q_value"] <= rate
     changes["verdict"] = _verdicts(changes, called)
     _gate(changes, rate)
     return changes.drop(columns="tracked_b")[list(CHANGE_COLUMNS)]
