@@ -68,7 +68,8 @@ def regressed(points: pd.DataFrame, factor: float = 0.9) -> pd.DataFrame:
 def _newest_calls(points: pd.DataFrame) -> pd.DataFrame:
     """The gate's rows (``farm.stats.changes.gate``, what ``--fail-on-regression`` reads)
     and their verdicts."""
-    return gate(points).assign(verdict=lambda rows: rows["gate_verdict"])
+    rows = gate(points)
+    return rows.assign(verdict=rows["gate_verdict"])
 
 
 def _running_calls(points: pd.DataFrame) -> pd.DataFrame:
