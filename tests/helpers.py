@@ -79,3 +79,15 @@ def git(repo: Path, *args: str) -> str:
     """``git -C repo ARGS`` as a test's committer; its output, stripped."""
     return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
                            *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def new_repository(repo: Path, files: dict[str, str], message: str) -> str:
+    """``repo``: a new git repository on master with ``files`` (name -> text) in one
+    commit; returns the commit."""
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "master")
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")

@@ -8,18 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import git, matrix_dict, run_cli, write_matrix
+from tests.helpers import matrix_dict, new_repository, run_cli, write_matrix
 
 
 @pytest.mark.parametrize("clone", ["--upload-pack=touch pwned", "-c", "not-a-repository"])
 def test_a_crafted_clone_is_refused_and_runs_nothing(
         tmp_path: Path, clone: str, monkeypatch: pytest.MonkeyPatch) -> None:
     source = tmp_path / "llama.cpp"
-    source.mkdir()
-    git(source, "init", "-q", "-b", "master")
-    (source / "a.txt").write_text("a")
-    git(source, "add", "-A")
-    git(source, "commit", "-qm", "c0")
+    new_repository(source, {"a.txt": "a"}, "c0")
     matrix = write_matrix(tmp_path, matrix_dict(Path("m.gguf"), campaign="nightly", build={
         "name": "master", "git": f"file://{source}", "ref": "master"}))
     monkeypatch.chdir(tmp_path)

@@ -29,7 +29,7 @@ from farm.matrix.cmake_options import (
 )
 from farm.matrix.spec import BuildSource
 from farm.settings import load_settings
-from tests.helpers import git, matrix_dict, run_cli, write_matrix
+from tests.helpers import matrix_dict, new_repository, run_cli, write_matrix
 from workers.job.runtime.sandbox import Sandbox
 from workers.paths import NodePaths
 from workers.setup.builds import INSIDE_TREE, BuildRequest, configure_argv, load_manifest
@@ -255,11 +255,7 @@ CRAFTED: list[tuple[str, str]] = [
 def source(tmp_path: Path) -> Path:
     """A local git repository a matrix's build names (one commit)."""
     repo = tmp_path / "llama.cpp"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "master")
-    (repo / "CMakeLists.txt").write_text("project(llama.cpp)\n")
-    git(repo, "add", "CMakeLists.txt")
-    git(repo, "commit", "-qm", "A")
+    new_repository(repo, {"CMakeLists.txt": "project(llama.cpp)\n"}, "A")
     return repo
 
 

@@ -13,19 +13,14 @@ from farm.matrix.spec import ArmRole
 from farm.settings import load_settings
 from farm.store import repo
 from farm.store.db import make_engine, upgrade
-from tests.helpers import git, matrix_dict, run_cli, write_matrix
+from tests.helpers import git, matrix_dict, new_repository, run_cli, write_matrix
 
 
 def _repository(tmp_path: Path) -> tuple[Path, str, str]:
     """A repository with two commits: master at the second, tag `first` at the first."""
     source = tmp_path / "llama.cpp"
-    source.mkdir()
-    git(source, "init", "-q", "-b", "master")
-    (source / "a.txt").write_text("a")
-    git(source, "add", "-A")
-    git(source, "commit", "-qm", "first")
+    first = new_repository(source, {"a.txt": "a"}, "first")
     git(source, "tag", "first")
-    first = git(source, "rev-parse", "HEAD")
     (source / "a.txt").write_text("b")
     git(source, "commit", "-qam", "second")
     return source, first, git(source, "rev-parse", "HEAD")
