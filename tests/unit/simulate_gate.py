@@ -69,14 +69,16 @@ def _newest_calls(points: pd.DataFrame) -> pd.DataFrame:
     """The gate's rows (``farm.stats.changes.gate``, what ``--fail-on-regression`` reads)
     and their verdicts."""
     rows = gate(points)
-    return rows.assign(verdict=rows["gate_verdict"])
+    rows["verdict"] = rows["gate_verdict"]
+    return rows
 
 
 def _running_calls(points: pd.DataFrame) -> pd.DataFrame:
     """The history's own calls (``find_changes``' ``verdict``, LORD++ over the tracked
     transitions) of the newest transition."""
     changes = find_changes(points)
-    return changes[changes["order_b"] == changes["order_b"].max()]
+    newest: pd.DataFrame = changes[changes["order_b"] == changes["order_b"].max()]
+    return newest
 
 
 def _cell(calls: Callable[[pd.DataFrame], pd.DataFrame], histories: int, seed: int,
