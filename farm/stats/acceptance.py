@@ -27,7 +27,12 @@ def cluster_ratio(numerators: LogRatios, denominators: LogRatios) -> tuple[float
     denominator, its standard error with clusters as the unit (the ratio estimator's
     linearisation) and its df (clusters - 1): rate, NaN, 0 below two clusters, NaN, NaN, 0
     without any."""
-    a, d = _clusters(numerators, denominators)
+    return _ratio(*_clusters(numerators, denominators))
+
+
+def _ratio(a: npt.NDArray[np.float64], d: npt.NDArray[np.float64]
+           ) -> tuple[float, float, int]:
+    """``cluster_ratio`` of the clusters kept."""
     clusters = int(a.size)
     if clusters == 0:
         return NAN, NAN, 0
@@ -102,13 +107,13 @@ def rate_interval(accepted: LogRatios, drafted: LogRatios,
     bench_acceptance.py). Fewer than two clusters with drafts: NaN; prompts that all
     accept the same share (0 and 1 included): that share, a zero-width interval.
     """
-    rate, se, df = cluster_ratio(accepted, drafted)
+    a, d = _clusters(accepted, drafted)
+    rate, se, df = _ratio(a, d)
     if df < 1:
         return NAN, NAN
     if se == 0 or not 0 < rate < 1:
         clipped = min(max(rate, 0.0), 1.0)
         return clipped, clipped
-    a, d = _clusters(accepted, drafted)
     residuals = a - rate * d
     skewness = float(np.mean(residuals**3) / np.mean(residuals**2) ** 1.5)
     quantile = t_margin(1.0, df, level)
