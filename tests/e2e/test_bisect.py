@@ -73,19 +73,24 @@ def test_bisect_names_the_planted_commit_for_the_draft_cost_only(
     print(f"\nbisect: {time.monotonic() - started:.0f} s\n{bisect_markdown(answer)}")
     draft, length, baseline = answer["series"]
     # c2, the middle, does not build: skipped, and its neighbour c3 tried instead.
-    assert [(step["commit"], step["verdict"]) for step in draft["steps"][1:3]] == [
-        (commits[2], "skipped"), (commits[3], "like good")]
-    # c4's own job against good's and bad's, minutes apart: a machine that drifted between
-    # them (one run here read bad's draft cost 17% above c4's, both far above good's) makes
-    # c4 "neither", reported with the range it opens, not forced; c4 is first either way.
+    skipped, tried = draft["steps"][1:3]
+    assert (skipped["commit"], skipped["verdict"], tried["commit"]) == (
+        commits[2], "skipped", commits[3])
+    # Each candidate's own job against good's and bad's, minutes apart: a machine that
+    # drifted between them (one run here read bad's draft cost 17% above c4's, both far
+    # above good's; another read the harmless c3 unlike good) makes a candidate "neither",
+    # reported with the range it leaves open, not forced: the between-job spread that
+    # issue 38 item 2 is to allow for. The range always holds c4, and no other commit is
+    # ever named first bad.
     found = draft["answer"] == "found"
+    neither = draft["steps"][-1]["commit"]
     if found:
         assert draft["first_bad"]["commit"] == commits[4]
         assert draft["first_bad"]["subject"] == "c4: 3 ms more per speculative round"
-        assert draft["steps"][3]["verdict"] == "like bad"
+        assert (tried["verdict"], draft["steps"][3]["verdict"]) == ("like good", "like bad")
     else:
-        assert draft["answer"] == "neither" and draft["range"][0] == commits[4]
-        assert draft["steps"][3]["verdict"] == "neither"
+        assert draft["answer"] == "neither" and commits[4] in draft["range"]
+        assert draft["steps"][-1]["verdict"] == "neither" and neither in commits[3:5]
     assert draft["steps"][0]["verdict"] == "differ"
     assert draft["spent"] <= answer["alpha"]
     assert length["answer"] == "no difference" and len(length["steps"]) == 1
@@ -105,7 +110,7 @@ def test_bisect_names_the_planted_commit_for_the_draft_cost_only(
     print(again)
     print(f"again: {time.monotonic() - started:.0f} s")
     assert (f"first bad commit {commits[4][:12]}" if found else
-            f"{commits[4][:12]} is neither like good nor like bad") in again
+            f"{neither[:12]} is neither like good nor like bad") in again
     # Every measured step read from the store; only the commit that does not build is
     # tried again.
     assert "cost: 1 build " in again and f"skipped {commits[2][:12]}: " in again
