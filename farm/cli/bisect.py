@@ -84,11 +84,11 @@ def _target(path: Path, good: str, bad: str, job: str | None,
 
 
 def _run_step(gpu_class: str | None, as_class: str | None, console: Console
-              ) -> Callable[[Path, Settings, str, str | None, Pick], tuple[str, float | None]]:
+              ) -> Callable[[Path, Settings, str, str, Pick], tuple[str, float | None]]:
     """Runs a step's job here (``farm run``'s path); returns its key and the seconds spent
     checking and making its builds: None for a job the store has finished already (not
     built or run again)."""
-    def run(path: Path, settings: Settings, commit: str, older: str | None,
+    def run(path: Path, settings: Settings, commit: str, older: str,
             pick: Pick) -> tuple[str, float | None]:
         from farm.cli.progress import RunProgress
         from farm.matrix.crossbuild import cross_build_specs
@@ -98,7 +98,7 @@ def _run_step(gpu_class: str | None, as_class: str | None, console: Console
         from farm.store.db import connected, table_names
 
         matrix, specs = load_matrix(path, frozenset(), commit)
-        [spec] = pick(matrix, cross_build_specs(specs, older) if older else specs)[1]
+        [spec] = pick(matrix, cross_build_specs(specs, older))[1]
         with connected(settings.database_url) as engine:
             if "job" in table_names(engine) and finished_job(engine, spec.job_key):
                 return spec.job_key, None
@@ -128,13 +128,13 @@ def _fleet_app(settings: Settings, as_class: str | None) -> Celery:
 
 
 def _submit_step(console: Console, app: Celery
-                 ) -> Callable[[Path, Settings, str, str | None, Pick], tuple[str, float | None]]:
+                 ) -> Callable[[Path, Settings, str, str, Pick], tuple[str, float | None]]:
     """Posts a step's job to the workers of its GPU class (``farm submit``'s path) and
     waits for it in the database; returns its key and the seconds its worker spent making
     its builds: None for a job the store has finished already. A coordinator stopped while
     waiting leaves the job to the fleet: the same command submits nothing twice, and reads
     or waits for it."""
-    def run(path: Path, settings: Settings, commit: str, older: str | None,
+    def run(path: Path, settings: Settings, commit: str, older: str,
             pick: Pick) -> tuple[str, float | None]:
         from farm.errors import JobsFailed
         from farm.fleet.submit import submit, wait_ended
@@ -144,7 +144,7 @@ def _submit_step(console: Console, app: Celery
         from farm.store.db import connected
 
         loaded, specs = load_matrix(path, frozenset(), commit)
-        matrix, specs = pick(loaded, cross_build_specs(specs, older) if older else specs)
+        matrix, specs = pick(loaded, cross_build_specs(specs, older))
         [spec] = specs
         with connected(settings.database_url) as engine:
             if finished_job(engine, spec.job_key):
@@ -170,15 +170,15 @@ def _interval(measure: Measure | None) -> tuple[float | None, ...]:
     """A measure on the ratio scale with its 95% interval (None where there is none)."""
     if measure is None or not math.isfinite(measure.log):
         return None, None, None
-    low, high = (log_interval(measure.log, measure.se, measure.df)
-                 if measure.se > 0 else (math.exp(measure.log),) * 2)
+    low, high = (log_interval(measure.log, measure.total_se, measure.total_df)
+                 if measure.total_se > 0 else (math.exp(measure.log),) * 2)
     return tuple(value if math.isfinite(value) else None
                  for value in (math.exp(measure.log), low, high))
 
 
 def _result(name: str, outcome: Outcome, evidence: SeriesEvidence,
             target: Target) -> dict[str, Any]:
-    from farm.cli.bisect_steps import PAIRED
+    from farm.cli.bisect_steps import design
     from farm.stats.history import series_label
 
     runner = evidence.runner
@@ -202,9 +202,7 @@ def _result(name: str, outcome: Outcome, evidence: SeriesEvidence,
     first = ({"commit": target.commit(outcome.high), "subject": target.subject(outcome.high)}
              if outcome.answer == "found" else None)
     return {"series": name, "label": series_label(name),
-            "design": (f"{PAIRED[name]} arm on good against each candidate in one job"
-                       if name in PAIRED else "each commit's own job, against good's and "
-                       "bad's"),
+            "design": design(name),
             "answer": outcome.answer, "first_bad": first, "spent": outcome.spent,
             "range": [target.commit(index) for index in range(outcome.low + 1,
                                                               outcome.high + 1)],
@@ -223,15 +221,16 @@ def _cost(runner: StepRunner) -> dict[str, Any]:
 
 def _plan(target: Target, spec: JobSpec, names: list[str], plan: Plan,
           runner: StepRunner) -> dict[str, Any]:
-    from farm.cli.bisect_steps import PAIRED
+    from farm.cli.bisect_steps import arms, step_campaign
+    from farm.stats.bisect import end_jobs
     from farm.stats.history import series_label
 
-    own = any(name not in PAIRED for name in names)
-    # Per series measured across builds a job a step; each commit's own job serves all
-    # the others; the ends need good's and bad's own jobs.
-    per_step = len({PAIRED[name] for name in names if name in PAIRED}) + own
-    least = per_step * (plan.decisions + 1) + own
-    campaigns = [f"{target.campaign}.bisect.{commit[:12]}" for commit, _ in target.commits]
+    # A job per arm a step; the ends replicate (``end_jobs``).
+    roles = sorted({role for name in names for role in arms(name)})
+    least = len(roles) * (plan.decisions + end_jobs(1))
+    most = len(roles) * (plan.decisions * plan.rounds + end_jobs(plan.rounds))
+    campaigns = [step_campaign(target.campaign, commit, target.commit(0), role, 1)
+                 for commit, _ in target.commits for role in roles]
     stored, seconds = runner.stored(campaigns)
     return {"matrix": str(target.matrix), "good": target.commit(0),
             "bad": target.commit(len(target.commits)), "commits": len(target.commits),
@@ -239,8 +238,8 @@ def _plan(target: Target, spec: JobSpec, names: list[str], plan: Plan,
             "list": list(target.commits), "series": [series_label(name) for name in names],
             "alpha": plan.alpha, "share": plan.share, "decisions": plan.decisions,
             "rounds": plan.rounds, "builds": 2 + plan.decisions,
-            "jobs": [least, least * plan.rounds], "pairs": [spec.pairs, spec.max_pairs],
-            "minutes": [least * seconds / 60, least * plan.rounds * seconds / 60]
+            "jobs": [least, most], "pairs": [spec.pairs, spec.max_pairs],
+            "minutes": [least * seconds / 60, most * seconds / 60]
             if seconds and math.isfinite(seconds) else None,
             "stored": "some steps are stored already: reused, not run again" if stored
             else None}
@@ -263,11 +262,13 @@ def _label(spec: JobSpec) -> str:
                    "hex digits) or its variant's name (the error lists them).")
 @click.option("--series", "series_names", multiple=True, metavar="SERIES",
               help="What changed (repeatable; default speedup): speedup, baseline, variant "
-                   "(decode tok/s, each measured in one job across builds), acceptance-N, "
-                   "acceptance-length, draft, verify (ms per token).")
+                   "(decode tok/s), acceptance-N, acceptance-length, draft, verify (ms per "
+                   "token); each measured in jobs of an arm's flags on good and on the "
+                   "candidate.")
 @click.option("--rounds", type=click.IntRange(1, 10), default=ROUNDS, show_default=True,
               help="Looks a step takes at most: one more job of the same design per look, "
-                   "only while the step is too close to call.")
+                   "only while the step is too close to call (the ends run one job more: "
+                   "two at their first look).")
 @click.option("--alpha", type=click.FloatRange(0.001, 0.5), default=ALPHA, show_default=True,
               help="Bound on the chance that any decision of one series' search is wrong.")
 @click.option("--min-change", type=click.FloatRange(0.1, 1000), default=MIN_CHANGE * 100,

@@ -1,11 +1,15 @@
-"""``farm bisect``'s measurements: each step's job run here as its own stored campaign
-(``MATRIX-CAMPAIGN.bisect.COMMIT[.ROUND]``, or ``...bisect.GOOD-COMMIT`` for a job across
-builds), read back as ``farm.stats.bisect.Measure``s. A step already stored is read, not
-run again, so an interrupted bisect resumes and a second one reuses it.
+"""``farm bisect``'s measurements: each step's jobs run here as their own stored campaigns
+(``MATRIX-CAMPAIGN.bisect.GOOD-COMMIT[.variant][.ROUND]``), read back as
+``farm.stats.bisect.Measure``s. A step already stored is read, not run again, so an
+interrupted bisect resumes and a second one reuses it.
 
-The tok/s series are measured in one job across builds (the arm on good against the arm on
-the candidate: ``farm.matrix.crossbuild``, a crossover interval); every other series from
-each commit's own job of the matrix (``farm.stats.history.job_series``).
+Every series is measured in jobs across builds (``farm.matrix.crossbuild``: one arm's
+flags on good against the same flags on the candidate, in alternating blocks of one job),
+so a drift of the machine between jobs cancels: the tok/s series as the job's speedup, the
+variant's acceptance and costs block against block (``farm.stats.history.cross_series``),
+the speedup as the variant arm's job over the baseline arm's. The ends run two such jobs
+from their first look: their spread, and every other replicate's, is the series' variance
+between jobs (``farm.stats.bisect.Jobs``).
 """
 
 from __future__ import annotations
@@ -21,12 +25,25 @@ from farm.matrix.schema import Matrix
 from farm.matrix.spec import ArmRole, JobSpec
 from farm.results.history import JobSeries, finished_job
 from farm.settings import Settings
-from farm.stats.bisect import Contrasts, Measure, combine, job_contrasts, paired_contrasts, pooled
+from farm.stats.bisect import PRIOR, Contrasts, Jobs, Measure, combine, paired_contrasts
 from farm.stats.history import BASELINE, SPEEDUP, VARIANT, Estimate
 from farm.store.db import connected, table_names
 
-# The series measured in one job across builds of this arm.
-PAIRED: dict[str, ArmRole] = {BASELINE: "baseline", VARIANT: "variant"}
+
+def arms(series: str) -> tuple[ArmRole, ...]:
+    """The arms whose jobs across builds measure ``series``: the baseline's tok/s its own,
+    the speedup both (the variant's over the baseline's), every other the variant's."""
+    found: dict[str, tuple[ArmRole, ...]] = {BASELINE: ("baseline",),
+                                             SPEEDUP: ("variant", "baseline")}
+    return found.get(series, ("variant",))
+
+
+def design(series: str) -> str:
+    """How a report says ``series`` was measured."""
+    if series == SPEEDUP:
+        return ("each arm on good against it on the candidate in one job, the variant's "
+                "change over the baseline's")
+    return f"the {arms(series)[0]} arm on good against it on the candidate in one job"
 
 
 @dataclass(frozen=True)
@@ -49,10 +66,11 @@ class Target:
         return (self.good if index == 0 else self.commits[index - 1])[1]
 
 
-def step_campaign(campaign: str, commit: str, older: str | None, rounds: int) -> str:
-    """The campaign a step's job is stored in: one per commit (and good, across builds) and
-    round."""
-    name = f"{campaign}.bisect.{older[:12] + '-' if older else ''}{commit[:12]}"
+def step_campaign(campaign: str, commit: str, older: str, role: ArmRole, rounds: int) -> str:
+    """The campaign a step's job is stored in: one per commit against good, arm and round
+    (the baseline arm's without a suffix, as earlier bisects stored it)."""
+    name = f"{campaign}.bisect.{older[:12]}-{commit[:12]}"
+    name += "" if role == "baseline" else f".{role}"
     return name if rounds == 1 else f"{name}.{rounds}"
 
 
@@ -68,33 +86,32 @@ class StepRunner:
     target: Target
     settings: Settings
     say: Callable[[str], None]
-    run: Callable[[Path, Settings, str, str | None, Callable[[Matrix, list[JobSpec]],
-                                                                tuple[Matrix, list[JobSpec]]]],
+    run: Callable[[Path, Settings, str, str, Callable[[Matrix, list[JobSpec]],
+                                                      tuple[Matrix, list[JobSpec]]]],
                   tuple[str, float | None]]
-    jobs: dict[tuple[int, str | None, int], JobSeries | None] = field(default_factory=dict)
+    jobs: dict[tuple[int, ArmRole, int], JobSeries | None] = field(default_factory=dict)
     # Seconds spent checking and making each commit's build in this call (none for a
     # commit whose jobs were all stored already).
     build_seconds: dict[int, float] = field(default_factory=dict)
     skipped: dict[int, str] = field(default_factory=dict)
 
-    def job(self, index: int, role: ArmRole | None, rounds: int) -> JobSeries | None:
-        """The finished job of commit ``index`` (with ``role``: that arm on good against
-        it) in round ``rounds``; None when the commit cannot be built or its job fails."""
+    def job(self, index: int, role: ArmRole, rounds: int) -> JobSeries | None:
+        """The finished job of ``role``'s arm on good against it on commit ``index``, round
+        ``rounds``; None when the commit cannot be built or its job fails."""
         if (index, role, rounds) not in self.jobs:
             self.jobs[index, role, rounds] = (None if index in self.skipped
                                               else self._job(index, role, rounds))
         return self.jobs[index, role, rounds]
 
-    def _job(self, index: int, role: ArmRole | None, rounds: int) -> JobSeries | None:
+    def _job(self, index: int, role: ArmRole, rounds: int) -> JobSeries | None:
         target = self.target
-        commit = target.commit(index)
-        older = target.commit(0) if role is not None else None
-        campaign = step_campaign(target.campaign, commit, older, rounds)
+        commit, older = target.commit(index), target.commit(0)
+        campaign = step_campaign(target.campaign, commit, older, role, rounds)
+        wanted = self._cross_key(role)
 
         def pick(matrix: Matrix, specs: list[JobSpec]) -> tuple[Matrix, list[JobSpec]]:
             chosen = [_renamed(spec, campaign) for spec in specs
-                      if (spec.cross_key("baseline") if role else spec.comparable_key)
-                      == self._wanted(role)]
+                      if spec.cross_key("baseline") == wanted]
             return matrix.model_copy(update={"campaign": campaign}), chosen
 
         started = time.monotonic()
@@ -108,8 +125,9 @@ class StepRunner:
             self.build_seconds[index] = time.monotonic() - started
             self.say(f"skipped {commit[:12]} ({target.subject(index)}): {self.skipped[index]}")
             return None
-        if seconds is not None:
+        if seconds is not None:  # both builds checked (good's made once, with the first)
             self.build_seconds[index] = self.build_seconds.get(index, 0.0) + seconds
+            self.build_seconds.setdefault(0, 0.0)
         with connected(self.settings.database_url) as engine:
             found = finished_job(engine, job_key)
         if found is None:
@@ -117,9 +135,6 @@ class StepRunner:
         self.say(f"{campaign}: stored already, reused" if seconds is None else
                  f"{campaign}: built and measured in {time.monotonic() - started:.0f} s")
         return found
-
-    def _wanted(self, role: ArmRole | None) -> str:
-        return self.target.key if role is None else self._cross_key(role)
 
     def _cross_key(self, role: ArmRole) -> str:
         from farm.matrix.load import load_matrix
@@ -153,58 +168,60 @@ def _measure(estimate: Estimate | None) -> Measure:
 
 @dataclass
 class SeriesEvidence:
-    """``farm.stats.bisect.Evidence`` for one series, from a ``StepRunner``'s jobs."""
+    """``farm.stats.bisect.Evidence`` for one series, from a ``StepRunner``'s jobs: each
+    job's measure of a commit against good, pooled with the spread between jobs."""
 
     runner: StepRunner
     series: str
-    ends_rounds: int = 0
+    jobs: Jobs = field(default_factory=lambda: Jobs(PRIOR))
+    ends_jobs: int = 0
     values: dict[int, Measure] = field(default_factory=dict)
 
-    @property
-    def role(self) -> ArmRole | None:
-        """The arm measured across builds, or None: each commit's own job."""
-        return PAIRED.get(self.series)
-
-    def _rounds(self, index: int, rounds: int) -> Measure | None:
-        measures = []
-        for number in range(1, rounds + 1):
-            job = self.runner.job(index, self.role, number)
+    def _measure(self, index: int, number: int) -> Measure | None:
+        """log(commit ``index`` / good) from its ``number``-th jobs; None when it cannot
+        be measured."""
+        found = []
+        for role in arms(self.series):
+            job = self.runner.job(index, role, number)
             if job is None:
                 return None
-            measures.append(_measure(job.series.get(SPEEDUP if self.role else self.series)))
-        found = pooled(measures)
-        self.values[index] = found
+            found.append(job)
+        if self.series == SPEEDUP:
+            variant, baseline = (_measure(job.series.get(SPEEDUP)) for job in found)
+            return combine((1.0, variant), (-1.0, baseline))
+        [job] = found
+        return _measure(job.series.get(SPEEDUP) if self.series in (BASELINE, VARIANT)
+                        else job.across.get(self.series))
+
+    def _pooled(self, index: int, jobs: int) -> Measure | None:
+        while self.jobs.count(index) < jobs:
+            measure = self._measure(index, self.jobs.count(index) + 1)
+            if measure is None:
+                return None
+            self.jobs.add(index, measure)
+        self.values[index] = self.jobs.pooled(index, jobs)
+        return self.values[index]
+
+    def ends(self, jobs: int) -> Measure:
+        """log(bad / good) over bad's first ``jobs`` jobs."""
+        self.ends_jobs = jobs
+        found = self._pooled(len(self.runner.target.commits), jobs)
+        assert found is not None  # a bad commit that cannot be measured raised
         return found
-
-    def _ends(self, rounds: int) -> tuple[Measure, Measure | None]:
-        """bad (against good, or its own) and good's own (None across builds)."""
-        last = len(self.runner.target.commits)
-        bad = self._rounds(last, rounds)
-        good = None if self.role else self._rounds(0, rounds)
-        assert bad is not None  # a bad commit that cannot be measured raised
-        return bad, good
-
-    def ends(self, rounds: int) -> Measure:
-        """log(bad / good) over ``rounds`` rounds."""
-        self.ends_rounds = rounds
-        bad, good = self._ends(rounds)
-        return bad if good is None else combine((1.0, bad), (-1.0, good))
 
     def candidate(self, index: int, rounds: int) -> Contrasts | None:
         """Candidate ``index`` against the ends; None when it cannot be measured."""
-        found = self._rounds(index, rounds)
+        found = self._pooled(index, rounds)
         if found is None:
             return None
-        bad, good = self._ends(self.ends_rounds)
-        return paired_contrasts(found, bad) if good is None else job_contrasts(good, bad,
-                                                                              found)
+        last = len(self.runner.target.commits)
+        return paired_contrasts(found, self.jobs.pooled(last, self.ends_jobs))
 
     def pairs(self, index: int) -> int:
-        """The pairs measured for ``index`` (with good's, for the ends' own jobs)."""
-        last = len(self.runner.target.commits)
-        indices = (index,) if index else (last,) if self.role else (0, last)
-        return sum(job.pairs for (where, role, _), job in self.runner.jobs.items()
-                   if where in indices and role == self.role and job is not None)
+        """The pairs measured for commit ``index`` (0: the ends, bad's)."""
+        where = index or len(self.runner.target.commits)
+        return sum(job.pairs for (at, role, _), job in self.runner.jobs.items()
+                   if at == where and role in arms(self.series) and job is not None)
 
 
 def check_series(names: tuple[str, ...]) -> list[str]:

@@ -31,6 +31,7 @@ from farm.stats.history import (
     BASELINE,
     VARIANT,
     Estimate,
+    cross_series,
     job_series,
     series_label,
     series_order,
@@ -40,7 +41,7 @@ from farm.summary import JobSummary, SummaryError, read_summary
 from farm.versions import parse_version
 
 # What the series read of each run (farm.stats.history.block_values), and the build's.
-_RUN_COLUMNS = ("job_id", "arm", "block", "decode_tok_s", "generated_tokens", "spec_drafts",
+_RUN_COLUMNS = ("job_id", "arm", "block", "pair", "decode_tok_s", "generated_tokens", "spec_drafts",
                 "spec_accepted", "spec_accepted_per_pos", "spec_draft_ms", "spec_accept_ms",
                 "build_commit", "server_version", "started_at")
 BUILD_COLUMNS = ["order", "build", "commit", "build_number", "build_name", "first_run"]
@@ -173,9 +174,12 @@ def _paired(engine: Engine, specs: Mapping[str, dict[str, Any]]) -> pd.DataFrame
 
 @dataclass(frozen=True)
 class JobSeries:
-    """One finished job's series (``job_series``) and what it cost: pairs, seconds."""
+    """One finished job's series (``job_series``), for a job across builds the newer
+    build's over the older's (``cross_series``: none for another job), and what it cost:
+    pairs, seconds."""
 
     series: dict[str, Estimate]
+    across: dict[str, Estimate]
     pairs: int
     seconds: float
 
@@ -191,8 +195,10 @@ def finished_job(engine: Engine, job_key: str) -> JobSeries | None:
     if found is None:
         return None
     job = dict(found)
-    return JobSeries(_series(_runs(engine, [job["id"]]), _summary(job)), job["pairs"] or 0,
-                     _seconds(job["started_at"], job["finished_at"]))
+    runs, spec = _runs(engine, [job["id"]]), _spec(job["spec"])
+    return JobSeries(_series(runs, _summary(job)),
+                     cross_series(runs) if spec is not None and spec.cross_build else {},
+                     job["pairs"] or 0, _seconds(job["started_at"], job["finished_at"]))
 
 
 def _seconds(started: datetime | None, finished: datetime | None) -> float:

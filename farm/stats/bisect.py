@@ -2,8 +2,10 @@
 sequentially with its error rate stated and the total bounded (docs/bisect.md).
 
 Pure: the caller measures (``Evidence``: a real runner or a simulated one), this module
-decides. Every measurement is a log value with its standard error and df (a job's own
-crossover estimate of one build over another, or a series' block mean on one build).
+decides. Every measurement is a log value: a job's own paired estimate of the candidate
+over good (both builds in one job, so a drift of the machine between jobs cancels), with
+its standard error and df, and the variance between jobs that replicate jobs show
+(``Jobs``: the ends run two jobs from their first look).
 
 - **Step 0, the ends**: does bad differ from good (two-sided t at the step's level)? If
   not, the bisect stops at once: "no difference".
@@ -26,12 +28,13 @@ crossover estimate of one build over another, or a series' block mean on one bui
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from farm.stats.distributions import student_t_cdf
 from farm.stats.intervals import t_margin
+from farm.stats.online import PRIOR_DF, PRIOR_TAU
 
 ALPHA = 0.05  # the whole search's error rate bound
 ROUNDS = 3  # looks a step takes at most
@@ -39,6 +42,10 @@ ROUNDS = 3  # looks a step takes at most
 # significant (p at least this) and their interval excludes any change of ``min_change``.
 CLOSE = 0.2
 MIN_CHANGE = 0.10
+# What a series assumes of the spread between jobs before its replicates say more (tau,
+# df): the history's 2% on 4 df (``farm.stats.online``), so that the ends' first two jobs
+# (one df) do not leave a decision on a t of one df, nor read two close jobs as no spread.
+PRIOR = (PRIOR_TAU, PRIOR_DF)
 NAN = float("nan")
 
 Verdict = Literal["differ", "no difference", "no test", "like good", "like bad", "neither",
@@ -48,31 +55,53 @@ Answer = Literal["found", "no difference", "no test", "neither", "undecided", "s
 
 @dataclass(frozen=True)
 class Measure:
-    """A log value with its standard error and df (inf: known exactly)."""
+    """A log value with its jobs' own standard error and df (inf: known exactly), and the
+    variance the spread between jobs adds (``between``, estimated on ``between_df`` df:
+    one estimate shared by every measure of a series, so it is never averaged away)."""
 
     log: float
     se: float
     df: float
+    between: float = 0.0
+    between_df: float = math.inf
+
+    @property
+    def total_se(self) -> float:
+        """The standard error with the spread between jobs."""
+        return math.sqrt(self.se * self.se + self.between)
+
+    @property
+    def total_df(self) -> float:
+        """Its df: the two parts' by Welch-Satterthwaite."""
+        return _satterthwaite([(self.se * self.se, self.df), (self.between, self.between_df)])
+
+
+def _satterthwaite(parts: Sequence[tuple[float, float]]) -> float:
+    """The df of a sum of independent variance estimates (each with its df)."""
+    variance = sum(part for part, _ in parts)
+    spread = sum(part * part / df for part, df in parts if part > 0)
+    return variance * variance / spread if spread else (math.inf if variance == 0 else NAN)
 
 
 def combine(*terms: tuple[float, Measure]) -> Measure:
-    """sum(coefficient * measure) of independent measures: its standard error, and its df by
-    Welch-Satterthwaite."""
+    """sum(coefficient * measure) of measures with independent own errors: its standard
+    error and df by Welch-Satterthwaite; the between-job parts summed as one estimate."""
     log = sum(c * m.log for c, m in terms)
-    parts = [(c * m.se) ** 2 for c, m in terms]
-    variance = sum(parts)
+    parts = [((c * m.se) ** 2, m.df) for c, m in terms]
+    variance = sum(part for part, _ in parts)
+    between = sum(c * c * m.between for c, m in terms)
+    between_df = min((m.between_df for c, m in terms if c and m.between > 0),
+                     default=math.inf)
     if not variance > 0:
-        return Measure(log, 0.0 if variance == 0 else NAN, math.inf)
-    spread = sum(part * part / m.df for part, (_, m) in zip(parts, terms, strict=True)
-                 if part > 0)
-    return Measure(log, math.sqrt(variance), variance * variance / spread if spread else NAN)
+        return Measure(log, 0.0 if variance == 0 else NAN, math.inf, between, between_df)
+    return Measure(log, math.sqrt(variance), _satterthwaite(parts), between, between_df)
 
 
 def pooled(rounds: Sequence[Measure]) -> Measure:
     """Rounds' measures weighted by their inverse variance (a round whose blocks met a
     stall of the machine counts for little); the plain mean where a round has no spread."""
-    weights = [1.0 / (m.se * m.se) if m.se > 0 and math.isfinite(m.se) else math.nan
-               for m in rounds]
+    weights = [1.0 / (m.total_se ** 2) if m.total_se > 0 and math.isfinite(m.total_se)
+               else math.nan for m in rounds]
     if not all(math.isfinite(weight) for weight in weights):
         return combine(*((1.0 / len(rounds), measure) for measure in rounds))
     total = sum(weights)
@@ -80,14 +109,60 @@ def pooled(rounds: Sequence[Measure]) -> Measure:
                                                                             strict=True)))
 
 
+def between_jobs(groups: Iterable[Sequence[Measure]], prior: tuple[float, float]
+                 ) -> tuple[float, float]:
+    """The variance tau^2 a job's measure has beyond its own standard error, and its df,
+    from replicate jobs (each group: the jobs of one commit). The k jobs of a group vary by
+    their own errors and tau^2: their sample variance less the mean of their own variances
+    estimates tau^2 on k - 1 df; the groups pooled by df with ``prior`` (tau, df), at least
+    0."""
+    weight, total = prior[1], prior[1] * prior[0] ** 2
+    for group in groups:
+        logs = [m.log for m in group]
+        if len(logs) < 2 or not all(math.isfinite(m.log) and math.isfinite(m.se)
+                                    for m in group):
+            continue
+        mean = sum(logs) / len(logs)
+        spread = sum((log - mean) ** 2 for log in logs) / (len(logs) - 1)
+        own = sum(m.se * m.se for m in group) / len(group)
+        weight += len(logs) - 1
+        total += (len(logs) - 1) * (spread - own)
+    return (max(total / weight, 0.0), weight) if weight else (0.0, 0.0)
+
+
+@dataclass
+class Jobs:
+    """One series' measure of each job a bisect ran, by commit (its rounds in order), with
+    the spread between jobs their replicates show (``between_jobs``, from ``prior``)."""
+
+    prior: tuple[float, float]
+    made: dict[int, list[Measure]] = field(default_factory=dict)
+
+    def count(self, index: int) -> int:
+        """The jobs of commit ``index`` so far."""
+        return len(self.made.get(index, ()))
+
+    def add(self, index: int, measure: Measure) -> None:
+        """Commit ``index``'s next job."""
+        self.made.setdefault(index, []).append(measure)
+
+    def pooled(self, index: int, jobs: int) -> Measure:
+        """Commit ``index``'s first ``jobs`` jobs pooled, each with the between-job
+        variance every replicate so far shows."""
+        tau2, tau_df = between_jobs(self.made.values(), self.prior)
+        return pooled([replace(measure, between=tau2, between_df=tau_df)
+                       for measure in self.made[index][:jobs]])
+
+
 def p_two(measure: Measure) -> float:
     """Two-sided p value of ``measure`` against 0; a measure without spread differs exactly
     when it is not 0; NaN without a usable standard error."""
-    if measure.se == 0.0:
+    se, df = measure.total_se, measure.total_df
+    if se == 0.0:
         return 1.0 if measure.log == 0.0 else 0.0
-    if not (math.isfinite(measure.se) and math.isfinite(measure.log) and measure.df >= 1):
+    if not (math.isfinite(se) and math.isfinite(measure.log) and df >= 1):
         return NAN
-    return 2.0 * (1.0 - student_t_cdf(abs(measure.log) / measure.se, measure.df))
+    return 2.0 * (1.0 - student_t_cdf(abs(measure.log) / se, df))
 
 
 @dataclass(frozen=True)
@@ -102,12 +177,6 @@ def paired_contrasts(candidate: Measure, ends: Measure) -> Contrasts:
     """From jobs across builds: ``candidate`` log(candidate / good) measured in one job,
     ``ends`` log(bad / good) in another."""
     return Contrasts(candidate, combine((1.0, candidate), (-1.0, ends)))
-
-
-def job_contrasts(good: Measure, bad: Measure, candidate: Measure) -> Contrasts:
-    """From each build's own job: the three log values, independent."""
-    return Contrasts(combine((1.0, candidate), (-1.0, good)),
-                     combine((1.0, candidate), (-1.0, bad)))
 
 
 @dataclass(frozen=True)
@@ -171,11 +240,11 @@ class Outcome:
 
 
 class Evidence(Protocol):
-    """What a bisect measures: the ends and candidates, over their first ``rounds``
-    rounds (a round: one more job of the same design, pooled)."""
+    """What a bisect measures: the ends and candidates, over their first jobs (a round:
+    one more job of the same design, pooled)."""
 
-    def ends(self, rounds: int) -> Measure:
-        """log(bad / good) over ``rounds`` rounds."""
+    def ends(self, jobs: int) -> Measure:
+        """log(bad / good) over bad's first ``jobs`` jobs (``end_jobs``)."""
 
     def candidate(self, index: int, rounds: int) -> Contrasts | None:
         """Candidate ``index`` (1..n) against the ends over ``rounds`` rounds; None when
@@ -192,8 +261,8 @@ def ends_verdict(ends: Measure, level: float, last: bool, min_change: float = MI
         return "no test", p
     if p < level:
         return "differ", p
-    narrow = abs(ends.log) + (t_margin(ends.se, ends.df) if ends.se > 0 else 0.0) <= math.log1p(
-        min_change)
+    margin = t_margin(ends.total_se, ends.total_df) if ends.total_se > 0 else 0.0
+    narrow = abs(ends.log) + margin <= math.log1p(min_change)
     return ("no difference" if last or (p >= CLOSE and narrow) else None), p
 
 
@@ -221,10 +290,16 @@ def next_candidate(low: int, high: int, skipped: frozenset[int]) -> int | None:
     return min(left, key=lambda index: (abs(2 * index - low - high), index)) if left else None
 
 
+def end_jobs(rounds: int) -> int:
+    """The jobs of the ends over ``rounds`` looks: one more than the looks, so that from
+    the first look the series has replicate jobs to read its between-job spread from."""
+    return rounds + 1
+
+
 def _ends(plan: Plan, evidence: Evidence) -> Step:
     level = plan.share / plan.rounds
     for rounds in range(1, plan.rounds + 1):
-        measure = evidence.ends(rounds)
+        measure = evidence.ends(end_jobs(rounds))
         verdict, p = ends_verdict(measure, level, rounds == plan.rounds, plan.min_change)
         if verdict is not None:
             return Step(0, verdict, plan.share, p, rounds, measure)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from farm.stats.frame import NAN, ratio, valid_runs
+from farm.stats.frame import ARMS, NAN, ratio, valid_runs
 from farm.stats.intervals import log_interval
 
 # Series every job has, in the order reports list them; acceptance per position
@@ -143,6 +143,46 @@ def block_values(runs: pd.DataFrame) -> dict[str, list[float]]:
             break
         del values[f"{ACCEPTANCE}{position}"]
     return values
+
+
+def _drafting_pairs(runs: pd.DataFrame, arm: str) -> dict[int, dict[str, float]]:
+    """Each pair's block of ``arm`` that drafted: its acceptance and costs."""
+    return {int(block["pair"].iloc[0]): _variant_block(block) for block in _per_block(runs, arm)
+            if float(block["spec_drafts"].fillna(0).sum()) > 0}
+
+
+def ratio_estimate(older: Sequence[float], newer: Sequence[float]) -> Estimate:
+    """mean(newer) / mean(older) over pairs (both finite), with its interval on the log scale:
+    standard error by the delta method, the sd over pairs of newer_i / mean(newer) -
+    older_i / mean(older) over sqrt(n), n - 1 df. No spread: no interval (the ratio is
+    exact, as a series without spread is)."""
+    both = np.asarray([(a, b) for a, b in zip(older, newer, strict=True)
+                       if math.isfinite(a) and math.isfinite(b)], dtype=float).reshape(-1, 2)
+    means = both.mean(axis=0) if both.size else np.asarray([NAN, NAN])
+    if both.shape[0] < 2 or not (means > 0).all():
+        return Estimate(NAN, NAN, NAN, NAN, NAN, int(both.shape[0]))
+    value = float(means[1] / means[0])
+    differences = both[:, 1] / means[1] - both[:, 0] / means[0]
+    log_se = float(differences.std(ddof=1)) / math.sqrt(both.shape[0])
+    df = float(both.shape[0] - 1)
+    low, high = log_interval(math.log(value), log_se, df) if log_se > 0 else (NAN, NAN)
+    return Estimate(value, low, high, log_se, df, int(both.shape[0]))
+
+
+def cross_series(runs: pd.DataFrame) -> dict[str, Estimate]:
+    """A job across builds (both arms one flags, the variant arm on the newer build): each
+    series of a drafting arm (acceptance, length, draft and verify cost) as the newer
+    build's over the older's, block against block within each pair where both drafted
+    (``ratio_estimate``). A drift of the machine between jobs moves both arms alike and
+    cancels, as it does in a speedup. Columns read: ``block_values``' and pair."""
+    older, newer = (_drafting_pairs(runs, arm) for arm in ARMS)
+    pairs = sorted(set(older) & set(newer))
+    names = {name for pair in pairs for name in (*older[pair], *newer[pair])}
+    found = {name: ratio_estimate([older[pair].get(name, NAN) for pair in pairs],
+                                  [newer[pair].get(name, NAN) for pair in pairs])
+             for name in names}
+    return {name: estimate for name, estimate in found.items()
+            if math.isfinite(estimate.value)}
 
 
 def job_series(runs: pd.DataFrame, speedup: float, log_se: float, df: float

@@ -1,7 +1,14 @@
 """Simulated bisects through the decision code of ``farm bisect`` (``farm.stats.bisect``):
-a run of commits with one change planted at a random one (or none), each job's measure
-its true log value plus noise, its standard error read from a chi-square on its df as a
-job's own spread is.
+a run of commits with one change planted at a random one (or none), each job measuring a
+commit against good in one job, as ``farm bisect`` does.
+
+Each job meets the machine in its own state: a factor exp(s), s ~ N(0, ``tau``) a job,
+moves both builds of the job alike. A change is added, not multiplied (a fixed cost of
+3 ms a round does not grow with a slower machine): the commit's value is exp(s) + c
+against good's exp(s), so the job's log ratio log(1 + c exp(-s)) carries part of the
+machine's drift when c is not 0 (a +30% change at tau 0.20: 0.22 to 0.31 over +-1 sd),
+and none when nothing changed. On top, the job's own noise, its standard error read from
+a chi-square on its df as a job's own spread is.
 
 The figures in docs/bisect.md come from ``cell_rates`` (``python -m
 tests.unit.simulate_bisect 10000`` prints them with more bisects a cell).
@@ -12,47 +19,47 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from farm.stats.bisect import (
+    PRIOR,
     Contrasts,
+    Jobs,
     Measure,
     Outcome,
     Plan,
     bisect,
-    combine,
-    job_contrasts,
     paired_contrasts,
-    pooled,
 )
 
 
 @dataclass(frozen=True)
 class Cell:
     """``commits`` after good (bad the last), the change bad / good (1: none), one job's
-    log standard error and df, the design (one job across two builds, or each build's own
-    job), and the share of commits that do not build."""
+    log standard error and df, the machine's drift between jobs (log sd), the share of
+    commits that do not build, and a drift between jobs that moves the two builds of a job
+    unevenly (log sd of the job's ratio: what the pairing cannot remove)."""
 
     commits: int
     change: float
     noise: float
     df: int
-    design: Literal["paired", "jobs"]
+    tau: float = 0.0
     broken: float = 0.0
+    uneven: float = 0.0
 
 
 @dataclass(frozen=True)
 class Rates:
     """Over the bisects: the share naming a wrong commit (or a range without the first bad
     one), the share naming the right one (or a range with it), the share stopping with no
-    difference, and the mean rounds measured a bisect (jobs, as pairs are in proportion)."""
+    difference, and the mean jobs a bisect (pairs are in proportion)."""
 
     wrong: float
     right: float
     no_difference: float
-    rounds: float
+    jobs: float
     bound: float
 
 
@@ -61,46 +68,35 @@ class SimulatedEvidence:
 
     def __init__(self, cell: Cell, first_bad: int | None, rng: np.random.Generator) -> None:
         self.cell, self.rng = cell, rng
-        step = math.log(cell.change)
-        self.level = [step if first_bad is not None and index >= first_bad else 0.0
-                      for index in range(cell.commits + 1)]
+        self.added = [cell.change - 1.0 if first_bad is not None and index >= first_bad
+                      else 0.0 for index in range(cell.commits + 1)]
         self.broken = {index for index in range(1, cell.commits)
                        if rng.random() < cell.broken}
-        self.jobs: dict[int, list[Measure]] = {}
-        self.used = 0
+        self.jobs = Jobs(PRIOR)
+        self.ends_jobs = 0
 
-    def _job(self, true: float) -> Measure:
+    def _pooled(self, index: int, jobs: int) -> Measure:
         cell = self.cell
-        se = cell.noise * math.sqrt(self.rng.chisquare(cell.df) / cell.df)
-        self.used += 1
-        return Measure(true + self.rng.normal(0.0, cell.noise), se, float(cell.df))
+        while self.jobs.count(index) < jobs:
+            machine = math.exp(self.rng.normal(0.0, cell.tau))
+            true = math.log1p(self.added[index] / machine)
+            se = cell.noise * math.sqrt(self.rng.chisquare(cell.df) / cell.df)
+            shift = self.rng.normal(0.0, cell.uneven) if cell.uneven else 0.0
+            self.jobs.add(index, Measure(true + shift + self.rng.normal(0.0, cell.noise),
+                                         se, float(cell.df)))
+        return self.jobs.pooled(index, jobs)
 
-    def _rounds(self, index: int, rounds: int) -> Measure:
-        """Pooled measure of ``index``: against good (paired) or its own value (jobs)."""
-        made = self.jobs.setdefault(index, [])
-        true = self.level[index] - (self.level[0] if self.cell.design == "paired" else 0.0)
-        while len(made) < rounds:
-            made.append(self._job(true))
-        return pooled(made[:rounds])
-
-    def ends(self, rounds: int) -> Measure:
-        """log(bad / good)."""
-        bad = self._rounds(self.cell.commits, rounds)
-        if self.cell.design == "paired":
-            return bad
-        return combine((1.0, bad), (-1.0, self._rounds(0, rounds)))
+    def ends(self, jobs: int) -> Measure:
+        """log(bad / good) over bad's first ``jobs`` jobs."""
+        self.ends_jobs = jobs
+        return self._pooled(self.cell.commits, jobs)
 
     def candidate(self, index: int, rounds: int) -> Contrasts | None:
         """Candidate ``index`` against the ends, as measured so far."""
         if index in self.broken:
             return None
-        ends_rounds = len(self.jobs[self.cell.commits])
-        if self.cell.design == "paired":
-            return paired_contrasts(self._rounds(index, rounds),
-                                    self._rounds(self.cell.commits, ends_rounds))
-        return job_contrasts(self._rounds(0, ends_rounds),
-                             self._rounds(self.cell.commits, ends_rounds),
-                             self._rounds(index, rounds))
+        found = self._pooled(index, rounds)
+        return paired_contrasts(found, self.jobs.pooled(self.cell.commits, self.ends_jobs))
 
 
 def named_right(outcome: Outcome, first_bad: int | None) -> bool | None:
@@ -115,7 +111,7 @@ def cell_rates(cell: Cell, bisects: int, seed: int) -> Rates:
     """``bisects`` simulated bisects of ``cell``, the first bad commit uniform over 1..n."""
     rng = np.random.default_rng(seed)
     plan = Plan(cell.commits)
-    wrong = right = flat = rounds = 0
+    wrong = right = flat = jobs = 0
     for _ in range(bisects):
         first_bad = int(rng.integers(1, cell.commits + 1)) if cell.change != 1.0 else None
         evidence = SimulatedEvidence(cell, first_bad, rng)
@@ -124,19 +120,24 @@ def cell_rates(cell: Cell, bisects: int, seed: int) -> Rates:
         wrong += named is False
         right += named is True
         flat += outcome.answer == "no difference"
-        rounds += evidence.used
-    return Rates(wrong / bisects, right / bisects, flat / bisects, rounds / bisects,
+        jobs += sum(len(made) for made in evidence.jobs.made.values())
+    return Rates(wrong / bisects, right / bisects, flat / bisects, jobs / bisects,
                  plan.alpha)
 
 
 CELLS = {
-    "8 commits, -17%, paired, 4% a job (df 4)": Cell(8, 0.83, 0.04, 4, "paired"),
-    "8 commits, +30% cost, jobs, 5% a job (df 5)": Cell(8, 1.30, 0.05, 5, "jobs"),
-    "64 commits, -10%, paired, 3% a job (df 8)": Cell(64, 0.90, 0.03, 8, "paired"),
-    "16 commits, -8%, jobs, 3% a job (df 5)": Cell(16, 0.92, 0.03, 5, "jobs"),
-    "16 commits, -17%, paired, a quarter broken": Cell(16, 0.83, 0.04, 4, "paired", 0.25),
-    "16 commits, no change, paired, 4% a job": Cell(16, 1.0, 0.04, 4, "paired"),
-    "16 commits, no change, jobs, 4% a job": Cell(16, 1.0, 0.04, 5, "jobs"),
+    "8 commits, -17%, 4% a job (df 4)": Cell(8, 0.83, 0.04, 4),
+    "64 commits, -10%, 3% a job (df 8)": Cell(64, 0.90, 0.03, 8),
+    "16 commits, -17%, a quarter broken": Cell(16, 0.83, 0.04, 4, broken=0.25),
+    **{f"8 commits, +30% cost, 5% a job (df 5), tau {tau:.2f}": Cell(8, 1.30, 0.05, 5, tau)
+       for tau in (0.0, 0.05, 0.10, 0.20)},
+    **{f"16 commits, no change, 4% a job (df 5), tau {tau:.2f}": Cell(16, 1.0, 0.04, 5, tau)
+       for tau in (0.0, 0.10)},
+    "64 commits, +30% cost, 5% a job (df 5), tau 0.20": Cell(64, 1.30, 0.05, 5, 0.20),
+    **{f"{name}, builds drift unevenly by {uneven:.0%} a job": Cell(
+        commits, change, 0.04, 5, 0.10, uneven=uneven) for name, commits, change in (
+            ("8 commits, +30% cost", 8, 1.30), ("16 commits, no change", 16, 1.0))
+       for uneven in (0.03, 0.06)},
 }
 
 
@@ -149,7 +150,7 @@ def main(bisects: int) -> None:
         rates = cell_rates(cell, bisects, seed)
         short = 1.0 - rates.wrong - rates.right - rates.no_difference
         print(f"| {name} | {rates.wrong:.4f} | {rates.right:.3f} | {rates.no_difference:.3f}"
-              f" | {short:.3f} | {rates.rounds:.1f} | {rates.bound:.2f} |")
+              f" | {short:.3f} | {rates.jobs:.1f} | {rates.bound:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,12 @@ import pytest
 
 from farm.stats.bisect import (
     Contrasts,
+    Jobs,
     Measure,
     Plan,
+    between_jobs,
     bisect,
     combine,
-    job_contrasts,
     next_candidate,
     paired_contrasts,
     pooled,
@@ -37,17 +38,17 @@ class Exact:
         return Measure(self.levels[index] - self.levels[0], self.se / math.sqrt(rounds),
                        10.0 * rounds)
 
-    def ends(self, rounds: int) -> Measure:
-        self.asked.append((0, rounds))
-        self.ends_rounds = rounds
-        return self._measure(len(self.levels) - 1, rounds)
+    def ends(self, jobs: int) -> Measure:
+        self.asked.append((0, jobs))
+        self.ends_jobs = jobs
+        return self._measure(len(self.levels) - 1, jobs)
 
     def candidate(self, index: int, rounds: int) -> Contrasts | None:
         self.asked.append((index, rounds))
         if index in self.broken:
             return None
         return paired_contrasts(self._measure(index, rounds),
-                                self._measure(len(self.levels) - 1, self.ends_rounds))
+                                self._measure(len(self.levels) - 1, self.ends_jobs))
 
 
 def _levels(commits: int, first_bad: int, change: float = -0.2) -> list[float]:
@@ -90,14 +91,14 @@ def test_good_and_bad_that_do_not_differ_stop_at_once() -> None:
     evidence = Exact([0.0] * 9)
     outcome = bisect(Plan(8), evidence)
     assert (outcome.answer, len(outcome.steps)) == ("no difference", 1)
-    assert evidence.asked == [(0, 1)]  # far from a difference: no second round
+    assert evidence.asked == [(0, 2)]  # far from a difference: no second round
 
 
 def test_good_and_bad_too_noisy_to_rule_out_a_change_look_again_before_no_difference(
         ) -> None:
     evidence = Exact([0.0] * 9, se=0.2)  # no difference, but +-40% not ruled out
     assert bisect(Plan(8), evidence).answer == "no difference"
-    assert evidence.asked == [(0, 1), (0, 2), (0, 3)]
+    assert evidence.asked == [(0, 2), (0, 3), (0, 4)]  # two jobs from the first look
     assert bisect(Plan(8, min_change=2.0), Exact([0.0] * 9, se=0.2)).steps[0].rounds == 1
 
 
@@ -117,7 +118,8 @@ def test_a_close_step_measures_more_rounds_where_it_is_close_only() -> None:
     evidence = Exact(_levels(8, 5, change=-0.06), se=0.02)  # t 3: p 0.013, over 0.01 / 3
     outcome = bisect(Plan(8), evidence)
     assert (outcome.answer, outcome.high) == ("found", 5)
-    assert [step.rounds for step in outcome.steps] == [2, 3, 2, 2]
+    # The ends decide at their first look: two jobs there already.
+    assert [step.rounds for step in outcome.steps] == [1, 3, 2, 2]
     assert bisect(Plan(8), Exact(_levels(8, 5, change=-0.06), se=0.005)).steps[0].rounds == 1
 
 
@@ -138,9 +140,30 @@ def test_pooled_and_combined_measures_carry_their_error_and_df() -> None:
     difference = combine((1.0, one), (-1.0, Measure(0.0, 0.03, 9.0)))
     assert difference.se == pytest.approx(0.05)
     assert 4.0 < difference.df < 13.0
-    regular = job_contrasts(Measure(0.0, 0.03, 5.0), Measure(-0.2, 0.03, 5.0), one)
-    assert regular.to_good.log == pytest.approx(0.1)
-    assert regular.to_bad.log == pytest.approx(0.3)
+    contrasts = paired_contrasts(one, Measure(-0.2, 0.03, 5.0))
+    assert contrasts.to_good.log == pytest.approx(0.1)
+    assert contrasts.to_bad.log == pytest.approx(0.3)
+
+
+def test_replicate_jobs_give_the_spread_between_jobs_and_it_is_never_averaged_away() -> None:
+    # Two jobs of one commit 0.2 apart with standard errors 0.05: the spread of two is
+    # 0.02, their own 0.0025, so tau^2 0.0175 on 1 df; a group of one says nothing.
+    groups = [[Measure(0.0, 0.05, 5.0), Measure(0.2, 0.05, 5.0)], [Measure(0.5, 0.05, 5.0)]]
+    assert between_jobs(groups, (0.0, 0.0)) == pytest.approx((0.0175, 1.0))
+    assert between_jobs(groups, (0.1, 1.0)) == pytest.approx(((0.0175 + 0.01) / 2, 2.0))
+    # Jobs closer than their own errors show none (never a negative variance).
+    assert between_jobs([[Measure(0.0, 0.05, 5.0), Measure(0.01, 0.05, 5.0)]],
+                        (0.0, 0.0)) == (0.0, 1.0)
+    jobs = Jobs((0.0, 0.0))
+    for index, measure in ((1, groups[0][0]), (1, groups[0][1]), (2, groups[1][0])):
+        jobs.add(index, measure)
+    both = jobs.pooled(1, 2)
+    assert both.log == pytest.approx(0.1) and both.between == pytest.approx(0.0175 / 2)
+    assert both.total_se == pytest.approx(math.sqrt(0.05**2 / 2 + 0.0175 / 2))
+    # The candidate against the ends keeps the one estimate's df, not twice it.
+    against = combine((1.0, jobs.pooled(2, 1)), (-1.0, both))
+    assert against.between == pytest.approx(0.0175 * 1.5) and against.between_df == 1.0
+    assert against.total_df < 2.0
 
 
 def test_the_next_candidate_is_the_middle_one_not_skipped() -> None:
@@ -152,15 +175,17 @@ def test_the_next_candidate_is_the_middle_one_not_skipped() -> None:
 
 def test_simulated_bisects_name_a_wrong_commit_less_often_than_the_bound() -> None:
     """2,000 bisects a cell, fixed seeds: the share naming a wrong commit (or a range
-    without the first bad one) is under the stated 5%; the planted changes are found."""
+    without the first bad one) is under the stated 5% whatever the machine's drift between
+    jobs; the planted changes are found (issue 38's floor: 0.8 for +30% at tau 0.10)."""
     started = time.monotonic()
     rates = {name: cell_rates(cell, 2000, seed) for seed, (name, cell) in
              enumerate(CELLS.items())}
     for name, found in rates.items():
         print(f"{name}: wrong {found.wrong:.4f}, right {found.right:.3f}, no difference "
-              f"{found.no_difference:.3f}, jobs {found.rounds:.1f}")
+              f"{found.no_difference:.3f}, jobs {found.jobs:.1f}")
         assert found.wrong <= found.bound, name
-    assert rates["8 commits, -17%, paired, 4% a job (df 4)"].right > 0.85
-    assert rates["16 commits, -17%, paired, a quarter broken"].right > 0.85
-    assert rates["16 commits, no change, paired, 4% a job"].no_difference > 0.95
+    assert rates["8 commits, -17%, 4% a job (df 4)"].right > 0.85
+    assert rates["16 commits, -17%, a quarter broken"].right > 0.85
+    assert rates["8 commits, +30% cost, 5% a job (df 5), tau 0.10"].right >= 0.8
+    assert rates["16 commits, no change, 4% a job (df 5), tau 0.10"].no_difference > 0.95
     print(f"{time.monotonic() - started:.1f} s")

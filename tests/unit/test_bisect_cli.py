@@ -125,9 +125,13 @@ def test_the_dry_run_lists_the_commits_their_error_rates_and_the_cost(
     plan = json.loads(run_cli("bisect", matrix, "--good", commits[0], "--bad", "master",
                               "--series", "variant", "--series", "draft", "--dry-run",
                               "--format", "json").output)
-    # Per step one job across builds (variant tok/s) and the commit's own (draft): 2 a
-    # step, 4 steps, and good's own job: 9 jobs in one round, 27 in three.
-    assert (plan["builds"], plan["jobs"], plan["share"]) == (5, [9, 27], 0.01)
+    # One job across builds of the variant arm serves both series (its tok/s, its draft
+    # timer block against block): 3 decisions and the ends' two jobs, 5 in one round; 3
+    # looks a decision and the ends' 4 jobs, 13 at most. The speedup adds the baseline's.
+    assert (plan["builds"], plan["jobs"], plan["share"]) == (5, [5, 13], 0.01)
+    both = json.loads(run_cli("bisect", matrix, "--good", commits[0], "--bad", "master",
+                              "--dry-run", "--format", "json").output)
+    assert both["jobs"] == [10, 26]
 
 
 def test_the_text_answer_names_the_first_bad_commit_each_step_and_the_cost() -> None:

@@ -10,7 +10,13 @@ import pandas as pd
 import pytest
 
 from farm.stats.changes import beyond, describe, find_changes, gate
-from farm.stats.history import block_values, job_series, mean_estimate
+from farm.stats.history import (
+    block_values,
+    cross_series,
+    job_series,
+    mean_estimate,
+    ratio_estimate,
+)
 from farm.stats.online import PRIOR_DF, PRIOR_TAU, between_build_variance
 from tests.unit import simulate_history
 
@@ -188,6 +194,27 @@ def test_block_values_read_each_arm_per_block_and_the_variant_s_acceptance_and_c
     series = job_series(runs, 1.9, 0.02, 6.0)
     assert series["speedup"].value == 1.9 and series["speedup"].low < 1.9
     assert series["acceptance_1"].value == pytest.approx(0.9)
+
+
+def test_a_job_across_builds_reads_each_drafting_series_block_against_block() -> None:
+    # Both arms the variant's flags, the newer build (variant arm) 3 ms a draft slower:
+    # each pair's draft timer newer over older. The third pair ran on a machine twice as
+    # slow: both arms' timers doubled, the ratio the same, so the interval stays narrow.
+    runs = pd.DataFrame([
+        {**_run(arm, 2 * pair + (arm == "variant"), 40.0 / slow, 10, [8, 6],
+                (draft + (30.0 if arm == "variant" else 0.0)) * slow), "pair": pair}
+        for pair, (draft, slow) in enumerate(((10.0, 1.0), (11.0, 1.0), (10.5, 2.0)))
+        for arm in ("baseline", "variant")])
+    across = cross_series(runs)
+    draft = across["draft_ms_per_token"]
+    older = [10.0 / 40, 11.0 / 40, 21.0 / 40]
+    newer = [40.0 / 40, 41.0 / 40, 81.0 / 40]
+    assert draft.value == pytest.approx(sum(newer) / sum(older)) and draft.df == 2
+    assert 3.5 < draft.low < draft.value < draft.high < 4.5
+    # The same acceptance on both builds: exactly 1, no spread, no interval.
+    assert across["acceptance_1"].value == 1.0 and across["acceptance_1"].log_se == 0.0
+    # Pairs where an arm did not draft are left out; fewer than two give no estimate.
+    assert math.isnan(ratio_estimate([1.0, math.nan], [2.0, 2.0]).value)
 
 
 def test_simulated_null_histories_raise_few_false_alarms() -> None:
