@@ -207,6 +207,10 @@ class BuildRef(Frozen):
 SYNTHETIC_PREFIX = "spec-synth-"
 
 
+# The flags that make an arm speculate.
+SPECULATIVE_FLAGS = frozenset({"spec-type", "spec-draft-model"})
+
+
 class Arm(Frozen):
     """One side of a job: its role, name, build, and every flag it runs with."""
 
@@ -219,6 +223,12 @@ class Arm(Frozen):
     def argv(self) -> list[str]:
         """The arm's own flags, without the ones the farm adds (model, host, port...)."""
         return to_argv(self.flags)
+
+    @property
+    def speculates(self) -> bool:
+        """Whether the arm's flags request speculative decoding of any kind."""
+        return any(name in SPECULATIVE_FLAGS and value not in (False, "none")
+                   for name, value in self.flags)
 
 
 class JobSpec(Frozen):

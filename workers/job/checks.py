@@ -32,7 +32,6 @@ FLAG_RENAMES = {"draft": "spec-draft-n-max", "draft-n": "spec-draft-n-max",
                 "draft-n-min": "spec-draft-n-min"}
 # Old --spec-type value -> new one (renamed before the MTP merge, PR #22673).
 SPEC_TYPE_RENAMES = {"mtp": "draft-mtp"}
-SPECULATIVE_FLAGS = frozenset({"spec-type", "spec-draft-model"})
 # Metavars llama-server's --help prints for a number, integer or not (--temp is N too).
 # Others (FNAME, TYPE, M for a hex mask, lo-hi, N0,N1,...) are not checked here.
 _NUMERIC_HINTS = frozenset({"N", "P", "SEED", "INDEX", "L", "SECONDS", "SIMILARITY"})
@@ -146,12 +145,6 @@ def check_arm(probe: BinaryProbe, arm: Arm,
             raise ConfigError(f"--{name} is given twice (as {raw_name!r} too); give it once")
         flags.append((name, value))
     return arm.model_copy(update={"flags": tuple(flags)}), notes
-
-
-def asks_for_speculation(arm: Arm) -> bool:
-    """Whether an arm's flags request speculative decoding of any kind."""
-    return any(name in SPECULATIVE_FLAGS and value not in (False, "none")
-               for name, value in arm.flags)
 
 
 def _check_model(spec: JobSpec, model: ModelInfo, paths: NodePaths) -> None:

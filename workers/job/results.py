@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from farm.matrix.spec import ArmRole, Prompt
-from workers.job.checks import Preflight, asks_for_speculation
+from workers.job.checks import Preflight
 from workers.job.runtime.client import Generation, SpecCounters
 from workers.job.runtime.server_log import ContextMemory, SpecStats
 from workers.job.telemetry import RunTelemetry
@@ -100,4 +100,4 @@ class Outcome:
     @property
     def speculation_asked(self) -> bool:
         """Whether the job's variant asked for speculative decoding of any kind."""
-        return asks_for_speculation(self.checked.spec.variant)
+        return self.checked.spec.variant.speculates
