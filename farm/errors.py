@@ -4,7 +4,8 @@
     ├── ConfigError               bad input (matrix, flags, paths, settings): exit 2
     │   ├── UnsupportedByBuild        a flag or value the chosen llama-server does not accept
     │   ├── NoMtpHeads                an arm drafts with MTP heads the model does not have
-    │   └── ProcessNotStarted         llama-server could not even be executed (its argv, its file)
+    │   ├── ProcessNotStarted         llama-server could not even be executed (its argv, its file)
+    │   └── BundleError               a shared bundle a board refuses (farm.board.verify)
     └── RuntimeFarmError          something failed while doing the work: exit 1
         ├── ServiceUnavailable        the database or the broker does not answer
         ├── ServerStartError          llama-server exited while starting (a crash)
