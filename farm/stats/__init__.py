@@ -21,6 +21,9 @@ another package of the farm but ``farm.words`` (a phrase the reports read back).
     prompt_speed   the prompts' length and each arm's prompt processing speed
     curve          the engine cost curve over acceptance lengths
     prediction     a drafter's speedup from its acceptance and the cost curve
+    bisect         a bisect's decisions, their error rates, the spread between jobs
+    busy           blocks run beside other work
+    board          many machines' jobs: machines as random effects, the best setting per GPU
 
 Nothing is imported here: ``from farm.stats.design import Design`` loads no numpy.
 """
