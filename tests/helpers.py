@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -23,6 +24,10 @@ COPY_PROMPT = (
 # schema 0006 never has them (tests that store today's specs there leave them out). None of
 # them is part of what 0007 computes.
 NEWER_THAN_0007 = ("busy_node", "busy_wait")
+
+
+# Debian's Chromium, which tests/run installs with apt-get (the browser tests skip without).
+CHROMIUM = shutil.which("chromium")
 
 
 REDIS_URL = os.environ.get("FARM_TEST_REDIS_URL", "redis://127.0.0.1:6379")

@@ -115,6 +115,11 @@ def _text_renderers(fmt: str) -> dict[type, Renderer]:
             return history.history_markdown(result.frames, result.title)
         return table_text(history.history_sheets(result.frames, result.title), target.width)
 
+    def board(result: kinds.Board, target: Target) -> str:
+        from farm.report.board import board_markdown, board_text
+
+        return board_markdown(result) if fmt == "md" else board_text(result, target.width)
+
     return {
         kinds.JobReport: lambda result, target: _job_report_text(result, target, fmt),
         kinds.Tables: lambda result, target: _sheets(result.sheets, target, fmt),
@@ -122,7 +127,8 @@ def _text_renderers(fmt: str) -> dict[type, Renderer]:
         kinds.BisectAnswer: lambda result, _: (bisect.bisect_markdown if fmt == "md" else
                                                bisect.bisect_text)(result.answer),
         kinds.BisectPlan: lambda result, _: bisect.plan_text(result.plan),
-        kinds.Peers: peers, kinds.Curves: curves, kinds.Recommendations: recommendations}
+        kinds.Peers: peers, kinds.Curves: curves, kinds.Recommendations: recommendations,
+        kinds.Board: board}
 
 
 # --- CSV -------------------------------------------------------------------------------
@@ -183,6 +189,12 @@ def _peers_json(result: kinds.Peers, _: Target) -> str:
                        "unmatched": json.loads(_frame_json(result.unmatched))}, indent=1)
 
 
+def _board_json(result: kinds.Board, _: Target) -> str:
+    from farm.report.board import board_json
+
+    return board_json(result)
+
+
 def _history_json(result: kinds.History, _: Target) -> str:
     from farm.report.history import history_json
 
@@ -199,7 +211,8 @@ _JSON: dict[type, Renderer] = {
     kinds.Curves: lambda result, _: _frames_json(curves=result.curves, points=result.points),
     kinds.Recommendations: lambda result, _: _frames_json(recommendations=result.chosen,
                                                           candidates=result.candidates),
-    kinds.Runs: lambda result, _: _frame_json(result.runs)}
+    kinds.Runs: lambda result, _: _frame_json(result.runs),
+    kinds.Board: _board_json}
 
 
 # --- HTML and Parquet ------------------------------------------------------------------

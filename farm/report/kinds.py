@@ -128,3 +128,16 @@ class Runs:
     def what(self) -> str:
         """What a written file holds, as the command says it."""
         return f"{len(self.runs)} runs"
+
+
+@dataclass(frozen=True)
+class Board:
+    """``farm board show`` and ``site``: per model x GPU x backend x setting the figures
+    the board computed (``farm.stats.board.board_rows``), the best setting of each model
+    and GPU (``best_settings``), and the bundles behind them (``farm.board.view``)."""
+
+    rows: pd.DataFrame
+    best: pd.DataFrame
+    bundles: pd.DataFrame
+    title: str = "board"
+    stem = "board"

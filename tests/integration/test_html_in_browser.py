@@ -5,17 +5,14 @@ headline and the forest plot."""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import CHROMIUM, run_cli
 from tests.integration.test_golden_reports import load_fixture
 
-CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
     reason="Debian's chromium is not installed (tests/run installs it with apt-get)")
@@ -32,22 +29,6 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
                      env={"FARM_DATABASE_URL": url})
     assert result.exit_code == 0, result.output
     return output
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    """Debian's Chromium, headless, driven by Playwright (no browser download: its own
-    binary by ``executable_path``)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                              args=["--no-sandbox", "--disable-gpu",
-                                                    "--disable-dev-shm-usage"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.mark.parametrize("width", [800, 1400])
