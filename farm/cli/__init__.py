@@ -1,9 +1,9 @@
-"""The ``farm`` command: one flat group of verbs (``farm run``, ``farm report``; only
-``farm db`` has subcommands), registered on ``base.cli`` by modules that each hold one
-topic's verbs: start (the first hour), running, results, database, fleet, builds, peers,
-track, bisect (its steps in bisect_steps). What the verbs print or write lives beside them
-(show, show_history, show_peers, dry_run, progress, output); every command's examples in
-``helptext``.
+"""The ``farm`` command: one flat group of verbs (``farm run``, ``farm report``; ``farm db``
+and ``farm board`` have subcommands), registered on ``base.cli`` by modules that each hold
+one topic's verbs: start (the first hour), running, results, database, fleet, builds,
+peers, track, bisect (its steps in bisect_steps), board (``farm share`` and the board).
+What the verbs print or write lives beside them (show, show_history, show_peers, dry_run,
+progress, output); every command's examples in ``helptext``.
 
 Exit codes: 0 success, 2 bad input, 1 runtime failure, 3 a regression found by
 ``--fail-on-regression`` (``farm compare``, ``farm history``), 130 interrupted.
@@ -11,11 +11,22 @@ Exit codes: 0 success, 2 bad input, 1 runtime failure, 3 a regression found by
 
 from __future__ import annotations
 
-from farm.cli import bisect, builds, database, fleet, peers, results, running, start, track
+from farm.cli import (
+    bisect,
+    board,
+    builds,
+    database,
+    fleet,
+    peers,
+    results,
+    running,
+    start,
+    track,
+)
 from farm.cli.base import cli
 from farm.cli.helptext import teach
 
-__all__ = ["bisect", "builds", "cli", "database", "fleet", "main", "peers", "results",
+__all__ = ["bisect", "board", "builds", "cli", "database", "fleet", "main", "peers", "results",
            "running", "start", "track"]
 
 teach(cli)

@@ -53,6 +53,15 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "bisect": ("farm bisect nightly.yaml --good b9200 --bad master --dry-run",
                "farm bisect nightly.yaml --good b9200 --bad master --series variant "
                "--series draft"),
+    "share": ("farm share smollm2-ngram --dry-run",
+              "farm share smollm2-ngram -o mine.zip --sign ~/.farm-key"),
+    "board": ("farm board add mine.zip theirs.zip", "farm board show --format md"),
+    "board add": ("farm board add mine.zip theirs.zip",
+                  "farm board add *.zip --require-signed --board postgresql://farm@db/board"),
+    "board show": ("farm board show", "farm board show --format json -o board.json"),
+    "board site": ("farm board site -o site/",),
+    "board trust": ("farm board trust alice.pub --name alice",),
+    "board key": ("farm board key ~/.farm-key",),
 }
 
 

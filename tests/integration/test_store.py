@@ -139,8 +139,10 @@ def test_migrations_create_exactly_the_models_tables(database_url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
+    from farm.store import board
     from farm.store.models import Base
 
+    assert board.BoardRun.metadata is Base.metadata  # the board's tables too
     engine = make_engine(database_url)
     try:
         upgrade(engine)

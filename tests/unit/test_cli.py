@@ -50,6 +50,8 @@ def _output(*formats: str, default: str = "table", all_help: str | None = None,
     return options
 
 
+BOARD_URL = ("--board URL", "The board's store (default: board.db in the data dir; a "
+             "postgresql:// URL for a shared one). Env: FARM_BOARD_URL.")
 AS_CLASS = ("Run MATRIX's jobs of GPU class CLASS on this machine although it is another "
             "(FARM_GPU_CLASS, default `default`); each run records this machine's class.")
 HELP: dict[tuple[str, ...], Help] = {
@@ -134,11 +136,13 @@ HELP: dict[tuple[str, ...], Help] = {
          "--job KEY": "The job to follow when MATRIX has several: a comparable key prefix (8+ "
                       "hex digits) or its variant's name (the error lists them).",
          "--series SERIES": "What changed (repeatable; default speedup): speedup, baseline, "
-                            "variant (decode tok/s, each measured in one job across builds), "
-                            "acceptance-N, acceptance-length, draft, verify (ms per token).",
+                            "variant (decode tok/s), acceptance-N, acceptance-length, draft, "
+                            "verify (ms per token); each measured in jobs of an arm's flags on "
+                            "good and on the candidate.",
          "--rounds INTEGER RANGE": "Looks a step takes at most: one more job of the same "
                                    "design per look, only while the step is too close to "
-                                   "call. [default: 3; 1<=x<=10]",
+                                   "call (the ends run one job more: two at their first "
+                                   "look). [default: 3; 1<=x<=10]",
          "--alpha FLOAT RANGE": "Bound on the chance that any decision of one series' search "
                                 "is wrong. [default: 0.05; 0.001<=x<=0.5]",
          "--min-change PERCENT": "The smallest change worth finding: good and bad stop after "
@@ -201,6 +205,49 @@ HELP: dict[tuple[str, ...], Help] = {
         "The tidy runs of CAMPAIGN (default: the latest), one row per run.",
         _output("csv", "json", "parquet", default="csv", all_help=(
             "The runs of every campaign (a campaign column names each)."))),
+    ("share",): Help(
+        "farm share [OPTIONS] CAMPAIGNS...",
+        "Leave CAMPAIGNS' finished jobs, every run with its telemetry and provenance, as one "
+        "self-describing bundle file (no secrets, no database URLs, no host or user names).",
+        {"-o, --output FILE": "The bundle file to write (required unless --dry-run).",
+         "--with-host": "Keep host names in the runs (default: the data dir's random machine "
+                        "id stands for the host).",
+         "--sign FILE": "Sign the bundle with this ed25519 private key (`farm board key PATH` "
+                        "makes one).",
+         "--dry-run": "Print what would be shared; write nothing."}),
+    ("board",): Help(
+        "farm board [OPTIONS] COMMAND [ARGS]...",
+        "A board of results anyone shares: `farm board add BUNDLE...`, then `farm board show` "
+        "or `farm board site -o DIR` (docs/board.md)."),
+    ("board", "add"): Help(
+        "farm board add [OPTIONS] BUNDLES...",
+        "Check BUNDLES and take their new jobs and runs onto the board, every figure "
+        "recomputed; a bundle that fails any check changes nothing.",
+        {BOARD_URL[0]: BOARD_URL[1],
+         "--require-signed": "Refuse bundles not signed by a key the board knows (`farm "
+                             "board trust`)."}),
+    ("board", "show"): Help(
+        "farm board show [OPTIONS]",
+        "Per model x GPU x setting: the speedup and decode tok/s with intervals that treat "
+        "machines as random effects, and the best setting per model and GPU.",
+        {BOARD_URL[0]: BOARD_URL[1], **_output("table", "md", "json", wide=False)}),
+    ("board", "site"): Help(
+        "farm board site [OPTIONS]",
+        "Write the board as a static site: an index of models and GPUs, a page per model "
+        "with its table and a plot of speedup against draft length, a page per bundle.",
+        {BOARD_URL[0]: BOARD_URL[1],
+         "-o, --output DIRECTORY": "The folder to write the site to (made if new; the site's "
+                                   "own files replaced, any other left). [required]"}),
+    ("board", "trust"): Help(
+        "farm board trust [OPTIONS] PUBLIC_KEY",
+        "Know PUBLIC_KEY (a `farm board key` .pub file) as NAME: bundles it signed show as "
+        "signed by NAME, and `--require-signed` takes them.",
+        {"--name TEXT": "The name the board shows for this key. [required]",
+         BOARD_URL[0]: BOARD_URL[1]}),
+    ("board", "key"): Help(
+        "farm board key [OPTIONS] PATH",
+        "Make an ed25519 key pair: PATH (private, mode 0600) and PATH.pub (public, for a "
+        "board's `farm board trust`)."),
     ("db",): Help(
         "farm db [OPTIONS] COMMAND [ARGS]...",
         "Manage the result database (FARM_DATABASE_URL, default SQLite in the data dir)."),
