@@ -318,6 +318,7 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
     specs = [s for s in specs if s.gpu_class == chosen]
     _admitted(path, matrix, specs, node)
     specs, notes = _models_here(path, specs, settings, say, make_builds)
+    notes += _idle_drafters(specs)
     unbuilt = []
     if make_builds:
         gpus = all_gpus()
@@ -328,9 +329,27 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
             _on_node(model, paths.downloads_dir) for model in (s.model, *s.draft_models))]
         unbuilt = [(s, "its source build is made, and its model downloaded, when the job "
                        "runs") for s in specs if s not in ready]
+        for spec, _ in unbuilt:  # a named build is never made by a run: it must be here
+            if _built(spec, node):
+                resolve_builds(spec, node)
         specs = ready
     return CheckedMatrix(path, matrix, checked_jobs(path, matrix, specs, node, paths), node,
                          unbuilt, notes)
+
+
+def _idle_drafters(specs: list[JobSpec]) -> list[str]:
+    """For a dry run: the arms that tune a drafter (``--draft-max 8``) but ask for none (no
+    ``--spec-type`` or ``--spec-draft-model``), so will not draft; one line each."""
+    found: dict[str, str] = {}
+    for spec in specs:
+        for arm in (spec.baseline, spec.variant):
+            tuning = [name for name, _ in arm.flags if name.startswith(("spec-", "draft"))]
+            if tuning and not arm.speculates:
+                found.setdefault(arm.name, (
+                    f"arm {arm.name!r} sets --{', --'.join(tuning)} but asks for no drafter "
+                    "(no --spec-type or --spec-draft-model): it will not draft; add "
+                    "`spec-type: ...` to its flags"))
+    return list(found.values())
 
 
 def _on_node(model: ModelRef, downloads_dir: Path) -> bool:

@@ -108,3 +108,39 @@ def test_a_local_draft_model_entry_is_refused_naming_the_flag(tmp_path: Path) ->
                                                                    "file": "d.gguf"}]})
     result = run_cli("run", "--dry-run", str(write_matrix(tmp_path, matrix)))
     assert result.exit_code == 2 and "`spec-draft-model: FILE`" in result.stderr
+
+
+def test_the_dry_run_of_a_remote_model_still_needs_its_named_build_here(
+        tmp_path: Path) -> None:
+    # Its download waits for the run; a named build is never made by one, so a missing one
+    # is said now, as it is for a local model (issue 40: the GPU route hid it).
+    remote = {"name": "m", "url": "https://example.org/dir/m.gguf", "sha256": "d" * 64}
+    for model in (remote, {"name": "m", "path": str(tmp_path / "m.gguf")}):
+        (tmp_path / "m.gguf").write_bytes(b"GGUF")
+        path = write_matrix(tmp_path, matrix_dict(tmp_path / "m.gguf", models=[model],
+                                                  build="master"))
+        result = run_cli("run", "--dry-run", str(path))
+        assert result.exit_code == 2, result.output
+        assert "build 'master' is not on " in result.stderr
+        assert "`farm build master ...`" in result.stderr
+
+
+def test_a_file_too_short_for_a_gguf_is_one_message_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    result = run_cli("run", "--dry-run", str(write_matrix(tmp_path, matrix_dict(
+        tmp_path / "m.gguf"))))
+    assert result.exit_code == 2, result.output
+    assert "m.gguf: not a readable GGUF file" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_the_dry_run_says_when_an_arm_tunes_a_drafter_it_never_asks_for(
+        tmp_path: Path, smollm2: Path) -> None:
+    matrix = matrix_dict(smollm2, variants=[
+        {"name": "long", "flags": {"draft-max": 8}},
+        {"name": "ngram", "flags": {"spec-type": "ngram-simple", "draft-max": 8}}])
+    result = run_cli("run", "--dry-run", str(write_matrix(tmp_path, matrix)))
+    assert result.exit_code == 0, result.output
+    assert ("arm 'long' sets --draft but asks for no drafter (no --spec-type or "
+            "--spec-draft-model): it will not draft") in " ".join(result.stdout.split())
+    assert "arm 'ngram'" not in result.stdout

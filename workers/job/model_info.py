@@ -65,8 +65,9 @@ def _read_metadata(path: Path) -> dict[str, Any]:
 
     try:
         reader = GGUFReader(path)
-    except (ValueError, OSError) as exc:
-        raise ConfigError(f"{path}: not a readable GGUF file ({exc})") from exc
+    except (ValueError, OSError, IndexError, KeyError) as exc:  # a short file: IndexError
+        raise ConfigError(f"{path}: not a readable GGUF file ({exc or type(exc).__name__}); "
+                          "give a whole .gguf model file") from exc
     arch = str(_scalar(reader, "general.architecture") or "unknown")
     vocab_size, vocab_hash = _vocab(reader)
     context = _scalar(reader, f"{arch}.context_length")
