@@ -193,6 +193,8 @@ def test_a_source_fetched_through_git_daemon_is_checked_out_at_the_stored_commit
     with pytest.raises(BuildUnavailable, match=f"{url}: cannot fetch: .*refused") as down:
         resolve_source(BuildRequest(name="x", source=url, ref=second), paths)
     assert down.value.transient
+    assert "give the local clone instead (`farm build NAME --source" in str(down.value)
+    assert "local clone" not in str(refused.value)  # a source that is gone: no such advice
 
 
 def _hold(paths: NodePaths, kind: str, seconds: float, log: Path) -> None:

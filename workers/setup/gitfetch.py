@@ -62,8 +62,12 @@ def remote_git(args: list[str], url: str) -> None:
     own = "\n".join(line for line in done.stderr.splitlines()
                     if not line.startswith("remote:") and "remote error:" not in line)
     passing = _GONE.search(own) is None and _PASSING.search(own) is not None
-    raise BuildUnavailable(f"{url}: cannot fetch: {detail or f'exit code {done.returncode}'}",
-                           transient=passing)
+    # Offline, or behind a firewall: a clone made where the network is works as well.
+    offline = ("; without the network, clone it where you can and give the local clone "
+               "instead (`farm build NAME --source /path/to/llama.cpp`, or `git:` in a "
+               "matrix's build)" if passing else "")
+    raise BuildUnavailable(f"{url}: cannot fetch: {detail or f'exit code {done.returncode}'}"
+                           f"{offline}", transient=passing)
 
 
 def clone(url: str, repo: Path) -> None:
