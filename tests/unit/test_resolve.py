@@ -125,6 +125,18 @@ def _local(config: WorkerConfig, matrix_dir: Path, allow_build_path: bool = Fals
                      matrix_dir=matrix_dir, allow_build_path=allow_build_path)
 
 
+def test_a_model_file_typo_names_the_files_it_may_have_meant(
+        config: WorkerConfig, tmp_path: Path) -> None:
+    with pytest.raises(NotOnThisNode, match=r"'targte.gguf' not found in the models dir .* "
+                                            r"\(did you mean 'target.gguf'\?\); run"):
+        resolve(_spec((), "targte.gguf"), config.files())
+    with pytest.raises(NotOnThisNode, match=r"'zzz.gguf' not found in the models dir [^(]*; run"):
+        resolve(_spec((), "zzz.gguf"), config.files())
+    spec = _spec(()).model_copy(update={"model": ModelRef(name="m", path="models/draf.gguf")})
+    with pytest.raises(NotOnThisNode, match=r"does not exist \(did you mean 'draft.gguf'\?\)"):
+        resolve(spec, _local(config, tmp_path))
+
+
 def test_farm_run_resolves_the_matrix_paths_a_worker_refuses(
         config: WorkerConfig, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"

@@ -14,6 +14,7 @@ read the user's files). Every name is joined by ``farm.matrix.files.under``.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,9 +49,25 @@ class NodeFiles:
     allow_paths: tuple[Path, ...] = ()
 
 
+# Files of a folder a "did you mean" reads at most (a models dir of thousands stays quick).
+_NEIGHBOURS = 2000
+
+
+def _did_you_mean(path: Path) -> str:
+    """``path``'s nearest neighbours in its folder by name (a typo's likely fix), as a
+    clause to add to the message; empty when there are none."""
+    try:
+        names = sorted(entry.name for _, entry in zip(range(_NEIGHBOURS), path.parent.iterdir(),
+                                                      strict=False) if entry.is_file())
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, names, n=3, cutoff=0.75)
+    return f" (did you mean {' or '.join(repr(name) for name in close)}?)" if close else ""
+
+
 def _existing(path: Path, what: str, fix: str) -> str:
     if not path.is_file():
-        raise NotOnThisNode(f"{what}: {path} does not exist; {fix}")
+        raise NotOnThisNode(f"{what}: {path} does not exist{_did_you_mean(path)}; {fix}")
     return str(path.resolve())
 
 
@@ -60,8 +77,8 @@ def _inside(node: NodeFiles, value: str, what: str, place: Path | None = None) -
     candidate = place or under(root, value, what=what)
     if not candidate.is_file():
         raise NotOnThisNode(f"{what} {value!r} not found in the models dir {root} of "
-                            f"{node.name}; run `farm provision`, set FARM_MODELS_DIR, or put "
-                            "the file there")
+                            f"{node.name}{_did_you_mean(candidate)}; run `farm provision`, "
+                            "set FARM_MODELS_DIR, or put the file there")
     return str(candidate)
 
 
