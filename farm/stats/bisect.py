@@ -34,7 +34,6 @@ from typing import Literal, Protocol
 
 from farm.stats.distributions import student_t_cdf
 from farm.stats.intervals import t_margin
-from farm.stats.online import PRIOR_DF, PRIOR_TAU
 
 ALPHA = 0.05  # the whole search's error rate bound
 ROUNDS = 3  # looks a step takes at most
@@ -43,9 +42,10 @@ ROUNDS = 3  # looks a step takes at most
 CLOSE = 0.2
 MIN_CHANGE = 0.10
 # What a series assumes of the spread between jobs before its replicates say more (tau,
-# df): the history's 2% on 4 df (``farm.stats.online``), so that the ends' first two jobs
+# df): the history's 2% on 4 df (``farm.stats.online.PRIOR_TAU``, ``PRIOR_DF``, which
+# loads numpy; this module does not, the CLI imports it), so that the ends' first two jobs
 # (one df) do not leave a decision on a t of one df, nor read two close jobs as no spread.
-PRIOR = (PRIOR_TAU, PRIOR_DF)
+PRIOR = (0.02, 4.0)
 NAN = float("nan")
 
 Verdict = Literal["differ", "no difference", "no test", "like good", "like bad", "neither",

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from farm.stats.bisect import (
+    PRIOR,
     Contrasts,
     Jobs,
     Measure,
@@ -143,6 +144,12 @@ def test_pooled_and_combined_measures_carry_their_error_and_df() -> None:
     contrasts = paired_contrasts(one, Measure(-0.2, 0.03, 5.0))
     assert contrasts.to_good.log == pytest.approx(0.1)
     assert contrasts.to_bad.log == pytest.approx(0.3)
+
+
+def test_a_bisect_assumes_the_historys_spread_between_jobs_before_replicates() -> None:
+    from farm.stats.online import PRIOR_DF, PRIOR_TAU
+
+    assert PRIOR == (PRIOR_TAU, PRIOR_DF)
 
 
 def test_replicate_jobs_give_the_spread_between_jobs_and_it_is_never_averaged_away() -> None:
