@@ -8,7 +8,7 @@ worker would (``farm submit --dry-run``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -22,6 +22,7 @@ from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec, ModelRef
 from farm.results.finish import finished_job_values
 from farm.settings import Settings
+from farm.stats.design import StopDecision
 from farm.store import repo
 from farm.store.db import connected, upgrade
 from farm.store.models import JobState
@@ -99,14 +100,17 @@ def _flags_checked(path: Path, matrix: Matrix, spec: JobSpec, node: NodeFiles,
 class Progress(Protocol):
     """What ``run_matrix`` tells as it goes (the CLI draws a bar; a selftest nothing)."""
 
-    def start(self, jobs: int, skipped: int, least_runs: int) -> None:
-        """``jobs`` to run (``skipped`` already done), at least ``least_runs`` runs."""
+    def start(self, pending: Sequence[JobSpec], skipped: int) -> None:
+        """The ``pending`` jobs will run in this order (``skipped`` already done)."""
 
     def job(self, index: int, count: int, spec: JobSpec, runs_done: int) -> None:
         """Job ``index`` of ``count`` starts, with ``runs_done`` runs already stored."""
 
     def run(self, result: RunResult) -> None:
         """One run finished."""
+
+    def decision(self, decision: StopDecision) -> None:
+        """A pair finished: the job's stopping rule decided (its pairs: the plan so far)."""
 
     def failed(self, spec: JobSpec, error: FarmError) -> None:
         """A job failed (the campaign goes on)."""
@@ -118,13 +122,16 @@ class Progress(Protocol):
 class Silent:
     """A ``Progress`` that says nothing."""
 
-    def start(self, jobs: int, skipped: int, least_runs: int) -> None:
+    def start(self, pending: Sequence[JobSpec], skipped: int) -> None:
         """Say nothing."""
 
     def job(self, index: int, count: int, spec: JobSpec, runs_done: int) -> None:
         """Say nothing."""
 
     def run(self, result: RunResult) -> None:
+        """Say nothing."""
+
+    def decision(self, decision: StopDecision) -> None:
         """Say nothing."""
 
     def failed(self, spec: JobSpec, error: FarmError) -> None:
@@ -138,9 +145,7 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: Nod
              settings: Settings, progress: Progress, gpus: list[GpuInfo]) -> int:
     pending = [(spec, job_id) for spec, job_id in zip(specs, job_ids, strict=True)
                if repo.job_state(engine, job_id) != JobState.DONE]
-    # The least each job runs; its first stage may plan more.
-    progress.start(len(pending), len(specs) - len(pending),
-                   sum(run_range(s)[0] for s, _ in pending))
+    progress.start([spec for spec, _ in pending], len(specs) - len(pending))
     failed = 0
     try:
         for index, (spec, job_id) in enumerate(pending, start=1):
@@ -152,7 +157,8 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: Nod
                 # (one that waits goes first between blocks).
                 with measuring(NodePaths.of(settings)) as let_builds_go:
                     outcome = execute_job(spec, sink, node=node, paths=NodePaths.of(settings),
-                                          on_run=progress.run, gpus=gpus,
+                                          on_run=progress.run,
+                                          on_decision=progress.decision, gpus=gpus,
                                           between_blocks=let_builds_go)
             except KeyboardInterrupt:
                 repo.mark_finished(engine, job_id, JobState.QUEUED,
@@ -370,12 +376,16 @@ def pair_range(spec: JobSpec) -> tuple[int, int]:
     return spec.design.least_pairs, spec.design.max_pairs
 
 
+def runs_per_pair(spec: JobSpec) -> int:
+    """The runs of one pair of blocks: both arms, every prompt and repetition
+    (simultaneous streams make one run)."""
+    return 2 * len(spec.prompts) * spec.repetitions
+
+
 def run_range(spec: JobSpec) -> tuple[int, int]:
-    """The fewest and the most runs a job makes: both arms, every prompt and repetition of
-    each pair (simultaneous streams make one run)."""
-    per_pair = 2 * len(spec.prompts) * spec.repetitions
+    """The fewest and the most runs a job makes (``pair_range`` times ``runs_per_pair``)."""
     low, high = pair_range(spec)
-    return low * per_pair, high * per_pair
+    return low * runs_per_pair(spec), high * runs_per_pair(spec)
 
 
 def run_matrix(checked: CheckedMatrix, settings: Settings, progress: Progress,

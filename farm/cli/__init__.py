@@ -3,7 +3,7 @@ and ``farm board`` have subcommands), registered on ``base.cli`` by modules that
 one topic's verbs: start (the first hour), running, results, database, fleet, builds,
 peers, track, bisect (its steps in bisect_steps), board (``farm share`` and the board).
 What the verbs print or write lives beside them (show, show_history, show_peers, dry_run,
-progress, output); every command's examples in ``helptext``.
+progress and its arithmetic in forecast, output); every command's examples in ``helptext``.
 
 Exit codes: 0 success, 2 bad input, 1 runtime failure, 3 a regression found by
 ``--fail-on-regression`` (``farm compare``, ``farm history``), 130 interrupted.

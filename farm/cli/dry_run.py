@@ -72,17 +72,18 @@ def print_dry_run(jobs: Sequence[tuple[JobSpec, Preflight | None]], console: Con
         for line in dict.fromkeys(filter(None, (build_line(spec, "baseline"),
                                                 build_line(spec, "variant")))):
             console.print(f"  build    {line}", markup=False, soft_wrap=True)
-    console.print("\n" + _totals([spec for spec, _ in jobs], speeds or {}), markup=False,
-                  soft_wrap=True)
+    console.print("\n" + design_totals([spec for spec, _ in jobs], speeds or {}),
+                  markup=False, soft_wrap=True)
 
 
 def _span(low: int, high: int) -> str:
     return str(low) if low == high else f"{low}-{high}"
 
 
-def _totals(specs: Sequence[JobSpec], speeds: Mapping[tuple[str, str], float]) -> str:
+def design_totals(specs: Sequence[JobSpec],
+                  speeds: Mapping[tuple[str, str], float]) -> str:
     """How many runs the jobs make and, where the store measured each arm's build on its
-    model, about how long they take."""
+    model, about how long they take (the dry run's last line, ``farm run``'s first)."""
     least = sum(run_range(spec)[0] for spec in specs)
     most = sum(run_range(spec)[1] for spec in specs)
     line = f"{_span(least, most)} runs in {plural(len(specs), 'job')}"

@@ -84,14 +84,17 @@ def say_sandbox(settings: Settings, console: Console) -> None:
 
 
 def run_checked(checked: CheckedMatrix, settings: Settings, console: Console) -> str:
-    """Run a checked matrix here with a progress bar on ``console``, then print its report
-    (failed jobs too); returns the campaign. SIGTERM should be ``sigterm_as_interrupt``."""
+    """Run a checked matrix here with a progress bar on ``console`` (after a line of how long
+    it may take), then print its report (failed jobs too); returns the campaign. SIGTERM
+    should be ``sigterm_as_interrupt``."""
+    from farm.cli.dry_run import measured_speeds
     from farm.cli.progress import RunProgress
     from farm.cli.show import show_report
     from farm.runner import run_matrix
 
     try:
-        campaign = run_matrix(checked, settings, RunProgress(console))
+        campaign = run_matrix(checked, settings,
+                              RunProgress(console, measured_speeds(settings)))
     except JobsFailed as exc:
         show_report(settings, exc.campaign, "table")
         raise

@@ -13,10 +13,12 @@ MIN_SECOND_STAGE = 4
 
 @dataclass(frozen=True)
 class StopDecision:
-    """Whether a job has enough pairs, and why."""
+    """Whether a job has enough pairs, and why; ``pairs``: the fewest and the most it runs
+    in all, as far as this decision knows (the pairs done once it stops), for progress."""
 
     stop: bool
     reason: str
+    pairs: tuple[int, int]
 
 
 @dataclass(frozen=True)

@@ -89,23 +89,28 @@ def stop_decision(values: LogRatios, orders: Orders,
     (A job without an assurance promises no target: a quarter to two thirds of the default
     design's miss its ±3%, and the report's interval column says by how much.)
     """
+    done = (pairs_done, pairs_done)
     if pairs_done >= design.max_pairs:
         if design.two_stage and design.assurance is not None:
             half_width = estimate(values, orders, design).speedup.half_width
             if half_width > design.target:
                 return StopDecision(True, f"{NOT_REACHABLE}: half-width {half_width:.1%} "
-                                          f"at max pairs ({design.max_pairs})")
-        return StopDecision(True, f"max pairs ({design.max_pairs}) reached")
+                                          f"at max pairs ({design.max_pairs})", done)
+        return StopDecision(True, f"max pairs ({design.max_pairs}) reached", done)
     if pairs_done < design.first_stage:
-        return StopDecision(False, f"first stage: {pairs_done} of {design.first_stage} pairs")
+        return StopDecision(False, f"first stage: {pairs_done} of {design.first_stage} pairs",
+                            (design.least_pairs, design.max_pairs))
     plan = planned_pairs(values, orders, design)
+    # With an assurance the plan is the fewest pairs: the job may run on to max pairs.
+    most = plan if design.assurance is None else design.max_pairs
     if pairs_done < plan:
-        return StopDecision(False, f"planned {plan} pairs from the first stage")
+        return StopDecision(False, f"planned {plan} pairs from the first stage", (plan, most))
     if design.assurance is None:
-        return StopDecision(True, f"planned pairs ({plan}) reached")
+        return StopDecision(True, f"planned pairs ({plan}) reached", done)
     half_width = estimate(values, orders, design).speedup.half_width
     if half_width <= design.target:
         return StopDecision(True, f"planned pairs ({plan}) reached" if pairs_done == plan
-                            else f"target met at {pairs_done} pairs (planned {plan})")
+                            else f"target met at {pairs_done} pairs (planned {plan})", done)
     return StopDecision(False, f"half-width {half_width:.1%} over the target "
-                               f"{design.target:.1%}: running on past the {plan} planned")
+                               f"{design.target:.1%}: running on past the {plan} planned",
+                        (pairs_done + 1, design.max_pairs))

@@ -14,7 +14,7 @@ import pytest
 from farm.results.summarize import summarize
 from farm.stats.acceptance import acceptance, rate_interval
 from farm.stats.agreement import agreement, stop_mismatches
-from farm.stats.design import Design
+from farm.stats.design import Design, StopDecision
 from farm.stats.distributions import (
     f_cdf,
     regularized_incomplete_beta,
@@ -269,17 +269,20 @@ def test_the_first_stage_plans_the_pairs_and_the_second_measures_the_spread() ->
     assert 1 / 3 <= autocorrelation_factor(values, orders[:8]) <= 9.0
 
 
-def test_stop_decision_follows_the_plan() -> None:
+def test_stop_decision_follows_the_plan_and_bounds_the_pairs_left() -> None:
     design = Design(first_stage=4, max_pairs=12)
     orders = np.resize([1, -1], 12)
     values = np.array([0.2, 0.201, 0.199, 0.2, 0.2, 0.2, 0.2, 0.2])
-    assert stop_decision(values[:3], orders, design, 3).reason == "first stage: 3 of 4 pairs"
-    assert stop_decision(values[:4], orders, design, 4) == (
-        stop_decision(values[:4], orders, design, 4).__class__(
-            False, "planned 8 pairs from the first stage"))
-    assert stop_decision(values, orders, design, 8).stop
+    # The first stage knows the design's range; its end fixes the plan; a stop, the pairs.
+    assert stop_decision(values[:3], orders, design, 3) == StopDecision(
+        False, "first stage: 3 of 4 pairs", (8, 12))
+    assert stop_decision(values[:4], orders, design, 4) == StopDecision(
+        False, "planned 8 pairs from the first stage", (8, 8))
+    assert stop_decision(values, orders, design, 8) == StopDecision(
+        True, "planned pairs (8) reached", (8, 8))
     fixed = Design(first_stage=2, max_pairs=2)
-    assert stop_decision([0.1, 0.1], [1, -1], fixed, 2).reason == "max pairs (2) reached"
+    assert stop_decision([0.1, 0.1], [1, -1], fixed, 2) == StopDecision(
+        True, "max pairs (2) reached", (2, 2))
 
 
 def test_a_design_needs_room_for_its_second_stage() -> None:

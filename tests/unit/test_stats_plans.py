@@ -68,8 +68,11 @@ def test_an_assured_job_runs_on_past_its_plan_until_it_meets_the_target() -> Non
     plan = planned_pairs(quiet, orders, design)
     assert plan < 16
     noisy = np.concatenate([quiet, np.resize([0.1, 0.3, 0.3, 0.1], 12)])
+    # The plan is the fewest pairs: it may run on to the maximum.
+    assert stop_decision(noisy[:4], orders, design, 4).pairs == (plan, 16)
     decision = stop_decision(noisy[:plan], orders, design, plan)
     assert not decision.stop and decision.reason.endswith(f"running on past the {plan} planned")
+    assert decision.pairs == (plan + 1, 16)
     steady = np.concatenate([quiet, np.resize([0.2, 0.201, 0.199, 0.2], 12)])
     assert stop_decision(steady[:plan], orders, design, plan).reason == (
         f"planned pairs ({plan}) reached")

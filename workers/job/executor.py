@@ -84,6 +84,7 @@ class RunSink(Protocol):
 
 
 ProgressFn = Callable[[RunResult], None]
+DecisionFn = Callable[[StopDecision], None]
 
 
 def variant_opens(job_key: str) -> bool:
@@ -144,8 +145,8 @@ class Block:
 
 
 def execute_job(spec: JobSpec, sink: RunSink, *, node: NodeFiles, paths: NodePaths,
-                on_run: ProgressFn | None = None, gpus: Sequence[GpuInfo] = (),
-                siblings: Callable[[], Sequence[int]] = tuple,
+                on_run: ProgressFn | None = None, on_decision: DecisionFn | None = None,
+                gpus: Sequence[GpuInfo] = (), siblings: Callable[[], Sequence[int]] = tuple,
                 between_blocks: Callable[[], object] = tuple) -> Outcome:
     """Run the job's block pairs until its two-stage rule stops; raises ``FarmError``.
 
@@ -157,7 +158,8 @@ def execute_job(spec: JobSpec, sink: RunSink, *, node: NodeFiles, paths: NodePat
     their servers are the farm's own work, everything else on the node other work, waited
     out or refused before each block as the job's ``busy_node`` says (``workers.job.quiet``);
     ``between_blocks`` is called before each block (a waiting build of this node goes
-    first: ``workers.setup.ondemand.measuring``).
+    first: ``workers.setup.ondemand.measuring``); ``on_run`` after each run and
+    ``on_decision`` after each pair's stopping decision (its pairs: the plan so far).
     """
     checked = preflight(spec, node, paths)
     sink.start(checked)
@@ -181,6 +183,8 @@ def execute_job(spec: JobSpec, sink: RunSink, *, node: NodeFiles, paths: NodePat
                 _run_block(Block(spec, slot, todo, log_path, roots, waited), sink, checked,
                            list(gpus), Sandbox(paths.sandbox), record)
         decision = stop_rule(spec, measured, pair + 1)
+        if on_decision:
+            on_decision(decision)
         if decision.stop:
             return Outcome(checked, pair + 1, decision.reason)
     return Outcome(checked, spec.max_pairs, f"max pairs ({spec.max_pairs}) reached")
