@@ -11,12 +11,16 @@ from click.decorators import FC
 
 from farm.report.formats import FORMATS, formats_for
 
+WIDE_HELP = ("Every column of the table, however wide (a narrow terminal hides the least "
+             "needed ones and names them).")
+
 
 def output_options(kind: type, *, default: str = "table", wide: bool = True,
+                   wide_help: str = WIDE_HELP,
                    all_help: str | None = None) -> Callable[[FC], FC]:
     """``--format`` (each format that renders ``kind``), ``-o/--output`` (the chosen
-    format, to a file), ``--wide`` (when the format is a table) and ``--all`` (with
-    ``all_help``)."""
+    format, to a file), ``--wide`` (when the format is a table; ``wide_help`` where it
+    shows more than the columns) and ``--all`` (with ``all_help``)."""
     formats = formats_for(kind)
 
     def decorate(command: FC) -> FC:
@@ -27,9 +31,7 @@ def output_options(kind: type, *, default: str = "table", wide: bool = True,
             click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
                          help="Write the chosen format to this file instead of the terminal.")]
         if wide and "table" in formats:
-            options.append(click.option(
-                "--wide", is_flag=True, help="Every column of the table, however wide (a "
-                "narrow terminal hides the least needed ones and names them)."))
+            options.append(click.option("--wide", is_flag=True, help=wide_help))
         if all_help:
             options.append(click.option("--all", "all_campaigns", is_flag=True,
                                         help=all_help))

@@ -61,13 +61,21 @@ def compare(a: str, b: str, build_a: str | None, build_b: str | None, fmt: str,
 
 @cli.command()
 @click.argument("target")
-@output_options(kinds.History)
+@output_options(kinds.History, wide_help=(
+    "Every column of the table, however wide, and every acceptance position (without it, "
+    "positions past @4 are folded and a narrow terminal hides the least needed columns)."))
 @_gate_option("all", "all:0 (any series of the newest build)")
 def history(target: str, fmt: str, output: Path | None, wide: bool,
             gates: tuple[str, ...]) -> None:
     """Every build the jobs of TARGET (a matrix file, or a comparable key or its first 8+
     hex digits) ran on, in commit order: each series with its interval, and the changes
-    between consecutive builds (docs/history.md)."""
+    between consecutive builds (docs/history.md).
+
+    Each row is the latest job of its key on that build, from any campaign: the campaign
+    column names it. Acceptance @1..@N is the share of drafts accepted at each draft
+    position (past @4 folded unless --wide); acceptance length the mean accepted length
+    per draft, (accepted + drafts) / drafts; neither is the report's accept (accepted over
+    drafted tokens)."""
     from farm.cli.show_history import show_history
 
     show_history(load_settings(), target, fmt, output, gates, wide=wide)

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -17,6 +18,13 @@ from farm.cli.running import run_checked, sigterm_as_interrupt
 from farm.errors import ConfigError
 from farm.matrix.files import under
 from farm.settings import Settings, load_settings, redact_url
+
+if TYPE_CHECKING:
+    from farm.stats.design import Design
+
+# `farm ab`'s default design runs up to this many pairs; --pairs takes at most MAX_AB_PAIRS.
+DEFAULT_MAX_PAIRS = 12
+MAX_AB_PAIRS = 100
 
 
 def _baseline(ngl: int | None, ctx: int | None, threads: int | None, flash_attn: str | None,
@@ -28,8 +36,9 @@ def _baseline(ngl: int | None, ctx: int | None, threads: int | None, flash_attn:
     return flags | flag_map(args or "", "--args")
 
 
-def _answer(row: dict[str, Any]) -> str:
-    """The A/B's answer in one line: the speedup, its interval and what it says."""
+def _answer(row: dict[str, Any], design: Design) -> str:
+    """The A/B's answer in one line: the speedup, its interval and what it says, read
+    against the ``design`` the job ran (its target half-width, its pairs)."""
     speedup, low, high = (row.get(key) for key in ("speedup", "ci_low", "ci_high"))
     if row.get("speculation") == "none":
         return ("answer: the variant drafted nothing on these prompts, so it cannot decode "
@@ -40,11 +49,36 @@ def _answer(row: dict[str, Any]) -> str:
         return (f"answer: the variant decoded {speedup:.2f}x as fast as the baseline; too few "
                 "block pairs for an interval (give --pairs 2 or more)")
     verdict = ("faster" if low > 1 else "slower" if high < 1 else
-               "within noise: no difference shown; more pairs narrow the interval (the "
-               "default design, without --pairs, runs 4 to 12)")
+               _around_one(speedup, low, high, int(row.get("pairs") or 0), design))
     return (f"answer: the variant decodes {speedup:.2f}x as fast as the baseline "
             f"[{low:.2f}, {high:.2f}] (95% interval, {row.get('pairs')} block pairs): "
             f"{verdict}")
+
+
+def _around_one(speedup: float, low: float, high: float, pairs: int, design: Design) -> str:
+    """What an interval that holds 1x says: no meaningful difference when it lies within
+    the design's target; else no difference shown, with more pairs advised only when the
+    design stopped short of its target (a half-width wider than it: the row's stop reason
+    then reads "target not reachable" for an assured design, "... reached" for others)."""
+    target = f"±{design.target * 100:g}%"
+    if 1 - design.target <= low and high <= 1 + design.target:
+        return f"no meaningful difference: within {target}"
+    half = (high - low) / 2 / speedup
+    if half <= design.target:
+        return (f"within noise: no difference shown; the interval (±{half:.1%}) met the "
+                f"design's {target} target, yet leaves a difference of up to "
+                f"{max(1 - low, high - 1):.1%} possible")
+    short = (f"within noise: no difference shown; the interval (±{half:.1%} after "
+             f"{pairs} pairs) is short of the design's {target} target")
+    if not design.two_stage and pairs < DEFAULT_MAX_PAIRS:
+        return (f"{short}: more pairs narrow it (the default design, without --pairs, runs "
+                f"4 to {DEFAULT_MAX_PAIRS})")
+    # The half-width shrinks about as 1 / sqrt(pairs); the t quantile falling with them
+    # makes this a little more than enough.
+    more = min(max(math.ceil(pairs * (half / design.target) ** 2), pairs + 1), MAX_AB_PAIRS)
+    advice = (f"more pairs narrow it (--pairs {MAX_AB_PAIRS} at most)" if more == MAX_AB_PAIRS
+              else f"about {more} pairs would reach it (--pairs {more})")
+    return f"{short}: {advice}; a quieter machine narrows it too"
 
 
 class _AbCommand(click.Command):
@@ -72,9 +106,9 @@ class _AbCommand(click.Command):
               help="Baseline: flash attention (-fa).")
 @click.option("--args", metavar="FLAGS",
               help="More baseline flags as one string, e.g. '-ctk q8_0 -ctv q8_0'.")
-@click.option("--pairs", type=click.IntRange(1, 100), metavar="N",
-              help="A fixed number of block pairs (default: 4, then up to 12 until the "
-                   "speedup is known to ±3%).")
+@click.option("--pairs", type=click.IntRange(1, MAX_AB_PAIRS), metavar="N",
+              help=f"A fixed number of block pairs (default: 4, then up to {DEFAULT_MAX_PAIRS} "
+                   "until the speedup is known to ±3%).")
 @click.option("--n-predict", type=click.IntRange(2, 32768), default=128, show_default=True,
               help="Tokens generated per run.")
 @click.option("--repetitions", type=click.IntRange(1, 1000), metavar="N",
@@ -128,7 +162,8 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
     with open_store(settings) as engine:
         rows = job_rows(engine, campaign)
     key = checked.specs[0].job_key
-    click.echo(_answer(next(row for row in rows if row["job_key"] == key)))
+    click.echo(_answer(next(row for row in rows if row["job_key"] == key),
+                       checked.specs[0].design))
     click.echo(f"matrix: {path} (`farm run` it again: nothing new to run; `farm submit` it "
                "to a fleet)")
 

@@ -74,16 +74,24 @@ def _job_report_text(report: kinds.JobReport, target: Target, fmt: str) -> str:
     lines = headlines(frame)
     if lines:
         bullet = "- " if fmt == "md" else ""
-        tables = "\n".join(_wrapped([bullet + line for line in lines], width)) + "\n\n" + tables
+        tables = ("\n".join(_wrapped([bullet + line for line in lines], width,
+                                      whole_brackets=True)) + "\n\n" + tables)
     legend = _wrapped(job_legend(frame), width) if fmt == "table" else []
     return "\n".join([tables.rstrip("\n"), *legend]) + "\n" if legend else tables
 
 
-def _wrapped(lines: list[str], width: int | None) -> list[str]:
-    """Each line wrapped at spaces to ``width`` (none: as they are)."""
+def _wrapped(lines: list[str], width: int | None, *, whole_brackets: bool = False
+             ) -> list[str]:
+    """Each line wrapped at spaces to ``width`` (none: as they are); ``whole_brackets``:
+    never inside a bracket, so an interval such as "[1.50, 1.53]" stays on one line."""
+    import re
     import textwrap
 
-    return [textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False)
+    def held(line: str) -> str:
+        return re.sub(r"\[[^\]]*\]", lambda found: found[0].replace(" ", "\0"), line)
+
+    return [textwrap.fill(held(line) if whole_brackets else line, width,
+                          subsequent_indent="  ", break_long_words=False).replace("\0", " ")
             if width else line for line in lines]
 
 
@@ -111,9 +119,14 @@ def _text_renderers(fmt: str) -> dict[type, Renderer]:
     def history_text(result: kinds.History, target: Target) -> str:
         from farm.report import history  # pandas and matplotlib: here, not at startup
 
+        every = target.wide  # --wide: every acceptance position, not only the first four
         if fmt == "md":
-            return history.history_markdown(result.frames, result.title)
-        return table_text(history.history_sheets(result.frames, result.title), target.width)
+            return history.history_markdown(result.frames, result.title, every_position=every)
+        tables = table_text(history.history_sheets(result.frames, result.title,
+                                                   every_position=every), target.width)
+        legend = history.acceptance_legend(result.frames, every_position=every)
+        return tables + "\n".join(_wrapped([legend], target.width)) + "\n" if legend \
+            else tables
 
     def board(result: kinds.Board, target: Target) -> str:
         from farm.report.board import board_markdown, board_text

@@ -1,9 +1,16 @@
 """The answer a report opens with: per campaign, model and GPU class, the best variant and
-its interval, or "no clear gain" (and the fastest with its interval, which includes 1x).
+its interval, or "no clear gain" (and the fastest with its interval, which includes 1x);
+and the slowest variant whose interval lies below 1x, named "slower".
 
-Nothing is computed anew: the fastest of m >= 2 variants carries the simultaneous interval
-of the best-of-m rule (``best_low``/``best_high``, ``farm.results.rows._best_of``), a lone
-variant its own 95% interval. A gain is claimed only when that interval lies above 1x.
+Nothing is computed anew. The pick is the job ``farm.results.rows._best_of`` marks (the
+fastest of the m >= 2 variants with an interval), else the only one with an interval; a
+faster-looking job without one is named after it, "no interval yet". The pick's own 95%
+interval is quoted as the table shows it; a pick of m >= 2 also gets the simultaneous
+interval of the best-of-m rule (``best_low``/``best_high``), labelled "best-of-m
+interval", the one the table's "best of m" flag gives. A gain is claimed only when the
+interval it is judged on (that one, or a lone variant's own) lies above 1x. "Slower"
+reads the plain interval, as the table does. A report whose jobs all ran on the unnamed
+GPU class (``default``: no ``FARM_GPU_CLASS`` set) names none.
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ if TYPE_CHECKING:
 
 # What a headline reads of a report row (a frame of jobs without them has none).
 _NEEDED = {"campaign", "model", "gpu_class", "kind", "variant", "speedup", "ci_low", "ci_high"}
+
+# The GPU class of a machine that names none (FARM_GPU_CLASS unset).
+UNNAMED_CLASS = "default"
 
 
 def headlines(report: pd.DataFrame) -> list[str]:
@@ -49,30 +59,67 @@ def _sentences(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, Any, Any], 
     for row in rows:
         if row["kind"] == "variant":
             groups.setdefault(_where(row), []).append(row)
-    said = {}
-    for (campaign, model, gpu_class), group in groups.items():
-        where = f"{campaign} · {model} · {gpu_class}"
-        measured = [row for row in group if not cells.missing(row["speedup"])]
-        if not measured:
-            said[campaign, model, gpu_class] = f"{where}: no speedup measured yet"
-            continue
+    unnamed = {row["gpu_class"] for row in rows} == {UNNAMED_CLASS}
+    return {(campaign, model, gpu_class):
+            f"{campaign} · {model}{'' if unnamed else f' · {gpu_class}'}: {_verdict(group)}"
+            for (campaign, model, gpu_class), group in groups.items()}
+
+
+def _verdict(group: Sequence[Mapping[str, Any]]) -> str:
+    """The pick of one group of variant jobs and what its interval says; then the slowest
+    job that is clearly slower, if another; then the fastest-looking job, if it has no
+    interval yet."""
+    measured = [row for row in group if not cells.missing(row["speedup"])]
+    if not measured:
+        return "no speedup measured yet"
+    framed = [row for row in measured if _framed(row)]
+    if not framed:
         # The first of equally fast jobs, in report order.
         best = max(measured, key=lambda row: row["speedup"])
-        said[campaign, model, gpu_class] = f"{where}: {_verdict(best, len(measured))}"
+        return f"no clear gain ({_named(best)}, no interval yet)"
+    best = next((row for row in framed if not cells.missing(row.get("best_of"))),
+                max(framed, key=lambda row: row["speedup"]))
+    said = _picked(best)
+    slower = sorted((row for row in framed if row is not best and row["ci_high"] < 1),
+                    key=lambda row: row["speedup"])
+    if slower:
+        said += _slower(slower)
+    fastest = max(measured, key=lambda row: row["speedup"])
+    if fastest["speedup"] > best["speedup"]:
+        # Faster-looking but not a pick: without an interval, it may be only noise.
+        said += f"; {_named(fastest)}, no interval yet"
     return said
 
 
-def _verdict(best: Any, m: int) -> str:
-    if m >= 2 and not cells.missing(best.get("best_low")):
-        low, high, how = best["best_low"], best["best_high"], f", best of {m}"
-    else:
-        low, high, how = best["ci_low"], best["ci_high"], ""
-    said = f"{best['variant']} {cells.ratio(best['speedup'])}"
-    if cells.missing(low) or cells.missing(high):
-        return f"no clear gain ({said}, no interval yet)"
-    said += f" {cells.bracket(low, high)}{how}"
-    if low > 1:
+def _slower(slower: Sequence[Mapping[str, Any]]) -> str:
+    """The slowest of the clearly slower jobs, and how many more there are."""
+    slowest = slower[0]
+    said = f"; {_named(slowest)} {cells.bracket(slowest['ci_low'], slowest['ci_high'])}, slower"
+    more = len(slower) - 1
+    return said + (f", as {'is' if more == 1 else 'are'} {more} more" if more else "")
+
+
+def _framed(row: Mapping[str, Any]) -> bool:
+    return not (cells.missing(row["ci_low"]) or cells.missing(row["ci_high"]))
+
+
+def _named(row: Mapping[str, Any]) -> str:
+    return f"{row['variant']} {cells.ratio(row['speedup'])}"
+
+
+def _picked(best: Mapping[str, Any]) -> str:
+    """The pick with its own interval, and its best-of-m interval when it is one of m >= 2:
+    a gain, "slower", or "no clear gain"."""
+    said = f"{_named(best)} {cells.bracket(best['ci_low'], best['ci_high'])}"
+    low = best["ci_low"]
+    if not cells.missing(best.get("best_of")):
+        said += (f", best-of-{int(best['best_of'])} interval "
+                 f"{cells.bracket(best['best_low'], best['best_high'])}")
+        low = best["best_low"]
+    if not cells.missing(low) and low > 1:
         return said
+    if best["ci_high"] < 1:
+        return f"{said}, slower"
     return f"no clear gain ({said})"
 
 

@@ -1,12 +1,15 @@
-"""``farm history`` rendered: a table per job (a row per build, a column per series, each
-value with its interval, a mark where the test called a change), the changes in words,
-as terminal tables, markdown, JSON and one self-contained HTML page with a trend plot per
-series (the interval as a band, changes marked).
+"""``farm history`` rendered: a table per job (a row per build with the campaign its job
+came from, a column per series, each value with its interval, a mark where the test called
+a change), the changes in words, as terminal tables, markdown, JSON and one self-contained
+HTML page with a trend plot per series (the interval as a band, changes marked). The
+tables and markdown fold acceptance positions past ``POSITIONS_SHOWN`` unless asked for
+every position (``--wide``), and end in a line that says what the acceptance columns
+measure (``acceptance_legend``).
 
 Frames, as ``farm.results.history.History`` holds them: builds (order, build, commit,
-build_number), jobs (key, label, order), points (key, series, series_label, order, build,
-value, low, high), changes (key, series, series_label, build_b, order_b, change, verdict),
-described (key, order_b, build_a, build_b, moved, text).
+build_number), jobs (key, label, order, campaign), points (key, series, series_label,
+order, build, campaign, value, low, high), changes (key, series, series_label, build_b,
+order_b, change, verdict), described (key, order_b, build_a, build_b, moved, text).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ class HistoryFrames(Protocol):
 
     @property
     def jobs(self) -> pd.DataFrame:
-        """One job per key and build."""
+        """One job per key and build, with its campaign."""
 
     @property
     def points(self) -> pd.DataFrame:
@@ -54,10 +57,19 @@ class HistoryFrames(Protocol):
 MARKS = {"regression": "\u25bc", "improvement": "\u25b2"}
 _COLOURS = {"regression": "tab:red", "improvement": "tab:green"}
 _PANEL_PX, _COLUMNS, _DPI = 260, 3, 100
+# Acceptance positions a table shows unless asked for every one: an n-gram drafter's
+# reach a dozen, which would push every other series off the terminal.
+POSITIONS_SHOWN = 4
+_ACCEPTANCE = "acceptance_"
+
+
+def _position(series: str) -> int:
+    """The draft position of an acceptance series (``acceptance_3``: 3), 0 for another."""
+    return int(series.removeprefix(_ACCEPTANCE)) if series.startswith(_ACCEPTANCE) else 0
 
 
 def _digits(series: str) -> int:
-    if series.startswith("acceptance_") or series == "mean_accepted_length":
+    if series.startswith(_ACCEPTANCE) or series == "mean_accepted_length":
         return 2
     return 3 if series.endswith("ms_per_token") else 1
 
@@ -79,27 +91,33 @@ def _keys(jobs: pd.DataFrame) -> list[tuple[str, str]]:
     return list(zip(first["key"], first["label"], strict=True))
 
 
-def wide(points: pd.DataFrame, changes: pd.DataFrame, builds: pd.DataFrame,
-         key: str) -> pd.DataFrame:
-    """One job's history as text cells: a row per build (build, number), a column per
-    series label, the value with its interval and the change mark."""
+def wide(history: HistoryFrames, key: str, *, every_position: bool = True) -> pd.DataFrame:
+    """One job's history as text cells: a row per build (build, number, the campaign of
+    its job), a column per series label, the value with its interval and the change mark;
+    acceptance positions past ``POSITIONS_SHOWN`` only with ``every_position``."""
+    points, changes = history.points, history.changes
     mine = points[points["key"] == key]
+    if not every_position:
+        mine = mine[mine["series"].map(_position) <= POSITIONS_SHOWN]
     verdicts = {(row["series"], row["order_b"]): row["verdict"]
                 for row in changes[changes["key"] == key].to_dict(orient="records")}
+    jobs = history.jobs[history.jobs["key"] == key]
+    campaigns = dict(zip(jobs["order"], jobs["campaign"], strict=True))
     labels = list(dict.fromkeys(mine["series_label"]))
     rows = []
-    for build in builds.to_dict(orient="records"):
+    for build in history.builds.to_dict(orient="records"):
         here = mine[mine["order"] == build["order"]]
         if here.empty:
             continue
-        row = {"build": build["build"], "number": cells.count(build["build_number"])}
+        row = {"build": build["build"], "number": cells.count(build["build_number"]),
+               "campaign": str(campaigns.get(build["order"], cells.MISSING))}
         row |= dict.fromkeys(labels, cells.MISSING)
         for point in here.to_dict(orient="records"):
             mark = MARKS.get(verdicts.get((point["series"], build["order"]), ""), "")
             row[point["series_label"]] = (value_cell(point["series"], point["value"],
                                                      point["low"], point["high"]) + mark)
         rows.append(row)
-    return pd.DataFrame(rows, columns=["build", "number", *labels])
+    return pd.DataFrame(rows, columns=["build", "number", "campaign", *labels])
 
 
 def _sentences(described: pd.DataFrame, key: str) -> list[str]:
@@ -108,14 +126,40 @@ def _sentences(described: pd.DataFrame, key: str) -> list[str]:
             for row in mine.to_dict(orient="records")]
 
 
-def history_sheets(history: HistoryFrames, title: str) -> list[Sheet]:
-    """A table per job of ``history`` (its frames), the changes as its caption: the build
-    and each series always, the build number first to go."""
+def acceptance_legend(history: HistoryFrames, *, every_position: bool = True) -> str | None:
+    """The line under the tables that says what the acceptance columns measure, and which
+    positions are folded (``every_position`` False); None where no job has them."""
+    series = set(history.points["series"])
+    last = max(map(_position, series), default=0)
+    parts = []
+    if last:
+        parts.append(f"acceptance {_span(1, last)}: the share of drafts accepted at each "
+                     "draft position")
+    if "mean_accepted_length" in series:
+        parts.append("acceptance length: the mean accepted length per draft, (accepted + "
+                     "drafts) / drafts")
+    if not parts:
+        return None
+    parts[-1] += " (not the report's accept, accepted over drafted tokens)"
+    if last > POSITIONS_SHOWN and not every_position:
+        parts.append(f"{_span(POSITIONS_SHOWN + 1, last)} folded (--wide shows them)")
+    return "; ".join(parts)
+
+
+def _span(first: int, last: int) -> str:
+    return f"@{first}..@{last}" if last > first else f"@{first}"
+
+
+def history_sheets(history: HistoryFrames, title: str, *,
+                   every_position: bool = True) -> list[Sheet]:
+    """A table per job of ``history`` (its frames), the changes as its caption: the build,
+    its campaign and each series always, the build number first to go; acceptance
+    positions past ``POSITIONS_SHOWN`` only with ``every_position``."""
     sheets = []
     for key, label in _keys(history.jobs):
-        frame = wide(history.points, history.changes, history.builds, key)
-        columns = [Column(str(name), text_of(name),
-                          numeric=name != "build", rank=1 if name == "number" else 0)
+        frame = wide(history, key, every_position=every_position)
+        columns = [Column(str(name), text_of(name), numeric=name not in ("build", "campaign"),
+                          rank=1 if name == "number" else 0)
                    for name in frame.columns]
         sheets.append(Sheet(f"{title}: {label} (key {key[:12]})", columns,
                             frame.to_dict(orient="records"),
@@ -123,13 +167,15 @@ def history_sheets(history: HistoryFrames, title: str) -> list[Sheet]:
     return sheets
 
 
-def history_markdown(history: HistoryFrames, title: str) -> str:
-    """The history as markdown: a table per job, then its changes as a list."""
+def history_markdown(history: HistoryFrames, title: str, *,
+                     every_position: bool = True) -> str:
+    """The history as markdown: a table per job, then its changes as a list; the
+    acceptance legend last."""
     out = [f"# {title}", "", f"Changes marked {MARKS['regression']} (regression) and "
            f"{MARKS['improvement']} (improvement) by the difference test, false discovery "
            "rate 5% across every series and build.", ""]
     for key, label in _keys(history.jobs):
-        frame = wide(history.points, history.changes, history.builds, key)
+        frame = wide(history, key, every_position=every_position)
         out += [f"## {label}", "", f"Comparable key `{key}`.", ""]
         out.append("| " + " | ".join(map(str, frame.columns)) + " |")
         out.append("|" + "---|" * len(frame.columns))
@@ -137,7 +183,8 @@ def history_markdown(history: HistoryFrames, title: str) -> str:
                 for row in frame.itertuples(index=False)]
         out += ["", *(f"- {sentence}" for sentence in _sentences(history.described, key)),
                 ""]
-    return "\n".join(out)
+    legend = acceptance_legend(history, every_position=every_position)
+    return "\n".join([*out, legend, ""] if legend else out)
 
 
 def history_json(history: HistoryFrames) -> str:
@@ -190,12 +237,13 @@ th { background: #f3f4f6; } img { max-width: 100%; } .note { color: #555; }"""
 
 _GUIDE = (
     "Each row is a build, in commit order (llama.cpp's build number, then the date of its "
-    "first run); each value is a mean over the job's blocks (server sessions) with its 95% "
-    "interval, the speedup the job's own crossover estimate. A change between consecutive "
-    "builds is the difference test on the log scale (Welch), called at a false discovery "
-    "rate of 5% across every series and build shown: \u25bc a regression (a fall, or a "
-    "cost's rise), \u25b2 an improvement. In the plots the band is the interval and a "
-    "dashed line marks a called change at the build it entered.")
+    "first run), and the campaign of the job it shows (the latest job of the key on that "
+    "build, from any campaign); each value is a mean over the job's blocks (server "
+    "sessions) with its 95% interval, the speedup the job's own crossover estimate. A "
+    "change between consecutive builds is the difference test on the log scale (Welch), "
+    "called at a false discovery rate of 5% across every series and build shown: \u25bc a "
+    "regression (a fall, or a cost's rise), \u25b2 an improvement. In the plots the band "
+    "is the interval and a dashed line marks a called change at the build it entered.")
 
 
 def history_html(history: HistoryFrames, title: str,
@@ -203,9 +251,11 @@ def history_html(history: HistoryFrames, title: str,
     """The history as one self-contained page: per job its table, its changes in words and
     its trend plot."""
     when = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S %Z")
+    legend = acceptance_legend(history)
+    guide = _GUIDE + (f" {legend[0].upper()}{legend[1:]}." if legend else "")
     sections = []
     for key, label in _keys(history.jobs):
-        frame = wide(history.points, history.changes, history.builds, key)
+        frame = wide(history, key)
         head = "".join(f"<th>{escape(str(column))}</th>" for column in frame.columns)
         body = "".join("<tr>" + "".join(f"<td>{escape(str(value))}</td>" for value in row)
                        + "</tr>" for row in frame.itertuples(index=False))
@@ -221,5 +271,5 @@ def history_html(history: HistoryFrames, title: str,
             "</section>")
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
             f"{escape(title)}</title><style>{_CSS}</style></head><body><h1>{escape(title)}"
-            f"</h1><p class=\"note\">Generated {escape(when)}</p><p>{escape(_GUIDE)}</p>"
+            f"</h1><p class=\"note\">Generated {escape(when)}</p><p>{escape(guide)}</p>"
             + "\n".join(sections) + "</body></html>\n")

@@ -41,6 +41,8 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 @media (max-width: 1799px) { .r2 { display: none; } }
 @media (max-width: 1099px) { .r1 { display: none; } }
 @media (min-width: 1800px) { .narrow-note { display: none; } }
+@media (max-width: 1099px) { .hides-r2 { display: none; } }
+@media (min-width: 1100px) { .hides-r1 { display: none; } }
 .narrow-note { color: #666; font-size: 0.85em; }
 tbody tr:nth-child(even) { background: #fafafa; }
 code { font-size: 0.95em; }
@@ -183,10 +185,16 @@ def jobs_table(jobs: pd.DataFrame) -> str:
     """The per-job table as HTML; a narrow window hides its least needed columns, named
     in a note that shows only then."""
     columns = _job_columns(jobs)
-    hidden = [header for header, _, _ in columns if _JOB_RANKS.get(header)]
-    note = (f'<p class="narrow-note">This window hides {escape(", ".join(hidden))} (widen '
-            "it, or run <code>farm report --wide</code>).</p>")
-    return _table(jobs, columns, "No jobs.", _JOB_RANKS) + ("" if jobs.empty else note)
+    # One note per width the CSS hides at (rank 2 below 1800 px, rank 1 too below 1100),
+    # each naming what that width hides and shown only at it.
+    notes = ""
+    for rank in (2, 1):
+        hidden = [header for header, _, _ in columns if _JOB_RANKS.get(header, 0) >= rank]
+        if hidden:
+            notes += (f'<p class="narrow-note hides-r{rank}">This window hides '
+                      f'{escape(", ".join(hidden))} (widen it, or run '
+                      "<code>farm report --wide</code>).</p>")
+    return _table(jobs, columns, "No jobs.", _JOB_RANKS) + ("" if jobs.empty else notes)
 
 
 def sheet_table(sheet: Sheet) -> str:

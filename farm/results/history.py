@@ -6,7 +6,8 @@ A build is the commit the job's baseline ran (a source build's, from its spec; e
 runs' ``build_commit``; else the build's name). Builds are ordered by llama.cpp's build
 number (what ``--version`` prints: the commit count, so commit order along one branch),
 then by when their first run started. Where a key ran more than once on one build, the
-latest job stands for it.
+latest job stands for it, whatever its campaign: the campaign goes with the job and each
+of its points, so a report says where each figure comes from.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ BUILD_COLUMNS = ["order", "build", "commit", "build_number", "build_name", "firs
 
 @dataclass(frozen=True)
 class History:
-    """A history: its builds in order, its jobs (one per key and build), each series' point
-    per build with its interval, the changes found and a sentence per transition."""
+    """A history: its builds in order, its jobs (one per key and build, with the campaign
+    each came from), each series' point per build with its interval and campaign, the
+    changes found and a sentence per transition."""
 
     builds: pd.DataFrame
     jobs: pd.DataFrame
@@ -265,10 +267,11 @@ def history(engine: Engine, keys: Sequence[str]) -> History:
                     "order": order[build], "tracked": tracked[build], "build": build,
                     "value": estimate.value,
                     "low": estimate.low, "high": estimate.high, "log_se": estimate.log_se,
-                    "df": estimate.df, "blocks": estimate.blocks}
+                    "df": estimate.df, "blocks": estimate.blocks,
+                    "campaign": entry["job"]["campaign"]}
                    for series, estimate in _series(entry["runs"], summary).items()]
     frame = pd.DataFrame(points, columns=[*POINT_COLUMNS, "tracked", "series_label", "low",
-                                         "high", "blocks"])
+                                         "high", "blocks", "campaign"])
     frame = frame.assign(rank=frame["series"].map(series_order)).sort_values(
         ["key", "rank", "order"]).drop(columns="rank").reset_index(drop=True)
     # Every build of a key ran the same arms: one spec a key finds its paired jobs.

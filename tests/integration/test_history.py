@@ -49,6 +49,10 @@ def test_history_orders_builds_by_number_and_marks_the_change_on_the_moved_serie
     assert series == {"speedup", "baseline_tok_s", "variant_tok_s", "acceptance_1",
                       "acceptance_2", "acceptance_3", "mean_accepted_length",
                       "draft_ms_per_token", "verify_ms_per_token"}
+    # Each figure names the campaign of the job it comes from (the latest per build).
+    campaigns = {job["build"]: job["campaign"] for job in found["jobs"]}
+    assert campaigns == {"1" * 12: "night-1", "2" * 12: "night-2", "3" * 12: "night-3"}
+    assert all(point["campaign"] == campaigns[point["build"]] for point in found["points"])
     by_key = _farm(url, "history", key[:10])
     assert by_key.exit_code == 0, by_key.output
     assert f"history of key {key[:10]}" in by_key.output and "\u25bc" in by_key.output
@@ -86,7 +90,8 @@ def test_history_writes_markdown_and_a_page_with_a_trend_plot(
     _, matrix = nights
     markdown = _farm(url, "history", str(matrix), "--format", "md")
     assert markdown.exit_code == 0, markdown.output
-    assert "| build | number | speedup |" in markdown.output
+    assert "| build | number | campaign | speedup |" in markdown.output
+    assert "| 111111111111 | 101 | night-1 | 1.49" in markdown.output
     assert "- 222222222222 -> 333333333333: engine: speedup -16%" in markdown.output
     page = tmp_path / "history.html"
     result = _farm(url, "history", str(matrix), "--format", "html", "-o", str(page))

@@ -87,7 +87,8 @@ def test_report_csv_writes_nested_cells_as_json(store: dict[str, str]) -> None:
 
 def test_csv_and_json_rows_carry_the_headline_the_table_opens_with(store: dict[str, str]
                                                                    ) -> None:
-    answer = "today \u00b7 qwen3-8b \u00b7 rtx4090: mtp 1.51\u00d7 [1.50, 1.53], best of 5"
+    answer = ("today \u00b7 qwen3-8b \u00b7 rtx4090: mtp 1.51\u00d7 [1.50, 1.52], best-of-5 "
+              "interval [1.50, 1.53]")
     assert answer in run_cli("report", env=store).stdout
     rows = list(csv.DictReader(io.StringIO(run_cli("report", "--format", "csv",
                                                    env=store).stdout)))
@@ -132,8 +133,10 @@ def test_a_narrow_terminal_gets_the_fitted_table_and_the_note(store: dict[str, s
     assert max(map(len, printed.splitlines())) <= 80
     header = next(line for line in printed.splitlines() if " variant " in line)
     assert header.split()[1:3] == ["campaign", "\u2503"]
-    # The answer first: the best of today's five mtp/ngram variants on the RTX 4090.
-    assert "today \u00b7 qwen3-8b \u00b7 rtx4090: mtp 1.51\u00d7 [1.50, 1.53], best of 5" in printed
+    # The answer first, wrapped to the width: the best of today's five mtp/ngram variants
+    # on the RTX 4090.
+    assert ("today \u00b7 qwen3-8b \u00b7 rtx4090: mtp 1.51\u00d7 [1.50, 1.52], best-of-5 "
+            "interval [1.50, 1.53]") in " ".join(printed.split())
     assert "hidden at 80 columns: job, model," in printed
 
 

@@ -34,17 +34,18 @@ class Help:
 
 
 def _output(*formats: str, default: str = "table", all_help: str | None = None,
-            wide: bool = True) -> dict[str, str]:
+            wide: bool = True, wide_help: str | None = None) -> dict[str, str]:
     """The output options of a command that writes results, as every such command has them
-    (``farm.cli.output``)."""
+    (``farm.cli.output``); ``wide_help`` where its ``--wide`` shows more than columns."""
     from farm.report.formats import FORMATS
 
     options = {f"--format [{'|'.join(formats)}]": "; ".join(
         f"{name}: {FORMATS[name].help}" for name in formats) + f". [default: {default}]",
         "-o, --output FILE": "Write the chosen format to this file instead of the terminal."}
     if wide and "table" in formats:
-        options["--wide"] = ("Every column of the table, however wide (a narrow terminal "
-                             "hides the least needed ones and names them).")
+        options["--wide"] = wide_help or ("Every column of the table, however wide (a narrow "
+                                          "terminal hides the least needed ones and names "
+                                          "them).")
     if all_help:
         options["--all"] = all_help
     return options
@@ -104,8 +105,15 @@ HELP: dict[tuple[str, ...], Help] = {
         "farm history [OPTIONS] TARGET",
         "Every build the jobs of TARGET (a matrix file, or a comparable key or its first 8+ "
         "hex digits) ran on, in commit order: each series with its interval, and the changes "
-        "between consecutive builds (docs/history.md).",
-        {**_output("table", "md", "json", "html"),
+        "between consecutive builds (docs/history.md). Each row is the latest job of its key "
+        "on that build, from any campaign: the campaign column names it. Acceptance @1..@N "
+        "is the share of drafts accepted at each draft position (past @4 folded unless "
+        "--wide); acceptance length the mean accepted length per draft, (accepted + drafts) "
+        "/ drafts; neither is the report's accept (accepted over drafted tokens).",
+        {**_output("table", "md", "json", "html", wide_help=(
+            "Every column of the table, however wide, and every acceptance position "
+            "(without it, positions past @4 are folded and a narrow terminal hides the "
+            "least needed columns).")),
          "--fail-on-regression [SERIES[:PERCENT]]":
              "Exit 3 when a series regressed (by the difference test, false discovery rate 5%) "
              "beyond PERCENT (default 0); repeatable; SERIES alone, or no value: all:0 "

@@ -93,8 +93,9 @@ def _history() -> list[Sheet]:
         pd.DataFrame({"order": range(3), "build": builds, "commit": builds,
                       "build_number": [10587, 10611, 10644], "build_name": "master",
                       "first_run": None}),
-        pd.DataFrame({"key": ["k" * 64], "label": [
-            "qwen3.6-35b-a3b-mtp-oracle-q4_k_m · mtp · spec-draft-n-max=3 spec-type=draft-mtp"]}),
+        pd.DataFrame({"key": "k" * 64, "label": "qwen3.6-35b-a3b-mtp-oracle-q4_k_m · mtp · "
+                      "spec-draft-n-max=3 spec-type=draft-mtp", "order": range(3),
+                      "campaign": ["nightly-2026-12-01", "nightly-2026-12-02", "bisect"]}),
         points, changes, describe(changes))
     return history_sheets(history, "history of nightly.yaml")
 
