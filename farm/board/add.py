@@ -27,6 +27,7 @@ from farm.results.finish import finished_job_values
 from farm.store.board import BoardBundle, BoardJob, BoardKey, BoardRun
 from farm.store.models import Job, JobState, Run
 from farm.store.repo import ensure_campaign, ensure_jobs, mark_finished
+from farm.summary import SUMMARY_VERSION
 
 # The contributing rules: the pairs a job needs at least (three A/B pairs, as the public
 # tables ask of a hand-made comparison), and the summary fields compared with the
@@ -85,6 +86,9 @@ def _store_job(session: Session, bundle: Bundle, bundle_id: int, record: Any,
         return None
     campaign = ensure_campaign(session, spec.campaign, f"bundle:{bundle_id}")
     job_id = ensure_jobs(session, campaign, [spec])[spec.job_key]
+    # Never queued, not for a moment: a stranger's job is data here, never work to run.
+    session.execute(update(Job).where(Job.id == job_id).values(
+        state=JobState.CANCELLED, error="a board's job, from a bundle: never run"))
     session.execute(insert(BoardJob).values(
         job_id=job_id, bundle_id=bundle_id, machine_id=machine, source_key=record.job_key,
         stated=record.summary or {}))
@@ -125,16 +129,10 @@ def _take(session: Session, path: Path, bundle: Bundle, digest: str, added: Adde
                                                 bundle_id=bundle_id))
         seen.add(run.identity)
         added.runs += 1
-    if manifest.summary_version < _summary_version():
+    if manifest.summary_version < SUMMARY_VERSION:
         added.notes.append(f"{path}: its summaries are version {manifest.summary_version}; "
-                           f"the board recomputed them with version {_summary_version()}")
+                           f"the board recomputed them with version {SUMMARY_VERSION}")
     return touched
-
-
-def _summary_version() -> int:
-    from farm.summary import SUMMARY_VERSION
-
-    return SUMMARY_VERSION
 
 
 def _parallel(argv: Iterable[Any]) -> str:
@@ -204,7 +202,7 @@ def recompute(engine: Engine, job_ids: Iterable[int], added: Added | None = None
         mark_finished(engine, job_id, JobState.DONE, summary=values)
         summary = values["summary"]
         why = refusal(spec, summary, pairs, parallels)
-        differences = (_different(stated, summary) if version == _summary_version() else [])
+        differences = (_different(stated, summary) if version == SUMMARY_VERSION else [])
         text = "; ".join(differences) or None
         with Session(engine) as session, session.begin():
             session.execute(update(BoardJob).where(BoardJob.job_id == job_id).values(

@@ -16,6 +16,8 @@ from farm.board.keys import PUBLIC_KEY_BYTES, fingerprint, new_key, public_bytes
 from farm.errors import ConfigError
 from farm.store.board import BoardKey
 
+# Bytes of a public key file read at most (one line of base64 is 45).
+_MOST = 1024
 # What a board may call a contributor: shown on every page, so plain.
 _NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                              "._- ")
@@ -35,11 +37,13 @@ def make_key(path: Path) -> str:
 
 def read_public(path: Path) -> bytes:
     """The raw public key in a .pub file; a ConfigError naming the file otherwise."""
-    try:
-        text = path.read_text(encoding="ascii").strip()
-        raw = base64.b64decode(text, validate=True)
-    except (OSError, UnicodeDecodeError, binascii.Error):
-        raw = b""
+    raw = b""
+    if path.is_file():  # not a FIFO that would never end, nor a device
+        try:
+            with path.open("rb") as file:
+                raw = base64.b64decode(file.read(_MOST).strip(), validate=True)
+        except (OSError, binascii.Error):
+            raw = b""
     if len(raw) != PUBLIC_KEY_BYTES:
         raise ConfigError(f"{path}: not a public key file (one line, a 32-byte ed25519 key "
                           "in base64, as `farm board key` writes to PATH.pub)")

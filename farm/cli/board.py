@@ -26,14 +26,21 @@ _BOARD = click.option("--board", "board_url", envvar="FARM_BOARD_URL", metavar="
 
 @contextmanager
 def _board_store(settings: Settings, url: str | None) -> Iterator[Engine]:
-    """The board's store at the current schema (the farm's migrations, made if new)."""
-    from farm.store.db import connected, current_revision, schema_head, upgrade
+    """The board's store at the current schema (the farm's migrations): a SQLite file made
+    or migrated here, a PostgreSQL one upgraded with `farm db upgrade --url`. Never the
+    farm's own store: a board's jobs come from strangers and must sit where no worker
+    looks for work."""
+    from sqlalchemy.engine import make_url
 
-    with connected(url or f"sqlite:///{settings.data_dir / 'board.db'}") as engine:
-        with engine.connect() as connection:
-            current = current_revision(connection)
-        if current != schema_head():
-            upgrade(engine)
+    from farm.store.db import at_schema_head, connected, normalise_url
+
+    url = url or f"sqlite:///{settings.data_dir / 'board.db'}"
+    if normalise_url(url) == normalise_url(settings.database_url):
+        raise ConfigError("--board: that is the farm's own store (FARM_DATABASE_URL); a "
+                          "board keeps strangers' jobs in a store of its own: give another "
+                          "database, or leave --board out for board.db in the data dir")
+    with connected(url) as engine:
+        at_schema_head(engine, migrate=make_url(engine.url).get_backend_name() == "sqlite")
         yield engine
 
 

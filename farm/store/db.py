@@ -168,11 +168,18 @@ def open_store(settings: Settings) -> Iterator[Engine]:
         if "campaign" not in table_names(engine):
             raise ConfigError(f"the store {redact_url(settings.database_url)} holds no "
                               "results yet; run `farm run MATRIX` first")
-        if settings.embedded:
-            with engine.connect() as connection:
-                current = current_revision(connection)
-            if current != schema_head():
-                upgrade(engine)
-        else:
-            require_current_schema(engine)
+        at_schema_head(engine, migrate=settings.embedded)
         yield engine
+
+
+def at_schema_head(engine: Engine, migrate: bool) -> None:
+    """The store at this farm's schema: migrated in place where ``migrate`` (an embedded
+    SQLite file, as `farm run` does), else required to be there already (a shared
+    PostgreSQL is upgraded once, with `farm db upgrade`)."""
+    if not migrate:
+        require_current_schema(engine)
+        return
+    with engine.connect() as connection:
+        current = current_revision(connection)
+    if current != schema_head():
+        upgrade(engine)
