@@ -15,6 +15,7 @@ from farm.matrix.spec import JobSpec
 from farm.stats.history import mean_estimate
 from farm.store.board import BoardBundle, BoardJob, BoardKey, BoardRun
 from farm.store.models import Job, Run
+from farm.summary import JobSummary, RunFacts, read_summary
 from farm.versions import parse_version
 
 JOB_COLUMNS = ["machine", "model", "model_name", "gpu", "backend", "setting", "draft_n_max",
@@ -51,31 +52,32 @@ def _setting(spec: JobSpec) -> tuple[str, float]:
         else math.nan
 
 
-def _runs(engine: Engine, job_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """Per job, from its runs: the model's sha256 and file, the GPU and its memory, the
-    build, the variant's energy per token and its decode tok/s per block (the unit of a
-    job's series, ``farm.stats.history``)."""
-    query = (select(Run.job_id, Run.arm, Run.model_sha256, Run.model_file, Run.gpu_name,
-                    Run.gpu_memory_mb, Run.server_version, Run.build_commit,
-                    Run.joules_per_token)
-             .where(Run.job_id.in_(job_ids)))
+def _runs(engine: Engine) -> dict[int, dict[str, Any]]:
+    """Per job on the board, from its runs, aggregated by the database: the model's sha256,
+    the GPU and its memory and the build (the baseline's runs), the variant's mean energy
+    per token and its decode tok/s per block (the unit of a job's series,
+    ``farm.stats.history``)."""
+    on_board = select(BoardJob.job_id).where(BoardJob.refused.is_(None))
+    baseline = (select(Run.job_id, func.min(Run.model_sha256), func.min(Run.gpu_name),
+                       func.max(Run.gpu_memory_mb), func.max(Run.server_version),
+                       func.min(Run.build_commit))
+                .where(Run.job_id.in_(on_board), Run.arm == "baseline").group_by(Run.job_id))
+    energy = (select(Run.job_id, func.avg(Run.joules_per_token))
+              .where(Run.job_id.in_(on_board), Run.arm == "variant",
+                     Run.joules_per_token.is_not(None)).group_by(Run.job_id))
+    blocks = (select(Run.job_id, Run.block, func.avg(Run.decode_tok_s))
+              .where(Run.job_id.in_(on_board), Run.arm == "variant", Run.decode_tok_s > 0)
+              .group_by(Run.job_id, Run.block).order_by(Run.job_id, Run.block))
     found: dict[int, dict[str, Any]] = {}
     with engine.connect() as connection:
-        for row in connection.execute(query).mappings():
-            job = found.setdefault(row["job_id"], {"energy": []})
-            if row["arm"] == "baseline" or "model" not in job:
-                number, _ = parse_version(row["server_version"] or "")
-                job.update(model=row["model_sha256"], model_file=row["model_file"],
-                           gpu_name=row["gpu_name"], gpu_memory_mb=row["gpu_memory_mb"],
-                           build_number=number, build_commit=row["build_commit"])
-            if row["arm"] == "variant" and row["joules_per_token"] is not None:
-                job["energy"].append(float(row["joules_per_token"]))
-        blocks = (select(Run.job_id, Run.block, func.avg(Run.decode_tok_s))
-                  .where(Run.job_id.in_(job_ids), Run.arm == "variant", Run.decode_tok_s > 0)
-                  .group_by(Run.job_id, Run.block).order_by(Run.job_id, Run.block))
+        for job_id, model, gpu, memory, version, commit in connection.execute(baseline):
+            found[job_id] = {"model": model, "gpu_name": gpu, "gpu_memory_mb": memory,
+                             "build_number": parse_version(version or "")[0],
+                             "build_commit": commit}
+        for job_id, joules in connection.execute(energy):
+            found.setdefault(job_id, {})["energy"] = float(joules)
         for job_id, _, tok_s in connection.execute(blocks):
-            found.setdefault(job_id, {"energy": []}).setdefault("variant_blocks", []).append(
-                float(tok_s))
+            found.setdefault(job_id, {}).setdefault("variant_blocks", []).append(float(tok_s))
     return found
 
 
@@ -83,15 +85,13 @@ def _job_row(job: Mapping[str, Any], runs: Mapping[str, Any]) -> dict[str, Any]:
     from farm.stats.board import normalise_gpu
 
     spec = JobSpec.model_validate(job["spec"])
-    summary = job["summary"] or {}
-    facts = summary.get("facts") or {}
+    summary = read_summary(job["summary"]) or JobSummary()
+    facts = summary.facts or RunFacts()
     setting, draft = _setting(spec)
-    speedup = _number(summary.get("speedup"))
+    speedup = _number(summary.speedup)
     decode = mean_estimate(runs.get("variant_blocks") or [])
-    drafted, accepted = facts.get("drafted") or 0, facts.get("accepted") or 0
-    vram = (_number(facts.get("peak_vram_mb_variant"))
-            - _number(facts.get("peak_vram_mb_baseline")))
-    energy = runs.get("energy") or []
+    drafted, accepted = facts.drafted, facts.accepted
+    vram = _number(facts.peak_vram_mb_variant) - _number(facts.peak_vram_mb_baseline)
     return {"machine": job["machine_id"], "model": runs.get("model"),
             "model_name": spec.model.name,
             "gpu": normalise_gpu(runs.get("gpu_name"), runs.get("gpu_memory_mb")),
@@ -99,12 +99,12 @@ def _job_row(job: Mapping[str, Any], runs: Mapping[str, Any]) -> dict[str, Any]:
             "draft_n_max": draft, "build_number": _number(runs.get("build_number")),
             "build_commit": runs.get("build_commit"),
             "log_speedup": math.log(speedup) if speedup > 0 else math.nan,
-            "log_se": _number(summary.get("log_se")), "df": _number(summary.get("df")),
+            "log_se": _number(summary.log_se), "df": _number(summary.df),
             "log_variant_tok_s": math.log(decode.value) if decode.value > 0 else math.nan,
             "variant_tok_s_se": decode.log_se,
             "acceptance": accepted / drafted if drafted else math.nan,
-            "vram_cost_mb": vram, "joules_per_token": sum(energy) / len(energy) if energy
-            else math.nan, "bundle": job["sha256"], "job_key": job["source_key"],
+            "vram_cost_mb": vram, "joules_per_token": _number(runs.get("energy")),
+            "bundle": job["sha256"], "job_key": job["source_key"],
             "campaign": spec.campaign}
 
 
@@ -117,7 +117,7 @@ def board_jobs(engine: Engine) -> pd.DataFrame:
              .where(BoardJob.refused.is_(None)).order_by(Job.id))
     with engine.connect() as connection:
         jobs = [dict(row) for row in connection.execute(query).mappings()]
-    runs = _runs(engine, [job["id"] for job in jobs]) if jobs else {}
+    runs = _runs(engine) if jobs else {}
     return pd.DataFrame([_job_row(job, runs.get(job["id"], {})) for job in jobs],
                         columns=JOB_COLUMNS)
 
