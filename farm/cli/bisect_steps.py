@@ -94,6 +94,7 @@ class StepRunner:
     # commit whose jobs were all stored already).
     build_seconds: dict[int, float] = field(default_factory=dict)
     skipped: dict[int, str] = field(default_factory=dict)
+    good_spec: JobSpec | None = None  # the target job at good, read when first needed
 
     def job(self, index: int, role: ArmRole, rounds: int) -> JobSeries | None:
         """The finished job of ``role``'s arm on good against it on commit ``index``, round
@@ -137,11 +138,14 @@ class StepRunner:
         return found
 
     def _cross_key(self, role: ArmRole) -> str:
-        from farm.matrix.load import load_matrix
+        """The comparable key of ``role``'s jobs across builds (the matrix read once)."""
+        if self.good_spec is None:
+            from farm.matrix.load import load_matrix
 
-        specs = load_matrix(self.target.matrix, frozenset(), self.target.commit(0))[1]
-        [spec] = [spec for spec in specs if spec.comparable_key == self.target.key]
-        return spec.cross_key(role)
+            specs = load_matrix(self.target.matrix, frozenset(), self.target.commit(0))[1]
+            [self.good_spec] = [spec for spec in specs
+                                if spec.comparable_key == self.target.key]
+        return self.good_spec.cross_key(role)
 
     def stored(self, campaign_names: list[str]) -> tuple[bool, float | None]:
         """For the dry run's plan: whether the store holds any of these campaigns, and how
@@ -177,7 +181,7 @@ class SeriesEvidence:
     ends_jobs: int = 0
     values: dict[int, Measure] = field(default_factory=dict)
 
-    def _measure(self, index: int, number: int) -> Measure | None:
+    def _job_measure(self, index: int, number: int) -> Measure | None:
         """log(commit ``index`` / good) from its ``number``-th jobs; None when it cannot
         be measured."""
         found = []
@@ -195,7 +199,7 @@ class SeriesEvidence:
 
     def _pooled(self, index: int, jobs: int) -> Measure | None:
         while self.jobs.count(index) < jobs:
-            measure = self._measure(index, self.jobs.count(index) + 1)
+            measure = self._job_measure(index, self.jobs.count(index) + 1)
             if measure is None:
                 return None
             self.jobs.add(index, measure)
