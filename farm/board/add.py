@@ -147,10 +147,13 @@ def _parallel(argv: Iterable[Any]) -> str:
 def refusal(spec: JobSpec, summary: dict[str, Any], pairs: int,
             parallels: dict[str, set[str]]) -> str | None:
     """Why the contributing rules refuse a job (None: they take it): a comparison of two
-    arms measured in pairs, on a quiet machine, at least ``LEAST_PAIRS`` pairs, both
-    arms at one ``--parallel``."""
-    if spec.kind != "variant":
-        return f"not a variant against its baseline (a {spec.kind} job)"
+    arms measured in pairs, on a quiet machine, at least ``LEAST_PAIRS`` pairs, both arms
+    at one ``--parallel``. A variant is a setting of the board; a synthetic-acceptance job,
+    a point of its machine's engine curve for ``farm recommend``'s prediction
+    (``farm.board.predict``), never shown as a setting."""
+    if spec.kind not in ("variant", "synthetic"):
+        return (f"neither a variant against its baseline nor an engine-curve point (a "
+                f"{spec.kind} job)")
     if pairs < LEAST_PAIRS:
         return f"too few pairs ({pairs}; the board needs {LEAST_PAIRS})"
     if summary.get("speedup") is None or summary.get("df") in (None, 0):

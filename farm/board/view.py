@@ -11,6 +11,8 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
+from farm.matrix.flags import FlagValue, arm_draft_length, draft_length_flag, to_argv
+from farm.matrix.options import long_name
 from farm.matrix.spec import JobSpec
 from farm.stats.history import mean_estimate
 from farm.store.board import BoardBundle, BoardJob, BoardKey, BoardRun
@@ -21,7 +23,7 @@ from farm.versions import parse_version
 JOB_COLUMNS = ["machine", "model", "model_name", "gpu", "backend", "setting", "draft_n_max",
                "build_number", "build_commit", "log_speedup", "log_se", "df",
                "log_variant_tok_s", "variant_tok_s_se", "acceptance", "vram_cost_mb",
-               "joules_per_token", "bundle", "job_key", "campaign"]
+               "joules_per_token", "bundle", "job_key", "campaign", "board_key"]
 BUNDLE_COLUMNS = ["sha256", "machine", "signed", "campaigns", "jobs", "runs", "refused",
                   "differences", "created_at", "added_at"]
 
@@ -43,13 +45,29 @@ def _number(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
+def canonical_flags(spec: JobSpec) -> list[tuple[str, FlagValue]]:
+    """The variant's flags, each by its long name (``-ngl`` or the removed ``--draft-max``
+    as b11434 reads them: ``farm.matrix.options.long_name``), in name order: two
+    contributors who typed one setting differently share its row."""
+    return sorted(((long_name(name), value) for name, value in spec.variant.flags),
+                  key=lambda flag: flag[0])
+
+
+def setting_text(flags: list[tuple[str, FlagValue]], draft_n_max: int | None = None) -> str:
+    """Canonical flags as one text (what a reader would type); with ``draft_n_max``, at
+    that draft length (its spec type's length flag set to it, as a prediction reads it)."""
+    if draft_n_max is not None:
+        flag = draft_length_flag(str(dict(flags).get("spec-type") or ""))
+        flags = sorted([*(item for item in flags if item[0] != flag), (flag, str(draft_n_max))],
+                       key=lambda item: item[0])
+    return " ".join(to_argv(flags))
+
+
 def _setting(spec: JobSpec) -> tuple[str, float]:
-    """The variant's flags as one text (what a reader would type), and its draft length."""
-    flags = dict(spec.variant.flags)
-    draft = flags.get("spec-draft-n-max")
-    text = " ".join(spec.variant.argv) or spec.variant.name
-    return text, float(draft) if isinstance(draft, int | float | str) and str(draft).isdigit() \
-        else math.nan
+    """The variant's setting as one canonical text, and its draft length."""
+    flags = canonical_flags(spec)
+    draft = arm_draft_length(dict(flags))
+    return setting_text(flags) or spec.variant.name, math.nan if draft is None else draft
 
 
 def _runs(engine: Engine) -> dict[int, dict[str, Any]]:
@@ -81,10 +99,10 @@ def _runs(engine: Engine) -> dict[int, dict[str, Any]]:
     return found
 
 
-def _job_row(job: Mapping[str, Any], runs: Mapping[str, Any]) -> dict[str, Any]:
+def _job_row(job: Mapping[str, Any], spec: JobSpec, runs: Mapping[str, Any]
+             ) -> dict[str, Any]:
     from farm.stats.board import normalise_gpu
 
-    spec = JobSpec.model_validate(job["spec"])
     summary = read_summary(job["summary"]) or JobSummary()
     facts = summary.facts or RunFacts()
     setting, draft = _setting(spec)
@@ -105,20 +123,23 @@ def _job_row(job: Mapping[str, Any], runs: Mapping[str, Any]) -> dict[str, Any]:
             "acceptance": accepted / drafted if drafted else math.nan,
             "vram_cost_mb": vram, "joules_per_token": _number(runs.get("energy")),
             "bundle": job["sha256"], "job_key": job["source_key"],
-            "campaign": spec.campaign}
+            "campaign": spec.campaign, "board_key": job["job_key"]}
 
 
 def board_jobs(engine: Engine) -> pd.DataFrame:
-    """Every job on the board (not refused), one row each (``JOB_COLUMNS``)."""
-    query = (select(Job.id, Job.spec, Job.summary, BoardJob.machine_id, BoardJob.source_key,
-                    BoardBundle.sha256)
+    """Every variant job on the board (not refused), one row each (``JOB_COLUMNS``); its
+    engine-curve jobs are ``farm.board.predict``'s."""
+    query = (select(Job.id, Job.job_key, Job.spec, Job.summary, BoardJob.machine_id,
+                    BoardJob.source_key, BoardBundle.sha256)
              .join(BoardJob, BoardJob.job_id == Job.id)
              .join(BoardBundle, BoardBundle.id == BoardJob.bundle_id)
              .where(BoardJob.refused.is_(None)).order_by(Job.id))
     with engine.connect() as connection:
-        jobs = [dict(row) for row in connection.execute(query).mappings()]
+        found = [(dict(row), JobSpec.model_validate(row["spec"]))
+                 for row in connection.execute(query).mappings()]
+    jobs = [(job, spec) for job, spec in found if spec.kind == "variant"]
     runs = _runs(engine) if jobs else {}
-    return pd.DataFrame([_job_row(job, runs.get(job["id"], {})) for job in jobs],
+    return pd.DataFrame([_job_row(job, spec, runs.get(job["id"], {})) for job, spec in jobs],
                         columns=JOB_COLUMNS)
 
 

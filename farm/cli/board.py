@@ -1,7 +1,8 @@
 """Results beyond one store (docs/board.md): ``farm share`` leaves a machine's campaigns as
 one bundle file, ``farm board`` takes bundles from anyone into a board's store, recomputes
-every figure, and shows the best speculative settings per model and GPU as text, markdown,
-JSON or a static site."""
+every figure, and shows the best speculative settings per model and GPU (with ``farm
+recommend``'s prediction where engine curves exist) as text, markdown, JSON or a static
+site, each through the format registry."""
 
 from __future__ import annotations
 
@@ -104,15 +105,15 @@ def board_add(bundles: tuple[Path, ...], board_url: str | None, require_signed: 
 
 @board.command("show")
 @_BOARD
-@output_options(kinds.Board, wide=False)
-def board_show(board_url: str | None, fmt: str, output: Path | None) -> None:
+@output_options(kinds.Board)
+def board_show(board_url: str | None, fmt: str, output: Path | None, wide: bool) -> None:
     """Per model x GPU x setting: the speedup and decode tok/s with intervals that treat
     machines as random effects, and the best setting per model and GPU."""
     from farm.report.formats import Target, write
 
     with _board_store(load_settings(), board_url) as engine:
         found = _view(engine)
-    write(found, fmt, Target(output=output))
+    write(found, fmt, Target(wide=wide, output=output))
 
 
 @board.command("site")
@@ -123,13 +124,13 @@ def board_show(board_url: str | None, fmt: str, output: Path | None) -> None:
                    "replaced, any other left).")
 def board_site(board_url: str | None, output: Path) -> None:
     """Write the board as a static site: an index of models and GPUs, a page per model with
-    its table and a plot of speedup against draft length, a page per bundle."""
-    from farm.report.board import write_site
+    its table and a plot of speedup against draft length, a page per bundle (the same as
+    `farm board show --format site -o DIR`)."""
+    from farm.report.formats import Target, write
 
     with _board_store(load_settings(), board_url) as engine:
         found = _view(engine)
-    for line in write_site(found, output):
-        click.echo(line)
+    write(found, "site", Target(output=output))
 
 
 @board.command("trust")
@@ -157,10 +158,13 @@ def board_key(path: Path) -> None:
 
 def _view(engine: Engine) -> kinds.Board:
     from farm.board.add import pending, recompute
+    from farm.board.predict import machine_predictions
     from farm.board.view import board_bundles, board_jobs
-    from farm.stats.board import best_settings, board_rows
+    from farm.stats.board import best_settings, board_rows, pool_predictions
 
     recompute(engine, pending(engine))
     jobs = board_jobs(engine)
-    rows = board_rows(jobs)
-    return kinds.Board(rows=rows, best=best_settings(rows), bundles=board_bundles(engine))
+    predictions = pool_predictions(machine_predictions(engine, jobs))
+    rows = board_rows(jobs, predictions)
+    return kinds.Board(rows=rows, best=best_settings(rows, predictions),
+                       bundles=board_bundles(engine), predictions=predictions)

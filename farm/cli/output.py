@@ -22,14 +22,17 @@ def output_options(kind: type, *, default: str = "table", wide: bool = True,
     format, to a file), ``--wide`` (when the format is a table; ``wide_help`` where it
     shows more than the columns) and ``--all`` (with ``all_help``)."""
     formats = formats_for(kind)
+    folders = [name for name in formats if FORMATS[name].folder]
 
     def decorate(command: FC) -> FC:
         options = [
             click.option("--format", "fmt", type=click.Choice(formats), default=default,
                          show_default=True, help="; ".join(
                              f"{name}: {FORMATS[name].help}" for name in formats) + "."),
-            click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
-                         help="Write the chosen format to this file instead of the terminal.")]
+            click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=bool(folders)),
+                         help="Write the chosen format to this file instead of the terminal"
+                              + (f" (a folder for {', '.join(folders)})." if folders
+                                 else "."))]
         if wide and "table" in formats:
             options.append(click.option("--wide", is_flag=True, help=wide_help))
         if all_help:

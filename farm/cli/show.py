@@ -60,8 +60,9 @@ def show_report(settings: Settings, campaign: str | None, fmt: str, *,
         title = "all campaigns" if name is None else f"campaign {name}"
         if printed is not None:
             text = render(kinds.JobReport(title, rows, None, found.kept), fmt, target)
+            assert isinstance(text, str), "a kept report is printed as text"
             emit(text, output)
-            keep_printed(engine, printed, text.encode() if isinstance(text, str) else text)
+            keep_printed(engine, printed, text.encode())
             return
     from farm.columns import report_frame
 

@@ -346,6 +346,21 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SHELL_META = re.compile(r"[;&`<>\"']|\$[\w({]\w*|\s\|\s|^~")
 
 
+# Old flag name -> new name, applied by a node when the build has removed the old one
+# (workers/job/checks.py) and by a board reading what another farm's job ran.
+FLAG_RENAMES = {"draft": "spec-draft-n-max", "draft-n": "spec-draft-n-max",
+                "draft-max": "spec-draft-n-max", "draft-min": "spec-draft-n-min",
+                "draft-n-min": "spec-draft-n-min"}
+
+
+def long_name(raw: str) -> str:
+    """What a stored flag's name means today, never refused: its canonical long name
+    (``ALIASES``), renamed where b11434 removed it (``FLAG_RENAMES``). For names another
+    farm wrote (a bundle's jobs); a matrix's own names go through ``canonical``."""
+    name = ALIASES.get(raw.lstrip("-"), raw.lstrip("-"))
+    return FLAG_RENAMES.get(name, name)
+
+
 def canonical(raw: str, where: str) -> str:
     """``-c`` / ``--ctx-size`` / ``ctx-size`` -> ``ctx-size`` (``ALIASES``)."""
     name = raw.lstrip("-")

@@ -1,6 +1,7 @@
 """``farm board show`` and ``farm board site``: the board (``kinds.Board``) as a fitted
-text table, markdown a README can include, JSON, or a static site (``write_site``; its
-pages are ``farm.report.board_site``).
+text table, markdown a README can include, JSON, or a static site (``board_site``; its
+pages are ``farm.report.board_site``), each through the format registry
+(``farm.report.formats``).
 
 What each frame holds is ``farm.stats.board``'s (``ROW_COLUMNS``, ``BEST_COLUMNS``) and
 ``farm.board.view``'s (``BUNDLE_COLUMNS``); this module reads them as frames and never
@@ -17,11 +18,10 @@ import json
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from html import escape
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from farm.errors import ConfigError
 from farm.report import cells
+from farm.report.output import Folder
 from farm.report.sheet import Column, Row, Sheet
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from farm.report.kinds import Board
 
-SCHEMA, VERSION = "specfarm-board", 1
+SCHEMA, VERSION = "specfarm-board", 2
 
 # What the intervals mean, in the words every output uses (docs/board.md says more).
 ROWS_NOTE = ("speedup, decode tok/s: the typical machine's with this GPU and backend, 95% "
@@ -40,6 +40,9 @@ ROWS_NOTE = ("speedup, decode tok/s: the typical machine's with this GPU and bac
 BEST_NOTE = ("best: the setting with the highest speedup, its interval allowing for having "
              "picked the best of m settings; it beats the runner-up when its lead holds at "
              "95% over the m - 1 others (Bonferroni)")
+PREDICTED_NOTE = ("predicted: `farm recommend`'s prediction for the setting from each "
+                  "machine's own acceptance and engine cost curve (its bundles' engine-curve "
+                  "jobs), machines pooled as the speedup is; a dash: no engine curve for it")
 ONE_MACHINE = "*"
 EMPTY = ("no job on the board yet: `farm board add BUNDLE...` takes the bundles `farm share` "
          "makes")
@@ -81,6 +84,27 @@ def vram_cell(row: Row) -> str:
 def energy_cell(row: Row) -> str:
     """``0.412``: joules per token."""
     return cells.number(row["joules_per_token"], 3)
+
+
+def predicted_cell(row: Row) -> str:
+    """``1.69\u00d7 [1.52, 1.88]``: ``farm recommend``'s prediction for the row's setting."""
+    return cells.interval(row.get("predicted"), row.get("predicted_low"),
+                          row.get("predicted_high"))
+
+
+def recommended_cell(row: Row) -> str:
+    """``--spec-draft-n-max 2 --spec-type draft-mtp (1.69\u00d7 [1.52, 1.88])``: the setting
+    ``farm recommend`` predicts fastest for the best's model and GPU; empty without one."""
+    if cells.missing(row.get("recommended")):
+        return ""
+    predicted = cells.interval(row["recommended_speedup"], row["recommended_low"],
+                               row["recommended_high"])
+    return f"{cells.text(row['recommended'])} ({predicted})"
+
+
+def predicts(frame: pd.DataFrame, column: str) -> bool:
+    """Whether any row of ``frame`` has ``column`` (a prediction): its column is shown."""
+    return column in frame.columns and bool(frame[column].notna().any())
 
 
 def machines_cell(row: Row) -> str:
@@ -166,6 +190,7 @@ ROW_COLUMNS = (
     Column("J/token", energy_cell, True, rank=4),
     Column("jobs", lambda row: cells.count(row["jobs"]), True, rank=5),
 )
+PREDICTED_COLUMN = Column("predicted [95% CI]", predicted_cell, True, rank=3)
 # One best per model and GPU: a table each would be a line each, so they share a column.
 BEST_COLUMNS = (
     Column("model · GPU", lambda row: f"{_model(row)} · {gpu_cell(row)}"),
@@ -176,6 +201,7 @@ BEST_COLUMNS = (
     Column("builds", builds_cell, True, rank=2),
     Column("runner-up", runner_up_cell, rank=3),
 )
+RECOMMENDED_COLUMN = Column("farm recommend predicts", recommended_cell, rank=3)
 BUNDLE_COLUMNS = (
     Column("bundle", lambda row: str(row["sha256"])[:12]),
     Column("machine", lambda row: str(row["machine"])[:12], rank=2),
@@ -186,6 +212,24 @@ BUNDLE_COLUMNS = (
     Column("refused", lambda row: cells.count(row["refused"]), True),
     Column("differences", lambda row: cells.count(row["differences"]), True, rank=1),
 )
+
+
+def row_columns(board: Board) -> tuple[Column, ...]:
+    """The rows' columns: the prediction beside the speedup where any row has one."""
+    if not predicts(board.rows, "predicted"):
+        return ROW_COLUMNS
+    return (*ROW_COLUMNS[:4], PREDICTED_COLUMN, *ROW_COLUMNS[4:])
+
+
+def best_columns(board: Board) -> tuple[Column, ...]:
+    """The best settings' columns, ``farm recommend``'s pick last where any has one."""
+    return (*BEST_COLUMNS, RECOMMENDED_COLUMN) if predicts(board.best, "recommended") \
+        else BEST_COLUMNS
+
+
+def rows_note(board: Board) -> str:
+    """What the rows' intervals (and predictions, where shown) mean."""
+    return f"{ROWS_NOTE}; {PREDICTED_NOTE}" if predicts(board.rows, "predicted") else ROWS_NOTE
 
 
 def campaigns_text(value: Any) -> str:
@@ -227,10 +271,10 @@ def board_sheets(board: Board) -> list[Sheet]:
                     None if len(board.rows) else EMPTY)
     if not len(board.rows):
         return [bundles]
-    return [Sheet(f"{title}: best setting per model and GPU", BEST_COLUMNS,
+    return [Sheet(f"{title}: best setting per model and GPU", best_columns(board),
                   records(ordered_best(board)), BEST_NOTE),
-            Sheet(f"{title}: every setting", ROW_COLUMNS, records(ordered_rows(board)),
-                  ROWS_NOTE), bundles]
+            Sheet(f"{title}: every setting", row_columns(board), records(ordered_rows(board)),
+                  rows_note(board)), bundles]
 
 
 def board_text(board: Board, width: int | None) -> str:
@@ -249,9 +293,6 @@ def md(text: str) -> str:
             .replace("\n", " "))
 
 
-_MD_ROW = [column for column in ROW_COLUMNS if not column.splits]
-
-
 def _md_table(columns: Sequence[Column], rows: Sequence[Row]) -> list[str]:
     return ["| " + " | ".join(md(column.header) for column in columns) + " |",
             "|" + "|".join("---:" if column.numeric else "---" for column in columns) + "|",
@@ -263,9 +304,11 @@ def best_line(best: Row | None) -> str:
     """The best setting of a model x GPU in one line (plain text)."""
     if best is None:
         return "no setting has a speedup yet"
-    return (f"best: {cells.text(best['setting'])} at {speedup_cell(best)}, "
+    line = (f"best: {cells.text(best['setting'])} at {speedup_cell(best)}, "
             f"{verdict_cell(best, runner_up_cell(best))}; "
             f"{cells.count(best['machines'])} machines, builds {builds_cell(best)}")
+    recommended = recommended_cell(best)
+    return f"{line}; farm recommend predicts {recommended}" if recommended else line
 
 
 def board_markdown(board: Board) -> str:
@@ -274,12 +317,13 @@ def board_markdown(board: Board) -> str:
     out = [f"## {md(board.title)}", ""]
     best = {_key(row): row for row in ordered_best(board).to_dict(orient="records")}
     rows = ordered_rows(board).to_dict(orient="records")
+    columns = [column for column in row_columns(board) if not column.splits]
     for key in dict.fromkeys(_key(row) for row in rows):
         mine: list[Row] = [row for row in rows if _key(row) == key]
         out += [f"### {md(_model(mine[0]))} \u00b7 {md(gpu_cell(mine[0]))}", "",
                 f"**{md(best_line(best.get(key)))}**", "",
-                *_md_table(_MD_ROW, mine), ""]
-    note = f"_{md(ROWS_NOTE)}. {md(BEST_NOTE)}._" if rows else md(EMPTY[0].upper()
+                *_md_table(columns, mine), ""]
+    note = f"_{md(rows_note(board))}. {md(BEST_NOTE)}._" if rows else md(EMPTY[0].upper()
                                                                  + EMPTY[1:]) + "."
     out += [note, "", f"### {md(board.title)}: bundles", "",
             *_md_table(BUNDLE_COLUMNS, board.bundles.to_dict(orient="records")), ""]
@@ -293,7 +337,8 @@ def _key(row: Mapping[Hashable, Any]) -> tuple[str, str, str]:
 # --- JSON --------------------------------------------------------------------------------
 
 def board_json(board: Board) -> str:
-    """Rows, best settings and bundles as records under a schema header; NaN as null."""
+    """Rows, best settings, ``farm recommend``'s predictions and bundles as records under a
+    schema header; NaN as null."""
     def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = json.loads(frame.to_json(
             orient="records", date_format="iso", double_precision=15))
@@ -301,38 +346,25 @@ def board_json(board: Board) -> str:
 
     return json.dumps({"schema": SCHEMA, "version": VERSION, "title": board.title,
                        "rows": records(board.rows), "best": records(board.best),
+                       "predictions": records(board.predictions),
                        "bundles": records(board.bundles)}, indent=1)
 
 
 # --- the static site ---------------------------------------------------------------------
 
-def write_site(board: Board, out: Path) -> list[str]:
-    """The board as plain HTML files in ``out`` (made if new): its index, a page per model
-    and per bundle. The files the site writes are replaced, each whole; nothing else in
-    ``out`` is touched."""
+def board_site(board: Board) -> Folder:
+    """The board as plain HTML files: its index, a page per model and per bundle
+    (``farm.report.board_site``)."""
     from farm.report.board_site import site_pages
 
     pages = site_pages(board)
-    for name, page in pages.items():
-        _write_whole(out / name, page)
     models = sum(name.startswith("models/") for name in pages)
     bundles = sum(name.startswith("bundles/") for name in pages)
-    return [f"wrote {counted(len(pages), 'file')} to {out} (index.html, "
-            f"{counted(models, 'model page')}, {counted(bundles, 'bundle page')})"]
+    return Folder({name: page.encode("utf-8") for name, page in pages.items()},
+                  f"index.html, {counted(models, 'model page')}, "
+                  f"{counted(bundles, 'bundle page')}")
 
 
 def counted(number: int, what: str) -> str:
     """``1 file``, ``2 files``."""
     return f"{number} {what}" + ("" if number == 1 else "s")
-
-
-def _write_whole(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(path)
-    except OSError as error:
-        partial.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {path}: {error.strerror}; give -o a writable "
-                          "folder") from None

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from farm.report import board_plot, cells
 from farm.report.board import (
     BEST_NOTE,
-    ROWS_NOTE,
     acceptance_cell,
     best_line,
     builds_cell,
@@ -34,6 +33,10 @@ from farm.report.board import (
     machines_cell,
     ordered_best,
     ordered_rows,
+    predicted_cell,
+    predicts,
+    recommended_cell,
+    rows_note,
     runner_up_cell,
     speedup_cell,
     verdict_cell,
@@ -113,11 +116,12 @@ def site_pages(board: Board) -> dict[str, str]:
     rows: list[Row] = ordered_rows(board).to_dict(orient="records")  # type: ignore[assignment]
     best: list[Row] = ordered_best(board).to_dict(orient="records")  # type: ignore[assignment]
     bundles: list[Row] = board.bundles.to_dict(orient="records")  # type: ignore[assignment]
-    pages = {"index.html": _index(board.title, rows, best, bundles)}
+    pages = {"index.html": _index(board.title, rows, best, bundles,
+                                  predicts(board.best, "recommended"))}
     for model in dict.fromkeys(str(row["model"]) for row in rows):
         mine = [row for row in rows if str(row["model"]) == model]
         pages[f"models/{page_id(model)}.html"] = _model_page(
-            board.title, mine, [row for row in best if str(row["model"]) == model])
+            board, mine, [row for row in best if str(row["model"]) == model])
     listed = {str(bundle["sha256"]): bundle for bundle in bundles}
     behind = [sha for row in rows for sha in bundle_ids(row["bundles"])]
     for sha in dict.fromkeys([*listed, *behind]):
@@ -164,7 +168,8 @@ def _link(href: str, text: str) -> str:
 
 # --- the index ---------------------------------------------------------------------------
 
-def _index(site: str, rows: list[Row], best: list[Row], bundles: list[Row]) -> str:
+def _index(site: str, rows: list[Row], best: list[Row], bundles: list[Row],
+           predicted: bool) -> str:
     models = dict.fromkeys(str(row["model"]) for row in rows)
     machines = {str(bundle["machine"]) for bundle in bundles}
     body = [f"<h1>{escape(site)}</h1>",
@@ -173,7 +178,8 @@ def _index(site: str, rows: list[Row], best: list[Row], bundles: list[Row]) -> s
             "Every figure is the board's own, computed from the bundles' runs.</p>",
             "<h2>Best setting per model and GPU</h2>"]
     if rows:
-        body += [_best_table(rows, best), f'<p class="note">{escape(BEST_NOTE)}.</p>']
+        body += [_best_table(rows, best, predicted),
+                 f'<p class="note">{escape(BEST_NOTE)}.</p>']
     else:
         body.append('<p class="note">Nothing on the board yet: <code>farm board add '
                     "BUNDLE...</code> takes the bundles <code>farm share</code> makes.</p>")
@@ -181,8 +187,9 @@ def _index(site: str, rows: list[Row], best: list[Row], bundles: list[Row]) -> s
     return _page(site, site, body, 0)
 
 
-def _best_table(rows: list[Row], best: list[Row]) -> str:
-    """One row per model x GPU x backend, its best setting or why it has none."""
+def _best_table(rows: list[Row], best: list[Row], predicted: bool) -> str:
+    """One row per model x GPU x backend, its best setting or why it has none; with
+    ``predicted``, ``farm recommend``'s pick beside it."""
     found = {_group(row): row for row in best}
     groups = dict.fromkeys(_group(row) for row in rows)
     first = {_group(row): row for row in reversed(rows)}
@@ -194,15 +201,16 @@ def _best_table(rows: list[Row], best: list[Row]) -> str:
                  _link(f"{page}#{_section(row)}", gpu_cell(row))]
         if pick is None:
             lines.append([*named, "", escape(cells.MISSING), "no setting has a speedup yet",
-                          "", ""])
+                          "", "", *([""] if predicted else [])])
             continue
         lines.append([*named, setting_html(pick["setting"]),
                       _link(f"{page}#{_section(row)}", speedup_cell(pick)),
                       escape(verdict_cell(pick, runner_up_cell(pick))),
-                      escape(cells.count(pick["machines"])), escape(builds_cell(pick))])
+                      escape(cells.count(pick["machines"])), escape(builds_cell(pick)),
+                      *([escape(recommended_cell(pick))] if predicted else [])])
     headers = [("model", ""), ("GPU", ""), ("best setting", ""),
                ("speedup [best-of-m 95% CI]", "n"), ("verdict", "long"), ("machines", "n"),
-               ("builds", "n")]
+               ("builds", "n"), *([("farm recommend predicts", "long")] if predicted else [])]
     return _table(headers, lines)
 
 
@@ -262,6 +270,7 @@ def _setting(best: Row | None) -> _HtmlCell:
     return cell
 
 
+_PREDICTED_CELL = ("predicted [95% CI]", "n", _numbers(predicted_cell))
 _ROW_CELLS: tuple[tuple[str, str, _HtmlCell], ...] = (
     ("draft length", "n", _numbers(draft_cell)),
     ("speedup [95% CI]", "n", _numbers(speedup_cell)),
@@ -276,8 +285,10 @@ _ROW_CELLS: tuple[tuple[str, str, _HtmlCell], ...] = (
 )
 
 
-def _model_page(site: str, rows: list[Row], best: list[Row]) -> str:
-    label = str(rows[0]["model_label"])
+def _model_page(board: Board, rows: list[Row], best: list[Row]) -> str:
+    site, label = board.title, str(rows[0]["model_label"])
+    shown = ((*_ROW_CELLS[:2], _PREDICTED_CELL, *_ROW_CELLS[2:])
+             if predicts(board.rows, "predicted") else _ROW_CELLS)
     groups = dict.fromkeys(_group(row) for row in rows)
     picks = {_group(row): row for row in best}
     body = [f"<h1>{escape(label)}</h1>",
@@ -289,12 +300,12 @@ def _model_page(site: str, rows: list[Row], best: list[Row]) -> str:
         pick = picks.get(group)
         body += [f'<h2 id="{_section(mine[0])}">{escape(gpu_cell(mine[0]))}</h2>',
                  _best_paragraph(pick),
-                 _table([("setting", ""), *((head, kind) for head, kind, _ in _ROW_CELLS)],
-                        [[_setting(pick)(row), *(cell(row) for _, _, cell in _ROW_CELLS)]
+                 _table([("setting", ""), *((head, kind) for head, kind, _ in shown)],
+                        [[_setting(pick)(row), *(cell(row) for _, _, cell in shown)]
                          for row in mine],
                         ["top" if pick is not None and row["setting"] == pick["setting"]
                          else "" for row in mine])]
-    body.append(f'<p class="note">{escape(ROWS_NOTE)}. {escape(BEST_NOTE)}.</p>')
+    body.append(f'<p class="note">{escape(rows_note(board))}. {escape(BEST_NOTE)}.</p>')
     return _page(site, f"{label} \u00b7 {site}", body, 1)
 
 

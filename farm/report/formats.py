@@ -18,7 +18,7 @@ from typing import Any
 
 from farm.errors import ConfigError
 from farm.report import kinds
-from farm.report.output import emit
+from farm.report.output import Folder, emit
 from farm.report.sheet import markdown, table_text, terminal_width
 
 
@@ -35,7 +35,7 @@ class Target:
         return None if self.wide or self.output is not None else terminal_width()
 
 
-Renderer = Callable[[Any, Target], "str | bytes"]
+Renderer = Callable[[Any, Target], "str | bytes | Folder"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,8 @@ class Format:
     """One output format: what ``--format`` names it, its help line, the suffix of a file
     of it, and its renderer per kind of result. ``file_only``: written with ``-o`` only;
     ``draws``: the result carries what a page draws (the command loads it); ``kept``:
-    it prints a report's kept rows as their text (``kinds.JobReport.kept``)."""
+    it prints a report's kept rows as their text (``kinds.JobReport.kept``); ``folder``:
+    it writes many files, ``-o`` names their folder (a ``Folder``)."""
 
     name: str
     help: str
@@ -52,6 +53,7 @@ class Format:
     file_only: bool = False
     draws: bool = False
     kept: bool = False
+    folder: bool = False
 
 
 # --- table and markdown ----------------------------------------------------------------
@@ -251,6 +253,12 @@ def _runs_parquet(result: kinds.Runs, _: Target) -> bytes:
     return runs_parquet(result.runs)
 
 
+def _board_site(result: kinds.Board, _: Target) -> Folder:
+    from farm.report.board import board_site
+
+    return board_site(result)
+
+
 _HTML: dict[type, Renderer] = {
     kinds.JobReport: lambda result, _: _campaign_page(result.title, result.page),
     kinds.ReportTables: lambda result, _: _campaign_page(result.title, result.page),
@@ -266,6 +274,8 @@ FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (
            file_only=True, draws=True),
     Format("parquet", "Parquet (needs -o)", ".parquet", {kinds.Runs: _runs_parquet},
            file_only=True),
+    Format("site", "a static site of plain HTML files (needs -o DIR)", "/",
+           {kinds.Board: _board_site}, file_only=True, folder=True),
 )}
 
 
@@ -284,16 +294,18 @@ def check_target(kind: type, fmt: str, output: Path | None) -> None:
     """Refuse, before anything is read, a format that writes a file without ``-o``."""
     if FORMATS[fmt].file_only and output is None:
         stem = getattr(kind, "stem", "result")
-        raise ConfigError(f"--format {fmt} writes a file: give -o {stem}{FORMATS[fmt].suffix}")
+        what = "a folder of files" if FORMATS[fmt].folder else "a file"
+        raise ConfigError(f"--format {fmt} writes {what}: give -o {stem}{FORMATS[fmt].suffix}")
 
 
-def render(result: object, fmt: str, target: Target) -> str | bytes:
-    """``result`` in ``fmt``: text that ends in a newline, or a file's bytes."""
+def render(result: object, fmt: str, target: Target) -> str | bytes | Folder:
+    """``result`` in ``fmt``: text that ends in a newline, a file's bytes, or a folder's
+    files."""
     check_target(type(result), fmt, target.output)
     renderer = _renderer(FORMATS[fmt], type(result))
     assert renderer is not None, f"{fmt} renders no {type(result).__name__}"
     data = renderer(result, target)
-    return data if isinstance(data, bytes) or data.endswith("\n") else data + "\n"
+    return data if not isinstance(data, str) or data.endswith("\n") else data + "\n"
 
 
 def write(result: object, fmt: str, target: Target) -> None:

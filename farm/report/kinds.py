@@ -134,10 +134,12 @@ class Runs:
 class Board:
     """``farm board show`` and ``site``: per model x GPU x backend x setting the figures
     the board computed (``farm.stats.board.board_rows``), the best setting of each model
-    and GPU (``best_settings``), and the bundles behind them (``farm.board.view``)."""
+    and GPU (``best_settings``), ``farm recommend``'s predictions where engine curves exist
+    (``pool_predictions``), and the bundles behind them (``farm.board.view``)."""
 
     rows: pd.DataFrame
     best: pd.DataFrame
     bundles: pd.DataFrame
+    predictions: pd.DataFrame
     title: str = "board"
     stem = "board"

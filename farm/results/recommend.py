@@ -37,7 +37,7 @@ NO_SPECULATION = "no speculation"
 NO_CLEAR_GAIN = "no clear gain"
 ROW_KEYS = ["gpu_class", "model", "build", "category"]
 PREDICTION_COLUMNS = [*ROW_KEYS, "spec_type", "setting", "draft_n_max", "speedup", "low",
-                      "high", "length", "rates", "draft_share", "break_even", "step_cost",
+                      "high", "df", "length", "rates", "draft_share", "break_even", "step_cost",
                       "extrapolated", "source_job", "rank"]
 
 
@@ -109,7 +109,7 @@ def _row(job: pd.Series, category: str, profile: Profile, curve: CostCurve,
     return {"gpu_class": job["gpu_class"], "model": job["model"], "build": job["build"],
             "category": category, "spec_type": job["spec_type"], "setting": job["setting"],
             "draft_n_max": curve.draft_n_max, "speedup": found.speedup, "low": found.low,
-            "high": found.high, "length": found.length,
+            "high": found.high, "df": found.df, "length": found.length,
             "rates": [round(rate, 4) for rate in profile.rates],
             "draft_share": profile.draft_share, "break_even": curve.break_even()[0],
             "step_cost": curve.step_cost()[0], "extrapolated": found.extrapolated,
@@ -128,9 +128,13 @@ def predictions(engine: Engine, campaign: str,
     model, prompt category (and all categories together) and draft length of a matching
     engine cost curve (from ``points``, default ``store_curve_points``); ``rank`` 1 is the
     best of its row."""
-    report = job_report(engine, campaign)
-    curves = cost_curves(store_curve_points(engine) if points is None else points)
-    runs = runs_frame(engine, campaign)
+    return predicted(job_report(engine, campaign), runs_frame(engine, campaign),
+                     cost_curves(store_curve_points(engine) if points is None else points))
+
+
+def predicted(report: pd.DataFrame, runs: pd.DataFrame,
+              curves: dict[tuple[Any, ...], CostCurve]) -> pd.DataFrame:
+    """``predictions`` from a job report, its jobs' runs and the cost curves to use."""
     rows = []
     for _, jobs in _drafters(report).groupby(["gpu_class", "model", "build", "setting"],
                                              sort=False):

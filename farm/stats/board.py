@@ -43,6 +43,9 @@ machine variance, Hartung-Knapp-Sidik-Jonkman t interval on machines - 1 df).
     build_min, build_max
                        the range of llama.cpp builds behind the row (NaN if unknown)
     bundles            the sorted ids of the bundles behind the row
+    predicted, predicted_low, predicted_high, predicted_machines
+                       ``farm recommend``'s prediction for the setting and its machines
+                       (``pool_predictions``; NaN where no engine curve predicts it)
 
 ``best_settings`` returns one row per model x gpu x backend (``BEST_COLUMNS``):
 
@@ -58,6 +61,9 @@ machine variance, Hartung-Knapp-Sidik-Jonkman t interval on machines - 1 df).
     beats              True: the best is named, its lead over the runner-up is real
     build_min, build_max, bundles
                        over the best's and the runner-up's rows
+    recommended, recommended_speedup, recommended_low, recommended_high
+                       the setting ``farm recommend`` predicts fastest for the group,
+                       measured or not, and its prediction (None and NaN without one)
 
 What the intervals mean:
 
@@ -109,14 +115,19 @@ GROUP = ["model", "gpu", "backend"]
 MEANS = ("acceptance", "vram_cost_mb", "joules_per_token")
 NUMBERS = ("draft_n_max", "build_number", "log_speedup", "log_se", "df", "log_variant_tok_s",
            "variant_tok_s_se", *MEANS)
+PREDICTED = ["predicted", "predicted_low", "predicted_high", "predicted_machines"]
 ROW_COLUMNS = ["model", "model_name", "gpu", "backend", "setting", "draft_n_max", "machines",
                "jobs", "speedup", "low", "high", "log_se", "df", "tau", "one_machine",
                "decode_tok_s", "decode_low", "decode_high", *MEANS, "build_min",
-               "build_max", "bundles"]
+               "build_max", "bundles", *PREDICTED]
+RECOMMENDED = ["recommended", "recommended_speedup", "recommended_low", "recommended_high"]
 BEST_COLUMNS = ["model", "model_name", "gpu", "backend", "setting", "draft_n_max",
                 "machines", "settings", "speedup", "low", "high", "runner_up",
                 "runner_up_speedup", "ahead", "ahead_low", "ahead_high", "beats",
-                "build_min", "build_max", "bundles"]
+                "build_min", "build_max", "bundles", *RECOMMENDED]
+# One machine's prediction of a setting (``farm.board.predict``), and the pooled ones.
+MACHINE_PREDICTION = [*CELL, "draft_n_max", "machine", "log_speedup", "log_se", "df"]
+PREDICTION_COLUMNS = [*CELL, "draft_n_max", *PREDICTED]
 
 # Words of a GPU's name that say the vendor or a brand, not which GPU it is.
 _VENDOR_WORDS = {"nvidia", "geforce", "amd", "intel", "intel(r)", "(r)", "(tm)"}
@@ -141,11 +152,13 @@ def normalise_gpu(name: str | None, memory_mb: float | None) -> str:
     return model
 
 
-def board_rows(jobs: pd.DataFrame) -> pd.DataFrame:
+def board_rows(jobs: pd.DataFrame, predictions: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per model x gpu x backend x setting: the speedup and decode tok/s with their
     random-effects intervals over machines, the means over machines, the build range and the
-    bundles behind it (the module docstring lists the columns and what the intervals mean).
-    Builds are not a key: a row spans the builds in ``build_min``-``build_max``."""
+    bundles behind it (the module docstring lists the columns and what the intervals mean),
+    and ``farm recommend``'s prediction of the setting where ``predictions``
+    (``pool_predictions``) has one. Builds are not a key: a row spans the builds in
+    ``build_min``-``build_max``."""
     missing = [column for column in JOB_COLUMNS if column not in jobs.columns]
     if missing:
         raise ValueError(f"board_rows needs the jobs' columns {', '.join(missing)}")
@@ -156,11 +169,34 @@ def board_rows(jobs: pd.DataFrame) -> pd.DataFrame:
     splits = np.flatnonzero(np.diff(cells[order])) + 1
     names = jobs[[*CELL, "model_name"]].to_numpy()
     bundles = jobs["bundle"].to_numpy()
-    rows = [{**dict(zip([*CELL, "model_name"], names[positions[0]], strict=True)),
-             **_row({column: values[positions] for column, values in numbers.items()}),
-             "bundles": _bundles(bundles[positions])}
-            for positions in np.split(order, splits) if positions.size]
-    return pd.DataFrame(rows, columns=ROW_COLUMNS)
+    rows = pd.DataFrame(
+        [{**dict(zip([*CELL, "model_name"], names[positions[0]], strict=True)),
+          **_row({column: values[positions] for column, values in numbers.items()}),
+          "bundles": _bundles(bundles[positions])}
+         for positions in np.split(order, splits) if positions.size],
+        columns=[column for column in ROW_COLUMNS if column not in PREDICTED])
+    if predictions is None or predictions.empty or rows.empty:
+        return rows.assign(**{column: NAN for column in PREDICTED})[ROW_COLUMNS]
+    return rows.merge(predictions[[*CELL, *PREDICTED]], on=CELL, how="left")[ROW_COLUMNS]
+
+
+def pool_predictions(machines: pd.DataFrame) -> pd.DataFrame:
+    """``farm recommend``'s predictions (``MACHINE_PREDICTION``: one per machine and setting
+    at a draft length, on the log scale) per model x gpu x backend x setting, machines as
+    random effects as a row's speedup (``PREDICTION_COLUMNS``): what a typical machine of
+    this GPU is predicted to get, each machine's prediction from its own acceptance and
+    its own engine cost curve."""
+    rows = []
+    for key, group in machines.groupby(CELL, sort=True, dropna=False):
+        machine = pd.factorize(group["machine"], use_na_sentinel=False)[0].astype(float)
+        pooled = _over_machines(_floats(group["log_speedup"]), _floats(group["log_se"]),
+                                _floats(group["df"]), machine)
+        if math.isfinite(pooled.estimate):
+            rows.append({**dict(zip(CELL, key, strict=True)),
+                         "draft_n_max": float(group["draft_n_max"].iloc[0]),
+                         "predicted": pooled.estimate, "predicted_low": pooled.low,
+                         "predicted_high": pooled.high, "predicted_machines": pooled.jobs})
+    return pd.DataFrame(rows, columns=PREDICTION_COLUMNS)
 
 
 def _row(cell: dict[str, Floats]) -> dict[str, object]:
@@ -246,14 +282,27 @@ def _bundles(column: Iterable[object]) -> list[str]:
     return sorted(ids)
 
 
-def best_settings(rows: pd.DataFrame) -> pd.DataFrame:
+def best_settings(rows: pd.DataFrame, predictions: pd.DataFrame | None = None
+                  ) -> pd.DataFrame:
     """Per model x gpu x backend, the setting with the highest speedup among the m with
     one, its best-of-m interval, the runner-up and whether the best beats it (the module
-    docstring says what the interval and the test mean). A group with no speedup has no
-    row."""
+    docstring says what the interval and the test mean); beside it, where ``predictions``
+    (``pool_predictions``) has any for the group, the setting ``farm recommend`` predicts
+    fastest, measured or not, with its prediction's interval (as ``farm recommend`` shows
+    it). A group with no speedup has no row."""
     measured = rows[np.isfinite(_floats(rows["speedup"]))]
-    best = [_best(group) for _, group in measured.groupby(GROUP, sort=True, dropna=False)]
-    return pd.DataFrame(best, columns=BEST_COLUMNS)
+    best = pd.DataFrame([_best(group) for _, group in measured.groupby(GROUP, sort=True,
+                                                                         dropna=False)],
+                        columns=[column for column in BEST_COLUMNS if column not in RECOMMENDED])
+    if predictions is None or predictions.empty or best.empty:
+        return best.assign(recommended=None, **{column: NAN for column in RECOMMENDED[1:]}
+                           )[BEST_COLUMNS]
+    top = (predictions.sort_values(["predicted", "setting"], ascending=[False, True])
+           .drop_duplicates(GROUP)
+           .rename(columns={"setting": "recommended", "predicted": "recommended_speedup",
+                            "predicted_low": "recommended_low",
+                            "predicted_high": "recommended_high"}))
+    return best.merge(top[[*GROUP, *RECOMMENDED]], on=GROUP, how="left")[BEST_COLUMNS]
 
 
 def _best(group: pd.DataFrame) -> dict[str, object]:

@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from farm.report.board import write_site
+from farm.report.formats import Target, write
 from tests.helpers import CHROMIUM
 from tests.unit.test_board_report import EVIL, SMOL, hand_made_board
 
@@ -24,9 +24,9 @@ PAGES = ["index.html", f"models/{SMOL[:16]}.html", f"models/{EVIL[:16]}.html"]
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The hand-made board's site, as `farm board site` writes it."""
+    """The hand-made board's site, as `farm board site` writes it (the registry's site)."""
     directory = tmp_path_factory.mktemp("board-site")
-    write_site(hand_made_board(), directory)
+    write(hand_made_board(), "site", Target(output=directory))
     return directory
 
 

@@ -112,17 +112,23 @@ def _store(engine: Engine, matrix_path: Path, speeds: dict[str, float] | None = 
         connection.execute(update(Job).where(Job.id == bindparam("job_id")), values)
 
 
+def known_answer(engine: Engine, folder: Path) -> None:
+    """The engine curve (campaign ``curve``) and the drafter at n-max 4 (``drafter``) whose
+    answer the module docstring gives, their matrices written in ``folder``."""
+    _store(engine, write_matrix(folder, _matrix("curve", **{"engine-curve": {
+        "spec-type": "draft-mtp", "draft-n-max": [1, 2, 3, 4],
+        "synth-len": [1, 1.5, 2, 2.5, 3, 4, 5]}}), "curve.yaml"))
+    _store(engine, write_matrix(folder, _matrix("drafter", stop="natural", variants=[
+        {"name": "mtp", "flags": {"spec-type": "draft-mtp", "spec-draft-n-max": 4}}]),
+        "drafter.yaml"))
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> dict[str, str]:
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     engine = make_engine(url)
     upgrade(engine)
-    _store(engine, write_matrix(tmp_path, _matrix("curve", **{"engine-curve": {
-        "spec-type": "draft-mtp", "draft-n-max": [1, 2, 3, 4],
-        "synth-len": [1, 1.5, 2, 2.5, 3, 4, 5]}}), "curve.yaml"))
-    _store(engine, write_matrix(tmp_path, _matrix("drafter", stop="natural", variants=[
-        {"name": "mtp", "flags": {"spec-type": "draft-mtp", "spec-draft-n-max": 4}}]),
-        "drafter.yaml"))
+    known_answer(engine, tmp_path)
     engine.dispose()
     return {"FARM_DATABASE_URL": url}
 

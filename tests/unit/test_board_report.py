@@ -1,7 +1,8 @@
 """The board as text, markdown, JSON and a static site (farm/report/board.py and
-board_site.py), from a hand-made board: two models (one named with markup, as a stranger's
-bundle may be) x two GPUs x three settings, a row of one machine, a best that beats its
-runner-up and one that does not."""
+board_site.py, through the format registry), from a hand-made board: two models (one named
+with markup, as a stranger's bundle may be) x two GPUs x three settings, a row of one
+machine, a best that beats its runner-up and one that does not, and `farm recommend`'s
+prediction for one model and GPU."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from farm.errors import ConfigError
 from farm.report import kinds
-from farm.report.board import board_json, board_markdown, board_text, write_site
-from farm.report.formats import Target, formats_for, render
+from farm.report.board import board_json, board_markdown, board_text
+from farm.report.formats import Target, formats_for, render, write
 
 NAN = math.nan
 SMOL, EVIL = "a1" * 32, "b2" * 32
@@ -26,6 +28,10 @@ BUNDLES = ["c3" * 32, "d4" * 32, "e5" * 32, "f6" * 32]
 SETTINGS = {4.0: "--spec-draft-n-max 4", 8.0: "--spec-draft-n-max 8",
             16.0: "--spec-draft-n-max 16"}
 NGRAM = "--spec-type ngram-cache"
+# farm recommend's predictions for SmolLM2 on the H200 (the other rows have none): n-max 6,
+# never measured, predicted fastest.
+PREDICTED = {4.0: 1.28, 6.0: 1.52, 8.0: 1.44, 16.0: 1.15}
+RECOMMENDED = "--spec-draft-n-max 6"
 
 
 def board_row(model: str, gpu: str, setting: str, draft: float, speedup: float,
@@ -38,8 +44,22 @@ def board_row(model: str, gpu: str, setting: str, draft: float, speedup: float,
            "tau": 0.01, "one_machine": machines == 1, "decode_tok_s": 100.0 * speedup,
            "decode_low": 95.0 * speedup, "decode_high": 105.0 * speedup, "acceptance": 0.7,
            "vram_cost_mb": 312.0, "joules_per_token": NAN, "build_min": 4500.0,
-           "build_max": 4620.0, "bundles": BUNDLES[:machines]}
+           "build_max": 4620.0, "bundles": BUNDLES[:machines],
+           **_predicted(model, gpu, draft)}
     return {**row, **extra}
+
+
+def _predicted(model: str, gpu: str, draft: float) -> dict[str, float]:
+    value = PREDICTED.get(draft, NAN) if (model, gpu) == (SMOL, H200) else NAN
+    return {"predicted": value, "predicted_low": value * 0.92, "predicted_high": value * 1.08,
+            "predicted_machines": NAN if math.isnan(value) else 2}
+
+
+def predictions_frame() -> pd.DataFrame:
+    """What ``farm.stats.board.pool_predictions`` returns for the board."""
+    return pd.DataFrame([{"model": SMOL, "gpu": H200, "backend": "CUDA",
+                          "setting": f"--spec-draft-n-max {int(draft)}", "draft_n_max": draft,
+                          **_predicted(SMOL, H200, draft)} for draft in PREDICTED])
 
 
 def board_rows() -> pd.DataFrame:
@@ -73,8 +93,17 @@ def best_rows() -> pd.DataFrame:
                          "ahead": speedup / runner_speedup,
                          "ahead_low": 1.04 if beats else 0.97,
                          "ahead_high": 1.19 if beats else 1.06, "beats": beats,
-                         "build_min": 4500.0, "build_max": 4620.0, "bundles": BUNDLES[:3]})
+                         "build_min": 4500.0, "build_max": 4620.0, "bundles": BUNDLES[:3],
+                         **(_recommended() if (model, gpu) == (SMOL, H200) else
+                            {"recommended": None, "recommended_speedup": NAN,
+                             "recommended_low": NAN, "recommended_high": NAN})})
     return pd.DataFrame(rows)
+
+
+def _recommended() -> dict[str, Any]:
+    value = PREDICTED[6.0]
+    return {"recommended": RECOMMENDED, "recommended_speedup": value,
+            "recommended_low": value * 0.92, "recommended_high": value * 1.08}
 
 
 def bundles_frame() -> pd.DataFrame:
@@ -90,20 +119,23 @@ def bundles_frame() -> pd.DataFrame:
 def hand_made_board() -> kinds.Board:
     """The board every test here (and the browser test) reads."""
     return kinds.Board(rows=board_rows(), best=best_rows(), bundles=bundles_frame(),
-                       title="board")
+                       predictions=predictions_frame(), title="board")
 
 
-def test_the_board_has_a_table_markdown_and_json() -> None:
-    assert formats_for(kinds.Board) == ("table", "md", "json")
+def test_the_board_has_a_table_markdown_json_and_a_site() -> None:
+    assert formats_for(kinds.Board) == ("table", "md", "json", "site")
+    with pytest.raises(ConfigError, match="writes a folder of files: give -o board/"):
+        render(hand_made_board(), "site", Target())
 
 
 def test_the_hand_made_frames_are_the_boards_columns() -> None:
     from farm.board.view import BUNDLE_COLUMNS
-    from farm.stats.board import BEST_COLUMNS, ROW_COLUMNS
+    from farm.stats.board import BEST_COLUMNS, PREDICTION_COLUMNS, ROW_COLUMNS
 
     board = hand_made_board()
     assert list(board.rows.columns) == ROW_COLUMNS
     assert list(board.best.columns) == BEST_COLUMNS
+    assert list(board.predictions.columns) == PREDICTION_COLUMNS
     assert list(board.bundles.columns) == BUNDLE_COLUMNS
 
 
@@ -136,10 +168,11 @@ def test_markdown_has_per_model_and_gpu_the_best_line_then_each_setting() -> Non
         lines = section.splitlines()
         assert lines[2].startswith("**best: --spec-draft-n-max 8 at ")
         assert "best of 3" in lines[2] and "runner-up --spec-draft-n-max 4 (1." in lines[2]
-        assert lines[4].startswith("| setting | speedup [95% CI] | machines |")
+        assert lines[4].startswith(
+            "| setting | speedup [95% CI] | predicted [95% CI] | machines |")
     assert "beats the runner-up" in sections[0] and "not shown to beat" in sections[1]
-    assert ("| --spec-draft-n-max 16 | 1.10\u00d7 [1.04, 1.16] | 1\\* | 110.0 [104.5, 115.5] | "
-            "70% | b4500-b4620 | +312 | \u2013 | 2 |") in text
+    assert ("| --spec-draft-n-max 16 | 1.10\u00d7 [1.04, 1.16] | \u2013 | 1\\* | "
+            "110.0 [104.5, 115.5] | 70% | b4500-b4620 | +312 | \u2013 | 2 |") in text
     assert EVIL_NAME not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert "<img" not in text
 
@@ -149,13 +182,14 @@ def test_json_has_a_schema_header_and_nulls_for_nan() -> None:
         raise AssertionError(f"{value} in JSON")
 
     found = json.loads(board_json(hand_made_board()), parse_constant=no_nan)
-    assert (found["schema"], found["version"]) == ("specfarm-board", 1)
+    assert (found["schema"], found["version"]) == ("specfarm-board", 2)
     assert [len(found[name]) for name in ("rows", "best", "bundles")] == [12, 4, 4]
     row = found["rows"][0]
     assert row["joules_per_token"] is None and row["bundles"] == BUNDLES[:3]
     assert [best["beats"] for best in found["best"]] == [True, False, True, False]
     assert found["bundles"][0]["created_at"].startswith("2025-06-01T10:00:00")
-    assert json.loads(render(hand_made_board(), "json", Target())) == found
+    rendered = render(hand_made_board(), "json", Target())
+    assert isinstance(rendered, str) and json.loads(rendered) == found
 
 
 def site_links(site: Path) -> list[tuple[Path, str]]:
@@ -165,13 +199,16 @@ def site_links(site: Path) -> list[tuple[Path, str]]:
 
 
 @pytest.fixture
-def site(tmp_path: Path) -> Path:
+def site(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     out = tmp_path / "site"
     out.mkdir()
     (out / "README.txt").write_text("mine")
     (out / "index.html").write_text("old")
-    lines = write_site(hand_made_board(), out)
-    assert lines == [f"wrote 7 files to {out} (index.html, 2 model pages, 4 bundle pages)"]
+    write(hand_made_board(), "site", Target(output=out))
+    said = capsys.readouterr()
+    assert said.out == "" and re.fullmatch(
+        f"wrote 7 files to {re.escape(str(out))} \\(index.html, 2 model pages, 4 bundle "
+        r"pages; \d+ KiB\)\n", said.err), said.err
     return out
 
 
@@ -215,20 +252,50 @@ def test_a_model_page_plots_by_draft_length_and_links_each_number(site: Path) ->
 def test_writing_the_site_again_replaces_its_files(site: Path) -> None:
     index = (site / "index.html").read_text(encoding="utf-8")
     assert index.startswith("<!DOCTYPE html>")
-    write_site(hand_made_board(), site)
+    write(hand_made_board(), "site", Target(output=site))
     assert (site / "index.html").read_text(encoding="utf-8") == index
 
 
 def test_an_empty_board_says_how_to_fill_it(tmp_path: Path) -> None:
     from farm.board.view import BUNDLE_COLUMNS
-    from farm.stats.board import BEST_COLUMNS, ROW_COLUMNS
+    from farm.stats.board import BEST_COLUMNS, PREDICTION_COLUMNS, ROW_COLUMNS
 
     empty = kinds.Board(rows=pd.DataFrame(columns=ROW_COLUMNS),
                         best=pd.DataFrame(columns=BEST_COLUMNS),
-                        bundles=pd.DataFrame(columns=BUNDLE_COLUMNS))
+                        bundles=pd.DataFrame(columns=BUNDLE_COLUMNS),
+                        predictions=pd.DataFrame(columns=PREDICTION_COLUMNS))
     assert "farm board add BUNDLE..." in board_text(empty, 80)
     assert "No job on the board yet: `farm board add" in board_markdown(empty)
     assert json.loads(board_json(empty))["rows"] == []
-    assert write_site(empty, tmp_path / "site") == [
-        f"wrote 1 file to {tmp_path / 'site'} (index.html, 0 model pages, 0 bundle pages)"]
+    write(empty, "site", Target(output=tmp_path / "site"))
     assert "farm board add" in (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+
+
+def test_recommends_prediction_sits_beside_the_rows_and_the_best() -> None:
+    text = board_text(hand_made_board(), None)
+    assert "predicted [95% CI]" in text and "farm recommend predicts" in text
+    assert f"{RECOMMENDED} (1.52\u00d7 [1.40, 1.64])" in text
+    assert "predicted: `farm recommend`'s prediction for the setting" in text
+    markdown = board_markdown(hand_made_board())
+    assert f"farm recommend predicts {RECOMMENDED} (1.52\u00d7 [1.40, 1.64])" in markdown
+    found = json.loads(board_json(hand_made_board()))
+    assert found["version"] == 2 and len(found["predictions"]) == len(PREDICTED)
+    assert found["best"][0]["recommended"] == RECOMMENDED
+
+
+def test_without_engine_curves_no_prediction_column_is_shown() -> None:
+    board = hand_made_board()
+    bare = kinds.Board(rows=board.rows.assign(predicted=NAN, predicted_low=NAN,
+                                              predicted_high=NAN, predicted_machines=NAN),
+                       best=board.best.assign(recommended=None, recommended_speedup=NAN),
+                       bundles=board.bundles, predictions=board.predictions.iloc[:0])
+    for text in (board_text(bare, None), board_markdown(bare)):
+        assert "predicted" not in text and "farm recommend" not in text
+
+
+def test_the_site_shows_the_prediction(site: Path) -> None:
+    page = (site / f"models/{SMOL[:16]}.html").read_text(encoding="utf-8")
+    assert "<th class=\"n\">predicted [95% CI]</th>" in page
+    assert f"farm recommend predicts {RECOMMENDED}" in page
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert "farm recommend predicts" in index

@@ -14,7 +14,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from farm.stats.board import BEST_COLUMNS, ROW_COLUMNS, best_settings, board_rows, normalise_gpu
+from farm.stats.board import (
+    BEST_COLUMNS,
+    ROW_COLUMNS,
+    best_settings,
+    board_rows,
+    normalise_gpu,
+    pool_predictions,
+)
 from farm.stats.difference import difference
 from farm.stats.intervals import best_of_interval, t_margin
 from farm.stats.pooling import pool_jobs
@@ -181,3 +188,30 @@ def test_simulated_boards_pick_the_known_best_and_rarely_name_a_wrong_one() -> N
     assert rates.wrong <= 0.05
     # Naming nothing would never name a wrong best: the test must name the right one too.
     assert rates.named >= 0.80
+
+
+def prediction(machine: str, setting: str, log_speedup: float, draft: float) -> dict[str, Any]:
+    """One machine's ``farm recommend`` prediction, as ``farm.board.predict`` makes it."""
+    return {"model": "a" * 64, "gpu": "RTX 4090 · 24 GiB", "backend": "CUDA",
+            "setting": setting, "draft_n_max": draft, "machine": machine,
+            "log_speedup": log_speedup, "log_se": 0.03, "df": 10.0}
+
+
+def test_predictions_are_pooled_over_machines_and_the_fastest_is_recommended() -> None:
+    predictions = pool_predictions(pd.DataFrame([
+        prediction("m1", "--draft-max 8", 0.30, 8.0), prediction("m2", "--draft-max 8", 0.36, 8.0),
+        prediction("m1", "--draft-max 4", 0.45, 4.0)]))
+    pooled = pool_jobs([0.30, 0.36], [0.03, 0.03], [10, 10])
+    by_setting = predictions.set_index("setting")
+    assert by_setting.loc["--draft-max 8", "predicted"] == pytest.approx(pooled.estimate)
+    assert by_setting.loc["--draft-max 8", "predicted_machines"] == 2
+    assert by_setting.loc["--draft-max 4", "predicted_machines"] == 1
+    rows = board_rows(pd.DataFrame([job("m1", 0.3), job("m2", 0.35)]), predictions)
+    assert list(rows.columns) == ROW_COLUMNS
+    assert rows.iloc[0]["predicted"] == pytest.approx(pooled.estimate)
+    # Never measured, predicted fastest: recommend's pick beside the measured best.
+    [best] = best_settings(rows, predictions).to_dict("records")
+    assert (best["setting"], best["recommended"]) == ("--draft-max 8", "--draft-max 4")
+    assert best["recommended_speedup"] == pytest.approx(math.exp(0.45))
+    assert list(best_settings(rows).columns) == BEST_COLUMNS
+    assert best_settings(rows)["recommended"].isna().all()

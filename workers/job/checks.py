@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from farm.errors import ConfigError, NoMtpHeads, UnsupportedByBuild
 from farm.matrix.flags import FlagValue
-from farm.matrix.options import check_flag, value_type
+from farm.matrix.options import FLAG_RENAMES, check_flag, value_type
 from farm.matrix.spec import Arm, JobSpec
 from workers.job.model_info import ModelInfo, inspect_model
 from workers.job.resolve import NodeFiles, draft_files, resolve_flag_files
@@ -26,10 +26,6 @@ from workers.paths import NodePaths
 
 # Flags whose value is a comma-separated list of enumerated items.
 _LIST_VALUED = frozenset({"spec-type"})
-# Old flag name -> new name, applied when the build has removed the old one.
-FLAG_RENAMES = {"draft": "spec-draft-n-max", "draft-n": "spec-draft-n-max",
-                "draft-max": "spec-draft-n-max", "draft-min": "spec-draft-n-min",
-                "draft-n-min": "spec-draft-n-min"}
 # Old --spec-type value -> new one (renamed before the MTP merge, PR #22673).
 SPEC_TYPE_RENAMES = {"mtp": "draft-mtp"}
 # Metavars llama-server's --help prints for a number, integer or not (--temp is N too).
