@@ -77,6 +77,44 @@ def downloaded_files(model: ModelRef, downloads_dir: Path) -> list[tuple[RemoteF
     return [(item, url_file(downloads_dir, item.sha256, item.name)) for item in model.files]
 
 
+@dataclass(frozen=True)
+class ModelFile:
+    """A GGUF file on this node: what names it (a models dir's file name; a Hub model's
+    repository, commit and file; a URL model's sha256 and file) and its size in bytes."""
+
+    name: str
+    size: int
+
+
+def models_here(paths: NodePaths) -> tuple[list[ModelFile], list[ModelFile]]:
+    """The GGUF files of the models dir a matrix's ``file:`` names (not the downloads kept
+    in it), then the Hub and URL models' files downloaded here; each sorted by name."""
+    downloads = [paths.downloads_dir / HUB_DIR, paths.downloads_dir / URL_DIR]
+    own = [ModelFile(str(path.relative_to(paths.models_dir)), path.stat().st_size)
+           for path in _ggufs(paths.models_dir)
+           if not any(path.is_relative_to(folder) for folder in downloads)]
+    fetched = [ModelFile(_downloaded_name(path.relative_to(paths.downloads_dir)),
+                         path.stat().st_size)
+               for folder in downloads for path in _ggufs(folder)]
+    return sorted(own, key=lambda found: found.name), sorted(fetched, key=lambda f: f.name)
+
+
+def _ggufs(folder: Path) -> list[Path]:
+    return [path for path in folder.rglob("*.gguf") if path.is_file()] if folder.is_dir() \
+        else []
+
+
+def _downloaded_name(relative: Path) -> str:
+    """``hf OWNER/NAME FILE (commit 0123456789ab)`` for a Hub file at
+    hub/OWNER--NAME/COMMIT/FILE, ``url FILE (sha256 0123456789ab)`` for a URL model's."""
+    if len(relative.parts) < 3:
+        return str(relative)
+    kind, key, version, *file = relative.parts
+    if kind == HUB_DIR:
+        return f"hf {key.replace('--', '/', 1)} {'/'.join(file)} (commit {version[:12]})"
+    return f"url {'/'.join([version, *file])} (sha256 {key[:12]})"
+
+
 def file_sha256(path: Path) -> str:
     """The sha256 of a file, read in chunks (models are many GB)."""
     digest = hashlib.sha256()

@@ -1,12 +1,16 @@
 """The first hour: ``farm ab`` (one A/B in one command), ``farm init`` (a starter matrix),
-``farm schema`` (the matrix's JSON Schema) and ``farm paths`` (where everything is)."""
+``farm schema`` (the matrix's JSON Schema, or the report's) and ``farm paths`` (where
+everything is, and the models)."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import signal
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,12 +19,14 @@ from rich.console import Console
 
 from farm.cli.base import cli
 from farm.cli.running import run_checked, sigterm_as_interrupt
-from farm.errors import ConfigError
+from farm.errors import ConfigError, FarmError
 from farm.matrix.files import under
 from farm.settings import Settings, load_settings, redact_url
 
 if TYPE_CHECKING:
+    from farm.runner import CheckedMatrix
     from farm.stats.design import Design
+    from workers.paths import NodePaths
 
 # `farm ab`'s default design runs up to this many pairs; --pairs takes at most MAX_AB_PAIRS.
 DEFAULT_MAX_PAIRS = 12
@@ -29,11 +35,17 @@ MAX_AB_PAIRS = 100
 
 def _baseline(ngl: int | None, ctx: int | None, threads: int | None, flash_attn: str | None,
               args: str | None) -> dict[str, Any]:
+    from farm.matrix.options import canonical
     from farm.matrix.starter import flag_map
 
     given = {"n-gpu-layers": ngl, "ctx-size": ctx, "threads": threads, "flash-attn": flash_attn}
     flags = {name: value for name, value in given.items() if value is not None}
-    return flags | flag_map(args or "", "--args")
+    more = flag_map(args or "", "farm ab --args")
+    twice = sorted(set(flags) & {canonical(raw, raw) for raw in more})
+    if twice:
+        raise ConfigError(f"farm ab: --{twice[0]} is given as an option and in --args; give "
+                          "it once")
+    return flags | more
 
 
 def _answer(row: dict[str, Any], design: Design) -> str:
@@ -131,11 +143,9 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
     """Is MODEL faster with VARIANT_FLAGS? Baseline vs baseline + VARIANT_FLAGS (given after
     `--`), run here with the farm's design; prints the answer and writes the matrix it ran
     (re-run it with `farm run`, send it to a fleet with `farm submit`). MODEL is a GGUF
-    file, or its name in the models dir."""
-    from farm.matrix.load import matrix_yaml
+    file, or its name in the models dir (`.gguf` optional)."""
     from farm.matrix.starter import ab_matrix, flag_map, model_entry
     from farm.results.rows import job_rows
-    from farm.runner import check_matrix
     from farm.store.db import open_store
 
     settings = load_settings()
@@ -148,16 +158,13 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
         design |= {"pairs": pairs, "max-pairs": pairs}
     matrix = ab_matrix(model_entry(model, settings.models_dir),
                        _baseline(ngl, ctx, threads, flash_attn, args),
-                       flag_map(shlex.join(variant), "the variant's flags (after --)"),
+                       flag_map(shlex.join(variant), "farm ab"),
                        design=design, build=build, gpu_class=settings.gpu_class)
     path = output or under(settings.data_dir, "ab", f"{matrix['campaign']}.yaml", what="matrix")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# Written by `farm ab`; `farm run {path}` runs it again.\n"
-                    + matrix_yaml(matrix), encoding="utf-8")
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
-    checked = check_matrix(path, settings,
-                           say=lambda line: console.print(line, markup=False, soft_wrap=True))
+    checked = _checked_then_written(matrix, path, settings, lambda line: console.print(
+        line, markup=False, soft_wrap=True))
     campaign = run_checked(checked, settings, console)
     with open_store(settings) as engine:
         rows = job_rows(engine, campaign)
@@ -166,6 +173,53 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
                        checked.specs[0].design))
     click.echo(f"matrix: {path} (`farm run` it again: nothing new to run; `farm submit` it "
                "to a fleet)")
+
+
+# Where `check_matrix`'s errors point in the matrix `farm ab` makes, and the words of the
+# command line that gave each place (none for the model and the build: their errors name
+# them).
+_PLACES = ((re.compile(r"variants\[0\](?:\.flags\.[^:]+| \([^)]*\))?: "),
+            "the variant's flags (after `--`): "),
+           (re.compile(r"(?:flags|args)(?:\.[^:]+| \(baseline\))?: "), "the baseline's flags: "),
+           (re.compile(r"models\[0\]\.(?:path|file): "), ""),
+           (re.compile(r"build: "), ""))
+
+
+def _checked_then_written(matrix: dict[str, Any], path: Path, settings: Settings,
+                          say: Callable[[str], None]) -> CheckedMatrix:
+    """``matrix`` checked as `farm run` checks it (its builds, model and flags on this
+    machine), then written to ``path`` for the run to name. A check that fails leaves no
+    file, and its error names the command line's words: the matrix is no file of the
+    user's until its run begins."""
+    from farm.matrix.load import matrix_yaml
+    from farm.runner import check_matrix
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    trial = path.with_name(f".{path.name}.checking")
+    trial.write_text(f"# Written by `farm ab`; `farm run {path}` runs it again.\n"
+                     + matrix_yaml(matrix), encoding="utf-8")
+    try:
+        checked = check_matrix(trial, settings, say=say)
+        trial.replace(path)
+    except FarmError as exc:
+        exc.args = (_command_line_words(str(exc), trial),)
+        raise
+    finally:
+        trial.unlink(missing_ok=True)
+    return replace(checked, path=path)
+
+
+def _command_line_words(message: str, trial: Path) -> str:
+    """A check's ``message`` about the matrix ``trial`` as said of `farm ab`'s command
+    line: the place in the matrix as the words that gave it."""
+    if not message.startswith(f"{trial}: "):
+        return message.replace(str(trial), "farm ab's command line")
+    said = message.removeprefix(f"{trial}: ")
+    for place, words in _PLACES:
+        if place.match(said):
+            said = place.sub(words, said, count=1)
+            break
+    return f"farm ab: {said}".replace(str(trial), "farm ab's command line")
 
 
 @cli.command()
@@ -188,9 +242,17 @@ def init(output: Path, engine_curve: bool, force: bool) -> None:
 
 
 @cli.command()
-def schema() -> None:
+@click.option("--report", is_flag=True,
+              help="The JSON Schema of `farm report --format json` instead: its version and "
+                   "every column's type and meaning.")
+def schema(report: bool) -> None:
     """Print the matrix's JSON Schema, for an editor to complete and check matrix files
     (docs/matrix.md, "Editors")."""
+    if report:
+        from farm.report.text import report_json_schema
+
+        click.echo(json.dumps(report_json_schema(), indent=2))
+        return
     from farm.matrix.schema import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2))
@@ -204,7 +266,8 @@ def _database(settings: Settings) -> str:
 @cli.command()
 def paths() -> None:
     """Where the farm keeps things on this machine: the database, the logs, the caches,
-    the builds and the models (each set by a FARM_* variable: `farm -h`)."""
+    the builds and the models (each set by a FARM_* variable: `farm -h`); then each model
+    file it finds, with its size."""
     from workers.paths import NodePaths
 
     settings = load_settings()
@@ -218,3 +281,30 @@ def paths() -> None:
             ("models", settings.models_dir, "GGUF files (FARM_MODELS_DIR)"),
             ("downloads", settings.downloads_dir, "Hub and URL models (FARM_DOWNLOADS_DIR)")):
         click.echo(f"{name:<10} {place}  # {why}")
+    click.echo("\n".join(["", *_models_seen(node)]))
+
+
+def _models_seen(node: NodePaths) -> list[str]:
+    """The model files on this machine, a line each with its size; or where to get one."""
+    from workers.paths import models_here
+
+    own, fetched = models_here(node)
+    if not own and not fetched:
+        return [f"models: none in {node.models_dir} yet; `farm provision` fetches the "
+                "tutorial's there, `farm ab PATH` takes any GGUF file, and a matrix's model "
+                "may be a Hub repository's file (`hf:` and `file:`, docs/models.md) that "
+                "`farm run` downloads"]
+    lines = []
+    for title, found in ((f"models in {node.models_dir} (a matrix's `file:`, `farm ab "
+                          "NAME`):", own),
+                         (f"downloaded into {node.downloads_dir} (a matrix's `hf:` or "
+                          "`url:`):", fetched)):
+        width = max((len(model.name) for model in found), default=0)
+        lines += [title, *(f"  {model.name:<{width}}  {_size(model.size):>8}"
+                           for model in found)] if found else []
+    return lines
+
+
+def _size(count: int) -> str:
+    """``96.6 MB``, ``4.21 GB``: a file's size as the dry run gives a download's."""
+    return f"{count / 1e9:.2f} GB" if count >= 1e9 else f"{count / 1e6:.1f} MB"

@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from farm.errors import ConfigError
 from farm.matrix.files import file_problem, under
 from farm.matrix.flags import FlagValue, parse_args
+from farm.matrix.options import canonical, check_value, refusal, value_type
 from farm.matrix.schema import FlagScalar
 
 STARTER = """\
@@ -81,28 +84,75 @@ def _name(text: str) -> str:
 
 
 def model_entry(model: str, models_dir: Path) -> dict[str, str]:
-    """A ``models:`` entry for a GGUF given by path or by its name in the models dir: a
-    ``file`` of the models dir where it lies there (a fleet finds it the same way), else
-    its absolute ``path``."""
-    given = Path(model).expanduser()
-    if not given.is_file() and file_problem(model) is None:
-        given = under(models_dir, model, what="model")
-    if not given.is_file():
+    """A ``models:`` entry for a GGUF given by path or by its name in the models dir, its
+    ``.gguf`` optional as a matrix's model ``name`` finds its file (``SmolLM2.Q4_1`` is
+    ``SmolLM2.Q4_1.gguf``): a ``file`` of the models dir where it lies there (a fleet finds
+    it the same way), else its absolute ``path``."""
+    place = next((path for path in _model_places(model, models_dir) if path.is_file()), None)
+    if place is None:
+        near = _near_models(model, models_dir)
         raise ConfigError(f"{model}: no such GGUF file, here or in the models dir "
-                          f"{models_dir} (FARM_MODELS_DIR); give its path")
-    place = given.resolve()
+                          f"{models_dir} (FARM_MODELS_DIR); " + (
+                              f"did you mean {near}? (`farm paths` lists the models)" if near
+                              else "give its path"))
+    place = place.resolve()
     name = _name(place.name.removesuffix(".gguf"))
     if place.parent == models_dir.resolve():
         return {"name": name, "file": place.name}
     return {"name": name, "path": str(place)}
 
 
+def _model_places(model: str, models_dir: Path) -> Iterator[Path]:
+    """Where ``model`` may be, in order: as a path, in the models dir; each as given, then
+    with ``.gguf`` added where it has none."""
+    for given in (model, *(() if model.endswith(".gguf") else (f"{model}.gguf",))):
+        yield Path(given).expanduser()
+        if file_problem(given) is None:
+            yield under(models_dir, given, what="model")
+
+
+def _near_models(model: str, models_dir: Path) -> str:
+    """The models dir's GGUF files whose names are close to ``model``'s, quoted; empty
+    where none is."""
+    try:
+        names = sorted(path.name for path in models_dir.glob("*.gguf"))
+    except OSError:
+        return ""
+    stems = {name.removesuffix(".gguf"): name for name in names}
+    close = difflib.get_close_matches(Path(model).name.removesuffix(".gguf"), list(stems),
+                                      n=3, cutoff=0.75)
+    return " or ".join(repr(stems[stem]) for stem in close)
+
+
 def flag_map(text: str, where: str) -> dict[str, Any]:
     """Flags as typed on a command line (``--spec-type draft-mtp -ngl 99``, split like a
     shell), as a matrix's ``flags:``: names without dashes, numbers as numbers, a switch
-    ``true``."""
-    return {raw.lstrip("-"): _number(value)
-            for raw, value in parse_args(text, where)} if text.strip() else {}
+    ``true``. Each is checked as a matrix's flags are (on the farm's list of options, its
+    value of the shape the option takes, one spelling per option), the error naming it as
+    typed after ``where`` (``farm ab``): the matrix it goes into is no file of the user's."""
+    flags: dict[str, Any] = {}
+    typed: dict[str, str] = {}
+    for raw, value in parse_args(text, where) if text.strip() else []:
+        name = _typed_flag(raw, value, where)
+        if name in typed:
+            raise ConfigError(f"{where}: {typed[name]} and {raw} set one option (--{name}); "
+                              "give it once")
+        typed[name] = raw
+        flags[raw.lstrip("-")] = _number(value)
+    return flags
+
+
+def _typed_flag(raw: str, value: FlagValue, where: str) -> str:
+    """The canonical name of the flag typed ``raw``; ConfigError naming it as typed and
+    why a job may not pass it (``farm.matrix.options``)."""
+    name = canonical(raw, where)
+    reason = refusal(name)
+    if reason is not None:
+        # The reason names the option's long form: the spelling typed goes before it.
+        raise ConfigError(f"{where}: {reason}" if raw == f"--{name}"
+                          else f"{where}: {raw}: {reason}")
+    check_value(value_type(name), value, f"{where}: {raw}")
+    return name
 
 
 def _number(value: FlagValue) -> FlagScalar:
@@ -123,6 +173,11 @@ def ab_matrix(model: dict[str, str], baseline: dict[str, Any], variant: dict[str
     if not variant:
         raise ConfigError("farm ab: give the variant's flags after `--`, e.g. "
                           "`farm ab MODEL -- --spec-type draft-mtp --spec-draft-n-max 3`")
+    base = _by_option(baseline)
+    if all(base.get(name) == value for name, value in _by_option(variant).items()):
+        raise ConfigError("farm ab: the variant's flags (after `--`) set what the baseline "
+                          "sets already; give flags that change it, e.g. `-- --spec-type "
+                          "ngram-simple`")
     body: dict[str, Any] = {
         "build": build, "models": [model], **design, "flags": baseline,
         **({"gpu-classes": [gpu_class]} if gpu_class != "default" else {}),
@@ -130,3 +185,8 @@ def ab_matrix(model: dict[str, str], baseline: dict[str, Any], variant: dict[str
                       "flags": variant}]}
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:8]
     return {"campaign": f"ab-{model['name']}-{digest}", **body}
+
+
+def _by_option(flags: dict[str, Any]) -> dict[str, Any]:
+    """``flags`` keyed by the option each sets (``c`` and ``ctx-size`` are one)."""
+    return {canonical(raw, raw): value for raw, value in flags.items()}

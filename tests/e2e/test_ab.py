@@ -35,6 +35,7 @@ def test_farm_ab_answers_and_writes_a_matrix_that_reruns_adding_no_run(
     assert float(found["low"]) <= float(found["speedup"]) <= float(found["high"])
     path = Path(written.removeprefix("matrix: ").split(" (")[0])
     assert path.parent == isolated_data_dir / "ab"
+    assert list(path.parent.iterdir()) == [path]  # the matrix, once checked: nothing else
     matrix = yaml.safe_load(path.read_text())
     assert matrix["models"] == [{"name": smollm2.name.removesuffix(".gguf"),
                                  "file": smollm2.name}]

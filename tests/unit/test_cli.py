@@ -39,9 +39,12 @@ def _output(*formats: str, default: str = "table", all_help: str | None = None,
     (``farm.cli.output``); ``wide_help`` where its ``--wide`` shows more than columns."""
     from farm.report.formats import FORMATS
 
+    folders = [name for name in formats if FORMATS[name].folder]
     options = {f"--format [{'|'.join(formats)}]": "; ".join(
         f"{name}: {FORMATS[name].help}" for name in formats) + f". [default: {default}]",
-        "-o, --output FILE": "Write the chosen format to this file instead of the terminal."}
+        f"-o, --output {'PATH' if folders else 'FILE'}":
+            "Write the chosen format to this file instead of the terminal"
+            + (f" (a folder for {', '.join(folders)})." if folders else ".")}
     if wide and "table" in formats:
         options["--wide"] = wide_help or ("Every column of the table, however wide (a narrow "
                                           "terminal hides the least needed ones and names "
@@ -238,11 +241,12 @@ HELP: dict[tuple[str, ...], Help] = {
         "farm board show [OPTIONS]",
         "Per model x GPU x setting: the speedup and decode tok/s with intervals that treat "
         "machines as random effects, and the best setting per model and GPU.",
-        {BOARD_URL[0]: BOARD_URL[1], **_output("table", "md", "json", wide=False)}),
+        {BOARD_URL[0]: BOARD_URL[1], **_output("table", "md", "json", "site")}),
     ("board", "site"): Help(
         "farm board site [OPTIONS]",
         "Write the board as a static site: an index of models and GPUs, a page per model "
-        "with its table and a plot of speedup against draft length, a page per bundle.",
+        "with its table and a plot of speedup against draft length, a page per bundle (the "
+        "same as `farm board show --format site -o DIR`).",
         {BOARD_URL[0]: BOARD_URL[1],
          "-o, --output DIRECTORY": "The folder to write the site to (made if new; the site's "
                                    "own files replaced, any other left). [required]"}),
@@ -342,7 +346,7 @@ HELP: dict[tuple[str, ...], Help] = {
         "Is MODEL faster with VARIANT_FLAGS? Baseline vs baseline + VARIANT_FLAGS (given after "
         "`--`), run here with the farm's design; prints the answer and writes the matrix it ran "
         "(re-run it with `farm run`, send it to a fleet with `farm submit`). MODEL is a GGUF "
-        "file, or its name in the models dir.",
+        "file, or its name in the models dir (`.gguf` optional).",
         {"-ngl, --n-gpu-layers INTEGER": "Baseline: layers on the GPU (-ngl); the variant adds "
                                          "its flags to the baseline's.",
          "-c, --ctx-size INTEGER": "Baseline: context size (-c).",
@@ -370,11 +374,14 @@ HELP: dict[tuple[str, ...], Help] = {
     ("schema",): Help(
         "farm schema [OPTIONS]",
         "Print the matrix's JSON Schema, for an editor to complete and check matrix files "
-        "(docs/matrix.md, \"Editors\")."),
+        "(docs/matrix.md, \"Editors\").",
+        {"--report": "The JSON Schema of `farm report --format json` instead: its version and "
+                     "every column's type and meaning."}),
     ("paths",): Help(
         "farm paths [OPTIONS]",
         "Where the farm keeps things on this machine: the database, the logs, the caches, the "
-        "builds and the models (each set by a FARM_* variable: `farm -h`)."),
+        "builds and the models (each set by a FARM_* variable: `farm -h`); then each model "
+        "file it finds, with its size."),
     ("provision",): Help(
         "farm provision [OPTIONS]",
         "Build the CPU llama-server and fetch the tiny models (idempotent, cached)."),

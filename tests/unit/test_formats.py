@@ -33,7 +33,8 @@ def test_each_kind_has_the_formats_its_command_offers() -> None:
 
 def test_every_format_says_its_help_and_suffix() -> None:
     for name, fmt in FORMATS.items():
-        assert fmt.name == name and fmt.help and fmt.suffix.startswith(".")
+        assert fmt.name == name and fmt.help
+        assert fmt.suffix.startswith("/" if fmt.folder else "."), name
         assert fmt.renderers, name
 
 
