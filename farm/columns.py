@@ -17,7 +17,7 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from farm.summary import FACTS, STATISTICS, JobSummary, RunFacts
 
@@ -74,6 +74,80 @@ OWN_DTYPES: dict[str, Dtype] = {
 # Summary fields whose report column the job's own typed column holds (log_se, df: older
 # jobs' read back by migration 0008), or the report works out anew with a fallback
 # (speedup, kind): the same dtypes.
+
+
+# What the per-job report's JSON (``farm report --format json``) names itself, and its
+# version: an object {"schema": REPORT_SCHEMA, "version": REPORT_VERSION, "jobs": [row,
+# ...]}, each row the columns below and its ``headline`` (``report_json_schema``). A
+# version holds every column of the one before with its type, so a reader of version N
+# reads any later one; a column renamed, removed or retyped makes the next version (a
+# column added does not). ``farm.results.printed`` keeps whole reports under it.
+#     version 1  the rows of ``REPORT_COLUMNS`` (issue 40; a bare list before)
+REPORT_SCHEMA: Final = "specfarm.report"
+REPORT_VERSION: Final = 1
+
+
+def _text(description: str) -> dict[str, Any]:
+    return {"type": ["string", "null"], "description": description}
+
+
+def _number(description: str) -> dict[str, Any]:
+    return {"type": ["number", "null"], "description": description}
+
+
+# The JSON Schema of each column no summary field describes (the job's own, and what the
+# report works out), where a summary field does, its own (``farm.summary``).
+OWN_SCHEMAS: dict[str, dict[str, Any]] = {
+    "campaign": {"type": "string", "description": "The campaign the job belongs to."},
+    "job_key": {"type": "string", "description": "sha256 of what makes the experiment "
+                "(farm.matrix.spec.JobSpec.job_key)."},
+    "model": {"type": "string", "description": "The model's name in the matrix."},
+    "variant": {"type": "string", "description": "The variant's name (a sweep's value in "
+                "brackets)."},
+    "build": {"type": "string", "description": "The builds of the two arms (one name when "
+              "the same)."},
+    "varying": {"type": "object", "description": "What the variant changes of the "
+                "baseline: option or axis -> value (null: the option removed)."},
+    "varying_flags": {"type": "string", "description": "varying as flags, for a table."},
+    "gpu_class": {"type": "string", "description": "The class of machine the job ran on."},
+    "worker": _text("The worker that ran it last; null for `farm run`."),
+    "state": {"enum": ["queued", "running", "done", "failed", "lost", "cancelled"],
+              "description": "The job's state (farm.store.models.JobState)."},
+    "error": _text("Why the job failed, as its error said."),
+    "failure_class": _text("The failure's class (farm.errors)."),
+    "speculation": _text("Whether the variant drafted: ok, none (asked and drafted "
+                         "nothing), not-requested."),
+    "stop_reason": _text("Why the job stopped adding pairs."),
+    "pairs": {"type": ["integer", "null"], "description": "Block pairs the interval holds."},
+    "acceptance_rate": _number("Accepted / drafted tokens."),
+    "best_of": {"type": ["integer", "null"], "description": "Where this is the fastest of "
+                "m variants: m, its interval widened for the choice (best_low, best_high)."},
+    "best_low": _number("The best-of-m interval's low end."),
+    "best_high": _number("The best-of-m interval's high end."),
+    "memory_cost_mb": _number("MiB the variant's server holds beyond the baseline's at "
+                              "their peaks (VRAM, else RSS)."),
+    "bandwidth_bound": _number("The variant's decode tok/s as a share of the GPU's "
+                               "memory-bandwidth bound."),
+    "server_version": _text("llama-server's version line."),
+    "hosts": _text("The host the runs were measured on, or how many hosts."),
+    "device": _text("The GPU's name, or CPU."),
+    "measured_at": _text("The first run's start, UTC with its offset (ISO 8601)."),
+}
+
+
+def _summary_schemas() -> dict[str, dict[str, Any]]:
+    """Each summary field's JSON Schema as pydantic gives it, less its title and default."""
+    fields = {**JobSummary.model_json_schema()["properties"],
+              **RunFacts.model_json_schema()["properties"]}
+    return {name: {key: value for key, value in fields[name].items()
+                   if key not in ("title", "default")} for name in (*STATISTICS, *FACTS)}
+
+
+def report_row_schema() -> dict[str, Any]:
+    """A report row's JSON Schema: every column, in order, with its type and meaning."""
+    typed = _summary_schemas() | OWN_SCHEMAS
+    return {"type": "object", "properties": {name: typed[name] for name in REPORT_COLUMNS},
+            "required": list(REPORT_COLUMNS), "additionalProperties": False}
 
 
 def _field_dtype(annotation: Any, default: Any) -> Dtype:
@@ -196,6 +270,12 @@ JOB_TABLE = (
     TableColumn("memory MiB", ("memory_cost_mb", "draft_context_mib"), rank=12, html_rank=2,
                 numeric=True),
     TableColumn("runs", ("runs",), rank=8, places=("text",), numeric=True),
+    # Latency per arm, the percentiles the summary keeps (farm.results.summarize): the
+    # last to join a narrow terminal's table, every one in markdown, a pipe and --wide.
+    TableColumn("TPOT p50 ms (base/var)", ("tpot_p50_ms_baseline", "tpot_p50_ms_variant"),
+                rank=15, places=("text",), numeric=True),
+    TableColumn("TPOT p99 ms (base/var)", ("tpot_p99_ms_baseline", "tpot_p99_ms_variant"),
+                rank=16, places=("text",), numeric=True),
     TableColumn("flags", ("speculation", "agreement_suspect", "drift_flag", "failure_class",
                           "throttled_runs", "spilled_runs", "stop_mismatch", "best_of"),
                 places=("text",)),

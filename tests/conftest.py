@@ -30,6 +30,14 @@ def isolated_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(autouse=True)
+def no_colour_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test inherits the colour settings of the shell that runs it (``FORCE_COLOR``,
+    ``NO_COLOR``): a table is coloured where a test asks for it."""
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def one_thread_beside_another(request: pytest.FixtureRequest) -> Iterator[None]:
     """In tests/run's shared phase (pytest-xdist), a server test that is not marked
     ``alone`` fails when it started a llama-server at more than one thread

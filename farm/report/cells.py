@@ -71,6 +71,14 @@ def time_split(draft: Any, verify: Any) -> str:
     return f"{number(draft, 3)} / {number(verify, 3)}"
 
 
+def pair(baseline: Any, variant: Any, digits: int = 1) -> str:
+    """``12.3 / 8.1``: a figure of each arm, the baseline's first; missing when neither is
+    known."""
+    if missing(baseline) and missing(variant):
+        return MISSING
+    return f"{number(baseline, digits)} / {number(variant, digits)}"
+
+
 def memory_cost(extra: Any, draft_context: Any) -> str:
     """``+22.3 (ctx 2.1)``: MiB the variant's server holds beyond the baseline's at their
     peaks, and the draft context its log reported; missing when neither is known."""
@@ -90,6 +98,19 @@ def bracket(low: Any, high: Any) -> str:
     """``[1.35, 1.50]``."""
     lo, hi = as_float(low), as_float(high)
     return MISSING if math.isnan(lo) or math.isnan(hi) else f"[{lo:.2f}, {hi:.2f}]"
+
+
+# The colours of a ratio clearly above 1 and clearly below it, in a terminal.
+FASTER, SLOWER = "green", "red"
+
+
+def tone(low: Any, high: Any) -> str | None:
+    """The colour of a ratio whose 95% interval is [``low``, ``high``]: ``FASTER`` where it
+    lies above 1, ``SLOWER`` below 1; None where it holds 1 or is unknown."""
+    lo, hi = as_float(low), as_float(high)
+    if lo > 1:
+        return FASTER
+    return SLOWER if hi < 1 else None
 
 
 def interval(estimate: Any, low: Any, high: Any) -> str:

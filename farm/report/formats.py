@@ -19,7 +19,7 @@ from typing import Any
 from farm.errors import ConfigError
 from farm.report import kinds
 from farm.report.output import Folder, emit
-from farm.report.sheet import markdown, table_text, terminal_width
+from farm.report.sheet import markdown, table_text, terminal_colour, terminal_width
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,13 @@ class Target:
     def width(self) -> int | None:
         """The width tables fit: the terminal's, none with ``--wide`` or in a file."""
         return None if self.wide or self.output is not None else terminal_width()
+
+    @property
+    def colour(self) -> bool:
+        """Whether tables show their columns' tones: on a terminal that shows colour
+        (``terminal_colour``: ``NO_COLOR``, ``FORCE_COLOR``, a TTY), ``--wide`` or not;
+        never in a file."""
+        return self.output is None and terminal_colour()
 
 
 Renderer = Callable[[Any, Target], "str | bytes | Folder"]
@@ -59,7 +66,8 @@ class Format:
 # --- table and markdown ----------------------------------------------------------------
 
 def _sheets(sheets: Any, target: Target, fmt: str) -> str:
-    return markdown(sheets) if fmt == "md" else table_text(sheets, target.width)
+    return markdown(sheets) if fmt == "md" else table_text(sheets, target.width,
+                                                          colour=target.colour)
 
 
 def _job_report_text(report: kinds.JobReport, target: Target, fmt: str) -> str:
@@ -125,7 +133,8 @@ def _text_renderers(fmt: str) -> dict[type, Renderer]:
         if fmt == "md":
             return history.history_markdown(result.frames, result.title, every_position=every)
         tables = table_text(history.history_sheets(result.frames, result.title,
-                                                   every_position=every), target.width)
+                                                   every_position=every), target.width,
+                            colour=target.colour)
         legend = history.acceptance_legend(result.frames, every_position=every)
         return tables + "\n".join(_wrapped([legend], target.width)) + "\n" if legend \
             else tables

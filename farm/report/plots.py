@@ -422,10 +422,20 @@ def speedup_vs_traffic(jobs: pd.DataFrame, axis: str, path: Path | str | None = 
     return _png(fig, path)
 
 
-# --------------------------------------------------------------------------- all four
+# --------------------------------------------------------------------------- the page's
+
+def draft_lengths(jobs: pd.DataFrame) -> int:
+    """How many draft lengths ``speedup_vs_draft_length`` would place jobs at."""
+    if not _has(jobs, "speedup", "draft_n_max"):
+        return 0
+    placed = jobs["speedup"].astype(float).notna()
+    return int(jobs["draft_n_max"][placed].astype(float).dropna().nunique())
+
 
 def render_all(jobs: pd.DataFrame, runs: pd.DataFrame) -> dict[str, bytes]:
-    """All four plots as ``{name: png_bytes}`` in ``PLOT_NAMES`` order."""
+    """The plots of ``PLOT_NAMES`` that have something to show, as ``{name: png_bytes}``
+    in that order: speedup against draft length only where jobs ran at two lengths or
+    more (at one, it is the interval plot's points in a column)."""
     labels = ({str(row["job_key"]): job_label(row) for row in jobs.to_dict(orient="records")}
               if _has(jobs, "job_key") else {})
     makers: dict[str, Callable[[], bytes]] = {
@@ -434,5 +444,7 @@ def render_all(jobs: pd.DataFrame, runs: pd.DataFrame) -> dict[str, bytes]:
         "acceptance_vs_speedup": lambda: acceptance_vs_speedup(jobs),
         "tok_s_over_blocks": lambda: tok_s_over_blocks(runs, labels=labels),
     }
-    return {name: makers[name]() for name in PLOT_NAMES}
+    shown = [name for name in PLOT_NAMES
+             if name != "speedup_vs_draft_length" or draft_lengths(jobs) >= 2]
+    return {name: makers[name]() for name in shown}
 

@@ -8,6 +8,11 @@ always stay cannot fit, the table is printed wider than the terminal rather than
 hidden column that says where a row belongs (model, GPU class) splits the table into one
 per value, so rows that look alike are never left unexplained.
 
+A table on a terminal that shows colour (``terminal_colour``: ``NO_COLOR``, then
+``FORCE_COLOR``, then whether stdout is a terminal) colours the cells of a column with a
+``tone``; without the colour it reads the same, and nothing else (a pipe, a file, markdown)
+is ever coloured.
+
 rich loads where a table is drawn, not with this module.
 """
 
@@ -47,6 +52,9 @@ class Column:
     # Names where a row belongs (its model, its GPU class): hidden while rows differ in it,
     # the table splits into one per value, its title naming the value.
     splits: bool = False
+    # The colour a row's cell takes in a terminal that shows colour (``terminal_colour``):
+    # a style name such as "green", or None for none.
+    tone: Callable[[Row], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -97,9 +105,20 @@ def terminal_width() -> int | None:
     return None
 
 
-def fit(sheet: Sheet, width: int | None = None, *, note: bool = True) -> Table:
+def terminal_colour() -> bool:
+    """Whether a table fitted to the terminal may be coloured: never where ``NO_COLOR`` is
+    set to anything (https://no-color.org), always where ``FORCE_COLOR`` is, else when
+    stdout is a terminal."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    return bool(os.environ.get("FORCE_COLOR")) or sys.stdout.isatty()
+
+
+def fit(sheet: Sheet, width: int | None = None, *, note: bool = True,
+        colour: bool = False) -> Table:
     """``sheet`` as a rich table within ``width`` columns of terminal (every column at its
-    natural width if None); ``note``: name the hidden columns under it."""
+    natural width if None); ``note``: name the hidden columns under it; ``colour``: each
+    cell in its column's ``tone``."""
     needs = _needs(sheet)
     shown = _shown(sheet, needs, width)
     hidden = [column.header for i, column in enumerate(sheet.columns) if i not in shown]
@@ -107,7 +126,7 @@ def fit(sheet: Sheet, width: int | None = None, *, note: bool = True) -> Table:
     if hidden and note:
         notes.append(f"hidden at {width} columns: {', '.join(hidden)} (--wide shows them)")
     widths = None if width is None else _widths(sheet, shown, needs, width)
-    return _table(sheet, shown, widths, "\n".join(notes) or None)
+    return _table(sheet, shown, widths, "\n".join(notes) or None, colour)
 
 
 def _needs(sheet: Sheet) -> list[int]:
@@ -220,35 +239,49 @@ def shorten(text: str, width: int) -> str:
 
 
 def _table(sheet: Sheet, shown: Sequence[int], widths: Mapping[int, int] | None,
-           caption: str | None) -> Table:
+           caption: str | None, colour: bool) -> Table:
     from rich.table import Table
     from rich.text import Text
 
-    # Text, not markup: a variant named "ngram[spec-draft-n-max=8]" is not a style tag.
+    # Text, not markup: a variant named "ngram[spec-draft-n-max=8]" is not a style tag. No
+    # style but the cells' tones: a coloured table reads as the plain one does.
     table = Table(title=Text(sheet.title), title_justify="left", caption=caption,
-                  caption_justify="left")
+                  caption_justify="left", header_style="none", title_style="none",
+                  caption_style="none")
     for i in shown:
         column = sheet.columns[i]
         table.add_column(Text(column.header), justify="right" if column.numeric else "left",
                          no_wrap=column.numeric, overflow="ellipsis",
                          width=None if widths is None else widths[i])
-    for row in zip(*(sheet.texts[i] for i in shown), strict=True):
+    for number, row in enumerate(zip(*(sheet.texts[i] for i in shown), strict=True)):
         table.add_row(*(Text(text if widths is None or sheet.columns[i].numeric
-                             else shorten(text, widths[i]))
+                             else shorten(text, widths[i]),
+                             style=_tone(sheet.columns[i], sheet.rows[number], colour))
                         for i, text in zip(shown, row, strict=True)))
     return table
 
 
-def table_text(sheets: Sequence[Sheet], width: int | None) -> str:
-    """The sheets as plain text tables, fitted to ``width``, no trailing spaces."""
+def _tone(column: Column, row: Row, colour: bool) -> str:
+    return (column.tone(row) or "") if colour and column.tone is not None else ""
+
+
+def table_text(sheets: Sequence[Sheet], width: int | None, *,
+               colour: bool | None = None) -> str:
+    """The sheets as text tables, fitted to ``width``, no trailing spaces; ``colour``: the
+    columns' tones as terminal colours (default: where the tables are fitted to a
+    terminal that shows colour, ``terminal_colour``; never at their natural width, as in
+    a file or with ``--wide``)."""
     from rich.console import Console
 
+    if colour is None:
+        colour = width is not None and terminal_colour()
     out = io.StringIO()
     parts = [(part, n == len(split_up) - 1) for sheet in sheets
              for split_up in [split(sheet, width)] for n, part in enumerate(split_up)]
     for sheet, last in parts:
-        table = fit(sheet, width, note=last)
-        console = Console(file=out, width=10_000, color_system=None, highlight=False)
+        table = fit(sheet, width, note=last, colour=colour)
+        console = Console(file=out, width=10_000, color_system="standard" if colour else None,
+                          force_terminal=colour, no_color=False, highlight=False)
         natural = console.measure(table).maximum
         console.width = max(width or 0, natural)
         console.print(table)

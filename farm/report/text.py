@@ -15,7 +15,15 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from farm.columns import ACROSS_JOBS, KEPT_BLANKS, row_json, table_columns
+from farm.columns import (
+    ACROSS_JOBS,
+    KEPT_BLANKS,
+    REPORT_SCHEMA,
+    REPORT_VERSION,
+    report_row_schema,
+    row_json,
+    table_columns,
+)
 from farm.report import cells
 from farm.report.sheet import Column, Row, Sheet, frame_sheet
 from farm.words import NOT_REACHABLE
@@ -34,16 +42,50 @@ def to_json(report: pd.DataFrame) -> str:
 
 def rows_to_json(rows: Sequence[Mapping[str, Any]],
                  kept: Sequence[str | None] | None = None) -> str:
-    """``to_json`` of plain rows (``farm.results.rows.job_rows``), without pandas. Where
-    ``kept`` holds a row's JSON as kept with its job, that text is printed with the
-    columns worked out across jobs (``ACROSS_JOBS``) and the headline from the row,
-    never parsed nor encoded again: a store's 20,000 rows are 50 MB of JSON."""
+    """The per-job report's JSON of plain rows (``farm.results.rows.job_rows``), without
+    pandas: its schema and version, then the rows under ``jobs``, one a line, each as
+    ``to_json`` gives it (``report_json_schema``). Where ``kept`` holds a row's JSON as
+    kept with its job, that text is printed with the columns worked out across jobs
+    (``ACROSS_JOBS``) and the headline from the row, never parsed nor encoded again: a
+    store's 20,000 rows are 50 MB of JSON."""
     if kept is None:
-        return _json_list([row_json(row) for row in rows])
+        return _json_report([row_json(row) for row in rows])
     # A report's rows share a few headlines: each is encoded once.
     headlines: dict[str | None, str] = {}
-    return _json_list([row_json(row) if text is None else _kept_json(row, text, headlines)
-                       for row, text in zip(rows, kept, strict=True)])
+    return _json_report([row_json(row) if text is None else _kept_json(row, text, headlines)
+                         for row, text in zip(rows, kept, strict=True)])
+
+
+# What the report's JSON opens with: everything but its rows and the brackets closing them.
+REPORT_OPENING = json.dumps({"schema": REPORT_SCHEMA, "version": REPORT_VERSION},
+                            separators=(",", ":"))[:-1] + ',"jobs":['
+
+
+def _json_report(objects: Sequence[str]) -> str:
+    return REPORT_OPENING + "\n" + ",\n".join(objects) + "\n]}"
+
+
+def report_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``rows_to_json``'s report: its name and version,
+    and every row's columns with their types and meanings (``farm schema --report``)."""
+    row = report_row_schema()
+    row["properties"]["headline"] = {
+        "type": ["string", "null"], "description": "The answer of the row's campaign x model "
+        "x GPU class, as the report opens with it (empty where it has no variant job)."}
+    row["required"].append("headline")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "farm report --format json",
+        "description": f"The per-job report of specfarm, version {REPORT_VERSION}: a row per "
+                       "job, in the order of the table (docs/results.md).",
+        "type": "object",
+        "properties": {
+            "schema": {"const": REPORT_SCHEMA, "description": "What this document is."},
+            "version": {"const": REPORT_VERSION, "description": "The report's version: a "
+                        "later one keeps every column of this one, with its type."},
+            "jobs": {"type": "array", "items": row}},
+        "required": ["schema", "version", "jobs"],
+        "additionalProperties": False}
 
 
 def _kept_json(row: Mapping[str, Any], text: str, headlines: dict[str | None, str]) -> str:
@@ -150,10 +192,25 @@ JOB_CELLS: dict[str, Callable[[Row], str]] = {
     "memory MiB": lambda row: cells.memory_cost(row["memory_cost_mb"],
                                                 row["draft_context_mib"]),
     "runs": lambda row: str(row["runs"]),
+    "TPOT p50 ms (base/var)": lambda row: cells.pair(row.get("tpot_p50_ms_baseline"),
+                                                     row.get("tpot_p50_ms_variant")),
+    "TPOT p99 ms (base/var)": lambda row: cells.pair(row.get("tpot_p99_ms_baseline"),
+                                                     row.get("tpot_p99_ms_variant")),
     "flags": _flags,
 }
+def _speedup_tone(row: Row) -> str | None:
+    return None if cells.missing(row["speedup"]) else cells.tone(row["ci_low"], row["ci_high"])
+
+
+# The per-job columns a terminal colours: a speedup clearly faster, or clearly slower.
+JOB_TONES: dict[str, Callable[[Row], str | None]] = {
+    "speedup [95% CI]": _speedup_tone,
+    "aggregate [95% CI]": lambda row: cells.tone(row.get("aggregate_ci_low"),
+                                                 row.get("aggregate_ci_high")),
+}
 JOB_COLUMNS = tuple(Column(column.header, JOB_CELLS[column.header], column.numeric,
-                           column.rank, column.splits) for column in table_columns("text"))
+                           column.rank, column.splits, JOB_TONES.get(column.header))
+                    for column in table_columns("text"))
 
 
 def job_sheet(report: pd.DataFrame, title: str) -> Sheet:

@@ -5,7 +5,8 @@ jobs (PostgreSQL only).
 changed since the last report of the same scope (every campaign, or one), it prints that
 report's bytes again without reading a row: a store of 20,000 jobs in about 0.6 s instead
 of 1.4-2 s (tests/bench/bench_fleet_scale.py). What a report is printed from is its
-``stamp``: the farm's own code (every file of the package, by content) and, from one SQL
+``stamp``: the report's version (``farm.columns.REPORT_VERSION``, which the kept bytes
+carry too), the farm's own code (every file of the package, by content) and, from one SQL
 aggregate, each job's id, campaign and keyed columns (``farm.results.rows.KEYED``: what
 its kept row is keyed by), when it was last claimed and, for a running or lost job, how
 many runs it has. The stamp is read before the rows, so a report printed from
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from farm.columns import REPORT_VERSION
 from farm.results.rows import KEYED
 from farm.results.sql import jobs_stamp_sql
 from farm.store.campaigns import campaign_id
@@ -67,7 +69,7 @@ def printed_report(engine: Engine, campaign: str | None) -> Printed | None:
     with engine.connect() as connection:
         connection.execute(text("SET LOCAL TIME ZONE 'UTC'"))  # one stamp in every zone
         count, hashes = connection.execute(text(jobs_stamp_sql(jobs, KEYED)), params).one()
-        stamp = f"{_code_stamp()}:{count}:{hashes}"
+        stamp = f"v{REPORT_VERSION}:{_code_stamp()}:{count}:{hashes}"
         # Read as binary: a bytea in text form comes as hex, twice its size, parsed in Python.
         driver = cast("psycopg.Connection[Any]", connection.connection.driver_connection)
         try:

@@ -379,7 +379,7 @@ def time_report(bench: Bench, repeat: int) -> None:
     campaign = "bench-fill-05"
     for attempt in range(1 + repeat):
         seconds, out = farm(bench, "report", campaign, "--format", "json")
-        rows = json.loads(out)
+        rows = json.loads(out)["jobs"]
         runs = sum(int(row["runs"]) for row in rows)
         if len(rows) != JOBS_PER_CAMPAIGN or runs != JOBS_PER_CAMPAIGN * RUNS_PER_JOB:
             raise BenchFailure(f"farm report {campaign}: {len(rows)} rows, {runs} runs")
@@ -391,7 +391,7 @@ def time_report(bench: Bench, repeat: int) -> None:
     expected = CAMPAIGNS * JOBS_PER_CAMPAIGN + SUBMIT_JOBS
     for attempt in range(1 + repeat):
         seconds, out = farm(bench, "report", "--all", "--format", "json")
-        rows = json.loads(out)
+        rows = json.loads(out)["jobs"]
         runs = sum(int(row["runs"]) for row in rows)
         if len(rows) != expected or runs != CAMPAIGNS * JOBS_PER_CAMPAIGN * RUNS_PER_JOB:
             raise BenchFailure(f"farm report --all: {len(rows)} rows, {runs} runs; expected "

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         _farm("run", str(matrix), env=env)
         print(f"farm run: {time.perf_counter() - start:.0f} s "
               f"({args.pairs} block pairs a job, {args.n_predict} tokens a run)")
-        _print_rows(json.loads(_farm("report", "--format", "json", env=env)))
+        _print_rows(json.loads(_farm("report", "--format", "json", env=env))["jobs"])
     return 0 if pinned else 1
 
 

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_text(yaml.safe_dump(
                     {"campaign": campaign, **model, **extra, **tiers}, sort_keys=False))
                 farm(env, "run", str(path), jobs_may_fail=True)
-        rows = json.loads(farm(env, "report", "--all", "--format", "json"))
+        rows = json.loads(farm(env, "report", "--all", "--format", "json"))["jobs"]
         show(rows)
         for campaign in dict.fromkeys(row["campaign"] for row in rows):
             farm(env, "report", campaign, "--format", "html", "-o",

@@ -31,7 +31,7 @@ def farm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def report_rows(*args: str, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     result = farm("report", *args, "--format", "json", env=env)
     assert result.returncode == 0, result.stderr
-    rows: list[dict[str, Any]] = json.loads(result.stdout)
+    rows: list[dict[str, Any]] = json.loads(result.stdout)["jobs"]
     return rows
 
 

@@ -92,7 +92,7 @@ def test_csv_and_json_rows_carry_the_headline_the_table_opens_with(store: dict[s
     assert answer in run_cli("report", env=store).stdout
     rows = list(csv.DictReader(io.StringIO(run_cli("report", "--format", "csv",
                                                    env=store).stdout)))
-    printed = json.loads(run_cli("report", "--format", "json", env=store).stdout)
+    printed = json.loads(run_cli("report", "--format", "json", env=store).stdout)["jobs"]
     for found in (rows, printed):
         said = {row["headline"] for row in found if row["gpu_class"] == "rtx4090"}
         assert said == {answer}, said
@@ -123,6 +123,41 @@ def test_html_has_the_group_by_table_and_plots_every_draft_length(store: dict[st
     assert ngram.any() and with_design_columns(report)["draft_n_max"][ngram].isna().all()
     assert set(jobs["draft_n_max"][ngram]) == {48}
     assert set(jobs["draft_n_max"][jobs["variant"] == "mtp"]) == {3}
+
+
+def test_tpot_percentiles_show_in_markdown_and_wide_tables_not_at_80_columns(
+        store: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = json.loads(run_cli("report", "--format", "json", env=store).stdout)["jobs"]
+    timed = [row for row in rows if row["tpot_p50_ms_variant"] is not None]
+    assert timed
+    markdown = run_cli("report", "--format", "md", env=store).stdout
+    header = next(line for line in markdown.splitlines() if line.startswith("| job |"))
+    assert "| TPOT p50 ms (base/var) | TPOT p99 ms (base/var) |" in header
+    for row in timed:
+        line = next(line for line in markdown.splitlines()
+                    if line.startswith(f"| {row['job_key'][:10]} |"))
+        for percentile in ("p50", "p99"):
+            base, var = (row[f"tpot_{percentile}_ms_{arm}"] for arm in ("baseline", "variant"))
+            assert f"| {base:.1f} / {var:.1f} |" in line, (percentile, line)
+    wide = run_cli("report", "--wide", env=store).stdout
+    assert "TPOT p50 ms (base/var)" in wide and "TPOT p99 ms (base/var)" in wide
+    monkeypatch.setenv("COLUMNS", "80")
+    narrow = run_cli("report", env=store).stdout
+    assert max(map(len, narrow.splitlines())) <= 80
+    assert "TPOT p50 ms (base/var), TPOT p99 ms (base/var) (--wide shows them)" in " ".join(
+        narrow.split())
+
+
+def test_speedup_vs_draft_length_is_drawn_only_where_jobs_ran_at_two_lengths(
+        store: dict[str, str], tmp_path: Path) -> None:
+    # "today" ran MTP at 3 and n-grams at 48; every job of "history" that drafts ran at 48.
+    for campaign, drawn in (("today", True), ("history", False)):
+        page = tmp_path / f"{campaign}.html"
+        assert run_cli("report", campaign, "--format", "html", "-o", str(page),
+                       env=store).exit_code == 0
+        html = page.read_text(encoding="utf-8")
+        assert ('alt="speedup_vs_draft_length"' in html) is drawn, campaign
+        assert 'alt="speedup_intervals"' in html
 
 
 def test_a_narrow_terminal_gets_the_fitted_table_and_the_note(store: dict[str, str],

@@ -1,9 +1,10 @@
 """A whole ``farm report --format json`` is kept in a PostgreSQL store with the stamp of what
 it was printed from, and printed again as it is while that stamp holds
 (``farm.results.printed``): the same bytes as printing it from the rows, on stdout and in
-a file; never once a job, a run of a running job, a campaign or the code changed; per
-scope (a campaign's report outlives changes to another campaign); nothing kept where the
-report may not write, nothing read where it may not read, and nothing on SQLite."""
+a file; never once a job, a run of a running job, a campaign, the code or the report's
+version changed; per scope (a campaign's report outlives changes to another campaign);
+nothing kept where the report may not write, nothing read where it may not read, and
+nothing on SQLite."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
+from farm.columns import REPORT_VERSION
 from farm.results import printed
 from farm.store.db import make_engine
 from tests.helpers import run_cli
@@ -62,7 +64,8 @@ def _fresh(engine: Engine, *args: str) -> bytes:
 def test_a_kept_report_prints_the_same_bytes_on_stdout_and_in_a_file(
         store: Engine, tmp_path: Path) -> None:
     first = _report(store, "--all")
-    assert first.startswith(b"[") and _scopes(store) == ["all"]
+    assert first.startswith(b'{"schema":"specfarm.report","version":1,"jobs":[\n')
+    assert _scopes(store) == ["all"]
     with store.connect() as connection:
         kept = connection.scalar(text("SELECT body FROM report_text"))
     assert kept == first
@@ -114,7 +117,7 @@ CHANGES = {
 }
 
 
-@pytest.mark.parametrize("change", [*CHANGES, "run", "code"])
+@pytest.mark.parametrize("change", [*CHANGES, "run", "code", "report version"])
 def test_a_change_to_what_a_report_is_printed_from_prints_it_again(
         store: Engine, change: str, monkeypatch: pytest.MonkeyPatch) -> None:
     _report(store, "--all")
@@ -126,6 +129,8 @@ def test_a_change_to_what_a_report_is_printed_from_prints_it_again(
             _add_run(connection, running)
     elif change == "code":
         monkeypatch.setattr(printed, "_code_stamp", lambda: "other code")
+    elif change == "report version":  # a report kept by a farm of the version before
+        monkeypatch.setattr(printed, "REPORT_VERSION", REPORT_VERSION + 1)
     else:
         with store.begin() as connection:
             connection.execute(text(CHANGES[change].format(done=_first(store, "done"))))

@@ -111,6 +111,18 @@ def test_render_all_gives_every_plot_and_a_path_gets_the_same_bytes(tmp_path: Pa
     assert plots.acceptance_vs_speedup(_jobs(), single) == single.read_bytes()
 
 
+def test_render_all_leaves_out_speedup_vs_draft_length_at_one_length() -> None:
+    at_one = _jobs().assign(draft_n_max=[3.0, 3.0, 3.0, NAN])
+    assert plots.draft_lengths(at_one) == 1
+    assert list(plots.render_all(at_one, _runs())) == [
+        name for name in plots.PLOT_NAMES if name != "speedup_vs_draft_length"]
+    # A length whose job has no speedup is placed nowhere: it does not count.
+    lone = at_one.assign(draft_n_max=[3.0, 3.0, 5.0, NAN], speedup=[1.4, 1.6, NAN, 1.2])
+    assert plots.draft_lengths(lone) == 1
+    assert plots.draft_lengths(_jobs()) == 3
+    assert list(plots.render_all(_jobs(), _runs())) == list(plots.PLOT_NAMES)
+
+
 def test_interval_formatting() -> None:
     assert cells.interval(1.4234, 1.351, 1.4999) == f"1.42{TIMES} [1.35, 1.50]"
     assert cells.interval(0.93, NAN, NAN) == f"0.93{TIMES}"
@@ -163,7 +175,9 @@ def test_tables_handle_empty_frames_and_missing_optional_columns() -> None:
     table = jobs_table(_jobs().drop(columns=["mean_accepted_length"]))
     assert "mean accepted length" not in table
     page = render_html("empty", pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
-    assert page.count("data:image/png;base64,") == 4
+    # Each plot says "no data", but speedup vs draft length, drawn from two lengths on.
+    assert page.count("data:image/png;base64,") == 3
+    assert 'alt="speedup_vs_draft_length"' not in page
 
 
 def _traffic_jobs() -> pd.DataFrame:

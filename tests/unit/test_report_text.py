@@ -21,7 +21,8 @@ NAN = math.nan
 WIDE_HEADERS = ["job", "model", "variant", "varying flags", "class", "state", "baseline tok/s",
                 "variant tok/s", "speedup [95% CI]", "aggregate [95% CI]", "prompt tok", "pairs",
                 "accept", "agree", "drafted",
-                "draft / verify ms/tok", "memory MiB", "runs", "flags"]
+                "draft / verify ms/tok", "memory MiB", "runs", "TPOT p50 ms (base/var)",
+                "TPOT p99 ms (base/var)", "flags"]
 
 
 def _job(variant: str, **values: object) -> dict[str, object]:
@@ -130,13 +131,17 @@ def test_plain_rows_print_as_the_frames_json() -> None:
         {"job": "a/b", "speedup": 1.5, "low": math.inf, "high": NAN, "pairs": 3},
         {"job": "é\nx", "speedup": None, "low": 0.25, "high": 2.0, "pairs": None}]
     printed = rows_to_json(rows)
-    # One object per line; JSON has no NaN or infinity: both read null.
-    assert printed.splitlines()[1] == (
-        '{"job":"a/b","speedup":1.5,"low":null,"high":null,"pairs":3},')
+    # Its schema and version, then one object per line; JSON has no NaN or infinity: both
+    # read null.
+    assert printed.splitlines()[:2] == [
+        '{"schema":"specfarm.report","version":1,"jobs":[',
+        '{"job":"a/b","speedup":1.5,"low":null,"high":null,"pairs":3},']
     frame = pd.DataFrame(rows).astype({"pairs": "Int64"})
     assert printed.count("\n") == to_json(frame).count("\n") == 3
-    assert json.loads(printed) == json.loads(to_json(frame))
-    assert rows_to_json([]) == to_json(pd.DataFrame()) == "[\n\n]"
+    assert json.loads(printed) == {"schema": "specfarm.report", "version": 1,
+                                   "jobs": json.loads(to_json(frame))}
+    assert rows_to_json([]) == '{"schema":"specfarm.report","version":1,"jobs":[\n\n]}'
+    assert to_json(pd.DataFrame()) == "[\n\n]"
 
 
 def test_group_rows_pool_jobs_with_a_random_effects_interval_and_tau() -> None:
