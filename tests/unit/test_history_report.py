@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 
 from farm.report import kinds
 from farm.report.formats import Target, render
 from farm.report.history import acceptance_legend, history_html, history_sheets
 from farm.results.history import History
-from farm.stats.changes import describe, find_changes
-from farm.stats.history import series_label
+from tests.fixtures.histories import one_job_history
 
 KEY = "e" * 64
 BUILDS = ["111111111111", "222222222222"]
@@ -31,21 +29,9 @@ def _history(positions: int = 13) -> History:
               **{f"acceptance_{n}": 0.9 / n for n in range(1, positions + 1)},
               "mean_accepted_length": 1.8, "draft_ms_per_token": 0.1,
               "verify_ms_per_token": 8.0}
-    points = pd.DataFrame([
-        {"key": KEY, "series": series, "series_label": series_label(series), "order": order,
-         "build": build, "campaign": campaign, "value": value, "low": value * 0.97,
-         "high": value * 1.03, "log_se": 0.015, "df": 7.0, "blocks": 8}
-        for series, value in levels.items()
-        for order, (build, campaign) in enumerate(zip(BUILDS, CAMPAIGNS, strict=True))])
-    changes = find_changes(points)
-    changes.insert(2, "series_label", changes["series"].map(series_label))
-    return History(
-        pd.DataFrame({"order": range(2), "build": BUILDS, "commit": BUILDS,
-                      "build_number": [101, 102], "build_name": "master", "first_run": None}),
-        pd.DataFrame({"key": KEY, "label": "smollm2 · ngram · spec-type=ngram-simple",
-                      "kind": "variant", "build": BUILDS, "order": range(2),
-                      "campaign": CAMPAIGNS, "job_id": [1, 2]}),
-        points, changes, describe(changes))
+    return one_job_history({series: [value] * 2 for series, value in levels.items()}, BUILDS,
+                           [101, 102], CAMPAIGNS, key=KEY,
+                           label="smollm2 · ngram · spec-type=ngram-simple")
 
 
 def _printed(history: History, fmt: str = "table", *, wide: bool = False) -> str:

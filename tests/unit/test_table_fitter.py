@@ -15,9 +15,7 @@ from farm.report import cells, text
 from farm.report.history import history_sheets
 from farm.report.sheet import _NAME_MIN as NAME_MIN
 from farm.report.sheet import ELLIPSIS, Sheet, fit, markdown, plain_sheet, shorten, table_text
-from farm.results.history import History
-from farm.stats.changes import describe, find_changes
-from farm.stats.history import series_label
+from tests.fixtures.histories import one_job_history
 
 WIDTHS = (60, 80, 100, 200)
 NAN = math.nan
@@ -81,22 +79,10 @@ def _history() -> list[Sheet]:
               "draft_ms_per_token": [0.105, 0.104, 0.931], "verify_ms_per_token": [16.84, 16.9,
                                                                                    16.81]}
     builds = ["b10587-3f545becc12a", "b10611-08c69e381aa3", "b10644-77c1d0e2b9f4"]
-    points = pd.DataFrame([
-        {"key": "k" * 64, "series": series, "series_label": series_label(series),
-         "order": order, "build": build, "value": value, "low": value * 0.97,
-         "high": value * 1.03, "log_se": 0.015, "df": 7.0, "blocks": 8}
-        for series, values in levels.items()
-        for order, (build, value) in enumerate(zip(builds, values, strict=True))])
-    changes = find_changes(points)
-    changes.insert(2, "series_label", changes["series"].map(series_label))
-    history = History(
-        pd.DataFrame({"order": range(3), "build": builds, "commit": builds,
-                      "build_number": [10587, 10611, 10644], "build_name": "master",
-                      "first_run": None}),
-        pd.DataFrame({"key": "k" * 64, "label": "qwen3.6-35b-a3b-mtp-oracle-q4_k_m · mtp · "
-                      "spec-draft-n-max=3 spec-type=draft-mtp", "order": range(3),
-                      "campaign": ["nightly-2026-12-01", "nightly-2026-12-02", "bisect"]}),
-        points, changes, describe(changes))
+    history = one_job_history(
+        levels, builds, [10587, 10611, 10644],
+        ["nightly-2026-12-01", "nightly-2026-12-02", "bisect"], key="k" * 64,
+        label="qwen3.6-35b-a3b-mtp-oracle-q4_k_m · mtp · spec-draft-n-max=3 spec-type=draft-mtp")
     return history_sheets(history, "history of nightly.yaml")
 
 
