@@ -23,7 +23,8 @@ from farm.versions import parse_version
 JOB_COLUMNS = ["machine", "model", "model_name", "gpu", "backend", "setting", "draft_n_max",
                "build_number", "build_commit", "log_speedup", "log_se", "df",
                "log_variant_tok_s", "variant_tok_s_se", "acceptance", "vram_cost_mb",
-               "joules_per_token", "bundle", "job_key", "campaign", "board_key"]
+               "joules_per_token", "bundle", "job_key", "campaign", "board_key", "kind",
+               "flags"]
 BUNDLE_COLUMNS = ["sha256", "machine", "signed", "campaigns", "jobs", "runs", "refused",
                   "differences", "created_at", "added_at"]
 
@@ -63,13 +64,6 @@ def setting_text(flags: list[tuple[str, FlagValue]], draft_n_max: int | None = N
     return " ".join(to_argv(flags))
 
 
-def _setting(spec: JobSpec) -> tuple[str, float]:
-    """The variant's setting as one canonical text, and its draft length."""
-    flags = canonical_flags(spec)
-    draft = arm_draft_length(dict(flags))
-    return setting_text(flags) or spec.variant.name, math.nan if draft is None else draft
-
-
 def _runs(engine: Engine) -> dict[int, dict[str, Any]]:
     """Per job on the board, from its runs, aggregated by the database: the model's sha256,
     the GPU and its memory and the build (the baseline's runs), the variant's mean energy
@@ -105,7 +99,8 @@ def _job_row(job: Mapping[str, Any], spec: JobSpec, runs: Mapping[str, Any]
 
     summary = read_summary(job["summary"]) or JobSummary()
     facts = summary.facts or RunFacts()
-    setting, draft = _setting(spec)
+    flags = canonical_flags(spec)
+    draft = arm_draft_length(dict(flags))
     speedup = _number(summary.speedup)
     decode = mean_estimate(runs.get("variant_blocks") or [])
     drafted, accepted = facts.drafted, facts.accepted
@@ -113,8 +108,10 @@ def _job_row(job: Mapping[str, Any], spec: JobSpec, runs: Mapping[str, Any]
     return {"machine": job["machine_id"], "model": runs.get("model"),
             "model_name": spec.model.name,
             "gpu": normalise_gpu(runs.get("gpu_name"), runs.get("gpu_memory_mb")),
-            "backend": backend(runs.get("gpu_name")), "setting": setting,
-            "draft_n_max": draft, "build_number": _number(runs.get("build_number")),
+            "backend": backend(runs.get("gpu_name")),
+            "setting": setting_text(flags) or spec.variant.name,
+            "draft_n_max": math.nan if draft is None else draft,
+            "build_number": _number(runs.get("build_number")),
             "build_commit": runs.get("build_commit"),
             "log_speedup": math.log(speedup) if speedup > 0 else math.nan,
             "log_se": _number(summary.log_se), "df": _number(summary.df),
@@ -123,21 +120,22 @@ def _job_row(job: Mapping[str, Any], spec: JobSpec, runs: Mapping[str, Any]
             "acceptance": accepted / drafted if drafted else math.nan,
             "vram_cost_mb": vram, "joules_per_token": _number(runs.get("energy")),
             "bundle": job["sha256"], "job_key": job["source_key"],
-            "campaign": spec.campaign, "board_key": job["job_key"]}
+            "campaign": spec.campaign, "board_key": job["job_key"], "kind": spec.kind,
+            "flags": flags}
 
 
 def board_jobs(engine: Engine) -> pd.DataFrame:
-    """Every variant job on the board (not refused), one row each (``JOB_COLUMNS``); its
-    engine-curve jobs are ``farm.board.predict``'s."""
+    """Every job on the board (not refused), one row each (``JOB_COLUMNS``): its variants,
+    the board's settings (``kind`` "variant"), and its engine-curve points ("synthetic",
+    for ``farm.board.predict``)."""
     query = (select(Job.id, Job.job_key, Job.spec, Job.summary, BoardJob.machine_id,
                     BoardJob.source_key, BoardBundle.sha256)
              .join(BoardJob, BoardJob.job_id == Job.id)
              .join(BoardBundle, BoardBundle.id == BoardJob.bundle_id)
              .where(BoardJob.refused.is_(None)).order_by(Job.id))
     with engine.connect() as connection:
-        found = [(dict(row), JobSpec.model_validate(row["spec"]))
-                 for row in connection.execute(query).mappings()]
-    jobs = [(job, spec) for job, spec in found if spec.kind == "variant"]
+        jobs = [(dict(row), JobSpec.model_validate(row["spec"]))
+                for row in connection.execute(query).mappings()]
     runs = _runs(engine) if jobs else {}
     return pd.DataFrame([_job_row(job, spec, runs.get(job["id"], {})) for job, spec in jobs],
                         columns=JOB_COLUMNS)

@@ -165,6 +165,6 @@ def _view(engine: Engine) -> kinds.Board:
     recompute(engine, pending(engine))
     jobs = board_jobs(engine)
     predictions = pool_predictions(machine_predictions(engine, jobs))
-    rows = board_rows(jobs, predictions)
+    rows = board_rows(jobs[jobs["kind"] == "variant"], predictions)
     return kinds.Board(rows=rows, best=best_settings(rows, predictions),
                        bundles=board_bundles(engine), predictions=predictions)
