@@ -15,6 +15,7 @@ a node folder.
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Annotated
@@ -26,6 +27,8 @@ from farm.errors import ConfigError
 # C0 controls and DEL: NUL makes open() raise, CR/LF would forge log lines.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _FIX = "give a name relative to its folder, such as model.gguf or Q4_K_M/model.gguf"
+# Files of a folder a "did you mean" reads at most (a models dir of thousands stays quick).
+_NEIGHBOURS = 2000
 
 
 def file_problem(value: str) -> str | None:
@@ -84,3 +87,14 @@ def under(root: Path, *names: str, what: str = "file") -> Path:
                           "through a symlink): a node reads and writes a job's files only "
                           f"inside it; remove the link or give a name inside {root}")
     return path
+
+
+def near_names(folder: Path, name: str) -> list[str]:
+    """The files of ``folder`` whose names are nearest ``name`` (a typo's likely fix), at
+    most three, nearest first; none where the folder cannot be read."""
+    try:
+        names = sorted(entry.name for _, entry in zip(range(_NEIGHBOURS), folder.iterdir(),
+                                                      strict=False) if entry.is_file())
+    except OSError:
+        return []
+    return difflib.get_close_matches(name, names, n=3, cutoff=0.75)

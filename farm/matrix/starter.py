@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import ConfigError
-from farm.matrix.files import file_problem, under
+from farm.matrix.files import file_problem, near_names, under
 from farm.matrix.flags import FlagValue, parse_args
 from farm.matrix.options import canonical, check_value, refusal, value_type
 from farm.matrix.schema import FlagScalar
@@ -90,7 +89,9 @@ def model_entry(model: str, models_dir: Path) -> dict[str, str]:
     it the same way), else its absolute ``path``."""
     place = next((path for path in _model_places(model, models_dir) if path.is_file()), None)
     if place is None:
-        near = _near_models(model, models_dir)
+        given = Path(model).name
+        near = " or ".join(repr(name) for name in near_names(
+            models_dir, given if given.endswith(".gguf") else f"{given}.gguf"))
         raise ConfigError(f"{model}: no such GGUF file, here or in the models dir "
                           f"{models_dir} (FARM_MODELS_DIR); " + (
                               f"did you mean {near}? (`farm paths` lists the models)" if near
@@ -109,19 +110,6 @@ def _model_places(model: str, models_dir: Path) -> Iterator[Path]:
         yield Path(given).expanduser()
         if file_problem(given) is None:
             yield under(models_dir, given, what="model")
-
-
-def _near_models(model: str, models_dir: Path) -> str:
-    """The models dir's GGUF files whose names are close to ``model``'s, quoted; empty
-    where none is."""
-    try:
-        names = sorted(path.name for path in models_dir.glob("*.gguf"))
-    except OSError:
-        return ""
-    stems = {name.removesuffix(".gguf"): name for name in names}
-    close = difflib.get_close_matches(Path(model).name.removesuffix(".gguf"), list(stems),
-                                      n=3, cutoff=0.75)
-    return " or ".join(repr(stems[stem]) for stem in close)
 
 
 def flag_map(text: str, where: str) -> dict[str, Any]:

@@ -14,13 +14,12 @@ read the user's files). Every name is joined by ``farm.matrix.files.under``.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from farm.errors import ConfigError
-from farm.matrix.files import file_problem, inside, under
+from farm.matrix.files import file_problem, inside, near_names, under
 from farm.matrix.options import FILE_TYPES, ValueType, value_type
 from farm.matrix.spec import Arm, BuildRef, JobSpec, ModelRef
 from workers.paths import downloaded_files
@@ -49,19 +48,10 @@ class NodeFiles:
     allow_paths: tuple[Path, ...] = ()
 
 
-# Files of a folder a "did you mean" reads at most (a models dir of thousands stays quick).
-_NEIGHBOURS = 2000
-
-
 def _did_you_mean(path: Path) -> str:
     """``path``'s nearest neighbours in its folder by name (a typo's likely fix), as a
     clause to add to the message; empty when there are none."""
-    try:
-        names = sorted(entry.name for _, entry in zip(range(_NEIGHBOURS), path.parent.iterdir(),
-                                                      strict=False) if entry.is_file())
-    except OSError:
-        return ""
-    close = difflib.get_close_matches(path.name, names, n=3, cutoff=0.75)
+    close = near_names(path.parent, path.name)
     return f" (did you mean {' or '.join(repr(name) for name in close)}?)" if close else ""
 
 
