@@ -91,15 +91,16 @@ def models_here(paths: NodePaths) -> tuple[list[ModelFile], list[ModelFile]]:
     in it), then the Hub and URL models' files downloaded here; each sorted by name."""
     downloads = [paths.downloads_dir / HUB_DIR, paths.downloads_dir / URL_DIR]
     own = [ModelFile(str(path.relative_to(paths.models_dir)), path.stat().st_size)
-           for path in _ggufs(paths.models_dir)
+           for path in gguf_files(paths.models_dir)
            if not any(path.is_relative_to(folder) for folder in downloads)]
     fetched = [ModelFile(_downloaded_name(path.relative_to(paths.downloads_dir)),
                          path.stat().st_size)
-               for folder in downloads for path in _ggufs(folder)]
+               for folder in downloads for path in gguf_files(folder)]
     return sorted(own, key=lambda found: found.name), sorted(fetched, key=lambda f: f.name)
 
 
-def _ggufs(folder: Path) -> list[Path]:
+def gguf_files(folder: Path) -> list[Path]:
+    """The GGUF files under ``folder`` (none where it is no folder)."""
     return [path for path in folder.rglob("*.gguf") if path.is_file()] if folder.is_dir() \
         else []
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from workers.fleet.config import WorkerConfig
 from workers.job.runtime.probe import probe_binary
 from workers.job.runtime.sandbox import Sandbox
+from workers.paths import gguf_files
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,6 @@ def advertise(config: WorkerConfig, sandbox: Sandbox) -> Advertisement:
     builds = {name: probe_binary(path, sandbox, trusted=True).version
               for name, path in config.builds.items()}
     root = config.models_dir
-    models = sorted(str(p.relative_to(root)) for p in root.rglob("*.gguf")) if root.is_dir() \
-        else []
+    models = sorted(str(path.relative_to(root)) for path in gguf_files(root))
     return Advertisement(host=socket.gethostname(), builds=builds, models=models,
                          sources=list(config.sources))
