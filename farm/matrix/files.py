@@ -27,6 +27,7 @@ from farm.errors import ConfigError
 # C0 controls and DEL: NUL makes open() raise, CR/LF would forge log lines.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _FIX = "give a name relative to its folder, such as model.gguf or Q4_K_M/model.gguf"
+CONTROL_PROBLEM = "holds a control character"
 # Files of a folder a "did you mean" reads at most (a models dir of thousands stays quick).
 _NEIGHBOURS = 2000
 
@@ -36,7 +37,7 @@ def file_problem(value: str) -> str | None:
     if not value:
         return "is empty"
     if _CONTROL.search(value):
-        return "holds a control character"
+        return CONTROL_PROBLEM
     if "\\" in value:
         return "holds a backslash (components are separated by /)"
     if value.startswith("/"):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import ConfigError
-from farm.matrix.files import file_problem, near_names, under
+from farm.matrix.files import CONTROL_PROBLEM, file_problem, near_names, under
 from farm.matrix.flags import FlagValue, parse_args
 from farm.matrix.options import canonical, check_value, refusal, value_type
 from farm.matrix.schema import FlagScalar
@@ -87,6 +87,9 @@ def model_entry(model: str, models_dir: Path) -> dict[str, str]:
     ``.gguf`` optional as a matrix's model ``name`` finds its file (``SmolLM2.Q4_1`` is
     ``SmolLM2.Q4_1.gguf``): a ``file`` of the models dir where it lies there (a fleet finds
     it the same way), else its absolute ``path``."""
+    if file_problem(model) == CONTROL_PROBLEM:  # a name that would forge the error's lines
+        raise ConfigError(f"farm ab: the model {model!r} {CONTROL_PROBLEM}; give the GGUF's "
+                          "path or its name in the models dir")
     place = next((path for path in _model_places(model, models_dir) if path.is_file()), None)
     if place is None:
         given = Path(model).name

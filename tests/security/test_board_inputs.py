@@ -6,6 +6,7 @@ whatever their specs say."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -92,3 +93,56 @@ def test_a_strangers_job_is_never_queued_whatever_its_spec_names(
         [(state, error)] = session.execute(select(Job.state, Job.error)).all()
         assert (state, error) == (JobState.CANCELLED, "a board's job, from a bundle: never run")
         assert session.scalar(select(BoardJob.refused)) is None
+
+
+def test_a_strangers_flag_names_are_shown_as_text_and_aliases_read_as_one(
+        tmp_path: Path, board: Engine) -> None:
+    # Flag names no farm writes (markup, a newline, an alias, a path) are a stranger's
+    # words on the board: its setting's text, escaped on every page, never refused or run.
+    engine, ids = _store(tmp_path, {"fine": {}})
+    with Session(engine) as session, session.begin():
+        job = session.get_one(Job, ids[0])
+        spec = dict(job.spec)
+        spec["variant"] = {**spec["variant"], "flags": [
+            *spec["variant"]["flags"], ["<script>alert(1)</script>", "1"], ["a\nb", "x"],
+            ["-ngl", "99"], ["../../etc/passwd", True]]}
+        session.execute(update(Job).where(Job.id == ids[0]).values(spec=spec))
+    added = add_bundle(board, _bundle(engine, tmp_path, "a.zip"), require_signed=False)
+    assert (added.jobs, added.refused) == (1, [])
+    env = {"FARM_DATA_DIR": str(tmp_path / "data"),
+           "FARM_BOARD_URL": f"sqlite:///{tmp_path / 'board.db'}"}
+    shown = run_cli("board", "show", "--format", "json", env=env)
+    assert shown.exit_code == 0, shown.output
+    [row] = json.loads(shown.stdout)["rows"]
+    assert "--n-gpu-layers 99" in row["setting"] and "--<script>alert(1)</script> 1" in \
+        row["setting"]
+    site = tmp_path / "site"
+    assert run_cli("board", "site", "-o", str(site), env=env).exit_code == 0
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert "<script" not in text and "&lt;script&gt;" in text, page
+    with Session(board) as session:
+        assert session.scalar(select(Job.state)) == JobState.DONE  # recomputed, never run
+
+
+def test_a_strangers_engine_curve_job_is_a_curve_point_never_a_setting(
+        tmp_path: Path, board: Engine) -> None:
+    # A synthetic-acceptance job (--spec-synth-len) from a bundle is taken as a point of its
+    # machine's engine curve: not a row of the board, and never work for a worker.
+    engine, ids = _store(tmp_path, {"fine": {}, "synthetic": {}})
+    with Session(engine) as session, session.begin():
+        job = session.get_one(Job, ids[1])
+        spec = dict(job.spec)
+        spec["variant"] = {**spec["variant"], "flags": [
+            *spec["variant"]["flags"], ["spec-synth-len", "1e308"]]}
+        session.execute(update(Job).where(Job.id == ids[1]).values(spec=spec))
+    added = add_bundle(board, _bundle(engine, tmp_path, "a.zip"), require_signed=False)
+    assert (added.jobs, added.refused) == (2, [])
+    shown = run_cli("board", "show", "--format", "json", env={
+        "FARM_DATA_DIR": str(tmp_path / "data"),
+        "FARM_BOARD_URL": f"sqlite:///{tmp_path / 'board.db'}"})
+    assert shown.exit_code == 0, shown.output
+    found = json.loads(shown.stdout)
+    assert [("spec-synth" in row["setting"]) for row in found["rows"]] == [False]
+    with Session(board) as session:
+        assert set(session.scalars(select(Job.state))) == {JobState.DONE}
