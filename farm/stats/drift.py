@@ -11,6 +11,8 @@ import pandas as pd
 
 from farm.stats.frame import NAN, valid_runs
 
+Floats = npt.NDArray[np.float64]
+
 
 @dataclass(frozen=True)
 class Drift:
@@ -28,53 +30,80 @@ class Drift:
     flag: bool
 
 
-# The correlations of consecutive blocks the fit chooses among (AR(1), by restricted
-# maximum likelihood): a server session's state carries over, so none is negative.
+# The correlations of consecutive blocks the fit chooses among (AR(1), by maximum
+# likelihood): a server session's state carries over, so none is negative.
 CORRELATIONS = np.linspace(0.0, 0.95, 39)
-# The slope's two-sided 5% critical value for |t|, by the number of blocks (interpolated in
-# 1 / blocks; the last beyond it, where it is conservative): the largest 95% quantile of |t|
-# over steady machines whose blocks are AR(1) up to 0.8, with independent run noise of up
-# to half the blocks' variance. Computed once, seeded:
+# The likelihood ratio's two-sided 5% critical value for its signed root, by the number of
+# blocks (interpolated in 1 / blocks; the last beyond it, where it is conservative): the
+# largest 95% quantile over steady machines whose blocks are AR(1) up to 0.8, with
+# independent run noise of up to half the blocks' variance. Computed once, seeded:
 # .venv/bin/python -m tests.bench.bench_drift --table (docs/statistics.md).
-CRITICAL = ((6, 4.89), (8, 4.33), (10, 4.22), (12, 4.12), (16, 3.87), (20, 3.73), (24, 3.61),
-            (32, 3.45), (48, 3.30), (64, 3.22), (96, 3.10))
+CRITICAL = ((6, 4.17), (8, 3.52), (10, 3.28), (12, 3.16), (16, 3.00), (20, 2.95), (24, 2.94),
+            (32, 2.95), (48, 2.93), (64, 2.93), (96, 2.92))
 # A residual spread below this (log units) is rounding, not noise: a constant machine.
 STEADY = 1e-9
+# Candidate slopes a search for an interval's end tries at once, and its rounds.
+CANDIDATES, ROUNDS = 24, 3
 
 
-def trend_t(design: npt.NDArray[np.float64], values: npt.NDArray[np.float64]
-            ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """The slope (the design's last column) of each row of ``values`` and its standard
-    error, fitted by generalised least squares for AR(1) noise whose correlation is the one
-    of ``CORRELATIONS`` with the largest restricted likelihood; the noise's variance on
-    blocks - columns - 1 df (the correlation is estimated too)."""
-    n, columns = design.shape
+def _fit(design: Floats, values: Floats) -> tuple[Floats, Floats, Floats]:
+    """For each row of ``values``: the largest log likelihood (AR(1) noise, the noise's
+    variance profiled out) over ``CORRELATIONS``, the coefficients at that correlation
+    (generalised least squares, Prais-Winsten) and the last coefficient's standard error."""
+    n = design.shape[0]
     rho = CORRELATIONS[:, None, None]
+    first = np.sqrt(1.0 - rho * rho)
     # Prais-Winsten: each block less rho times the one before, the first scaled.
-    white = np.concatenate([np.sqrt(1.0 - rho * rho) * design[None, :1],
+    white = np.concatenate([first * design[None, :1],
                             design[None, 1:] - rho * design[None, :-1]], axis=1)
     inverse = np.linalg.inv(white.transpose(0, 2, 1) @ white)
     rows = values[None, :, :]
-    white_values = np.concatenate([np.sqrt(1.0 - rho * rho) * rows[:, :, :1],
+    white_values = np.concatenate([first * rows[:, :, :1],
                                    rows[:, :, 1:] - rho * rows[:, :, :-1]], axis=2)
     coefficients = white_values @ white @ inverse  # correlation x row x column
     residual = white_values - coefficients @ white.transpose(0, 2, 1)
-    squares = np.einsum("krn,krn->kr", residual, residual)
-    # The restricted log likelihood, less constants, at each correlation (rows: k).
-    likelihood = -0.5 * ((n - columns) * np.log(squares)
-                         - np.log(1.0 - CORRELATIONS[:, None] ** 2)
-                         - np.linalg.slogdet(inverse)[1][:, None])
+    squares = np.maximum(np.einsum("krn,krn->kr", residual, residual), 1e-300)
+    likelihood = -0.5 * (n * np.log(squares) - np.log(1.0 - CORRELATIONS[:, None] ** 2))
     best = likelihood.argmax(axis=0)
     row = np.arange(values.shape[0])
-    slope = coefficients[best, row, -1]
-    variance = squares[best, row] / (n - columns - 1) * inverse[best, -1, -1]
-    return slope, np.sqrt(variance)
+    error = np.sqrt(squares[best, row] / max(n - design.shape[1], 1)
+                    * inverse[best, -1, -1])
+    return likelihood[best, row], coefficients[best, row], error
 
 
-def critical_t(blocks: int) -> float:
-    """The slope's 5% critical |t| with this many blocks (``CRITICAL``)."""
+def likelihood_ratio(design: Floats, values: Floats, slope: Floats | float = 0.0) -> Floats:
+    """For each row of ``values``, the square root of the likelihood ratio statistic of the
+    slope (the design's last column) equal to ``slope`` against a free slope, both with
+    AR(1) noise whose correlation and variance are fitted by maximum likelihood."""
+    full, _, _ = _fit(design, values)
+    slopes = np.broadcast_to(np.asarray(slope, dtype=float), (values.shape[0],))
+    held, _, _ = _fit(design[:, :-1], values - slopes[:, None] * design[None, :, -1])
+    root: Floats = np.sqrt(np.maximum(2.0 * (full - held), 0.0))
+    return root
+
+
+def critical_root(blocks: int) -> float:
+    """The likelihood ratio's 5% critical root with this many blocks (``CRITICAL``)."""
     known = np.array(CRITICAL, dtype=float)
     return float(np.interp(-1.0 / blocks, -1.0 / known[:, 0], known[:, 1]))
+
+
+def _interval_end(design: Floats, value: Floats, slope: float, step: float,
+                  critical: float) -> float:
+    """The slope, from ``slope`` in the direction of ``step``, where the likelihood ratio's
+    root reaches ``critical``: candidates out to 64 steps (geometric), then refined."""
+    near, far = 0.0, 0.0
+    reach = np.geomspace(1.0 / 16.0, 64.0, CANDIDATES)
+    for _ in range(ROUNDS + 1):
+        roots = likelihood_ratio(design, np.repeat(value[None, :], reach.size, axis=0),
+                                 slope + step * reach)
+        beyond = np.flatnonzero(roots >= critical)
+        if beyond.size == 0:
+            return slope + step * float(reach[-1])
+        far = float(reach[beyond[0]])
+        near = float(reach[beyond[0] - 1]) if beyond[0] > 0 else near
+        reach = np.linspace(near, far, CANDIDATES)
+    return slope + step * far
 
 
 def drift(runs: pd.DataFrame) -> Drift:
@@ -84,13 +113,13 @@ def drift(runs: pd.DataFrame) -> Drift:
     Each block gives one value, the mean over the job's prompts of the log median decode
     tok/s; the fit has an arm term and a term for a pair's first block (so a speedup or a
     carry-over is not read as drift) and a slope on the block index. Consecutive blocks
-    share the machine's state, so their noise is autocorrelated: the slope is fitted by
-    generalised least squares for AR(1) noise (``trend_t``), and its t is compared with a
-    critical value that holds false positives at 5% for block correlations up to 0.8
-    (``CRITICAL``): with 16 blocks a correlation that strong cannot be told from a weaker
-    one, so the test allows for it on every job. The interval is the slope -/+ that critical
-    value times its standard error. Counterbalancing and the crossover model keep a linear
-    drift out of the speedup; the flag says the machine was not steady.
+    share the machine's state, so their noise is autocorrelated: the slope is tested by the
+    likelihood ratio of AR(1) models with and without it (each with its own correlation,
+    ``likelihood_ratio``), whose root is compared with a critical value that holds false
+    positives at 5% for block correlations up to 0.8 (``CRITICAL``). The interval is the
+    slopes that test does not reject (the profile likelihood's), so the flag is set exactly
+    when it leaves out zero. Counterbalancing and the crossover model keep a linear drift
+    out of the speedup; the flag says the machine was not steady.
     """
     valid = valid_runs(runs)
     medians = valid.groupby(["block", "prompt_id"])["decode_tok_s"].median().unstack()
@@ -109,9 +138,11 @@ def drift(runs: pd.DataFrame) -> Drift:
     if rank < design.shape[1] or not math.sqrt(float(residual @ residual)
                                                / len(value)) > STEADY:
         return Drift(0.0, NAN, NAN, 0.0, False)
-    slopes, errors = trend_t(design, value[None, :])
-    slope = float(slopes[0])
-    margin = critical_t(len(value)) * float(errors[0])
+    _, coefficients, errors = _fit(design, value[None, :])
+    slope, error = float(coefficients[0, -1]), float(errors[0])
+    critical = critical_root(len(value))
+    flag = bool(likelihood_ratio(design, value[None, :])[0] > critical)
+    low = _interval_end(design, value, slope, -error, critical)
+    high = _interval_end(design, value, slope, error, critical)
     change = math.expm1(slope * float(block.max() - block.min()))
-    return Drift(slope, slope - margin, slope + margin, change,
-                 bool(slope - margin > 0 or slope + margin < 0))
+    return Drift(slope, low, high, change, flag)

@@ -8,10 +8,14 @@ with its binomial standard error. About 1 minute for 2,000 replicates on one cor
 
     nice -n 19 .venv/bin/python -m tests.bench.bench_drift [--jobs 2000]    (from the checkout)
 
+With ``--envelope`` it prints, at AR(1) 0.8, what a valid test can reach: the power of GLS
+at the true correlation with its critical value set to exactly 5% in that cell (a test told
+rho), and of the test before issue 38 held to 5% the same way (about 2 minutes).
+
 With ``--table`` it instead computes ``farm.stats.drift.CRITICAL``, seeded: for each number
-of blocks, the largest 95% quantile of the slope's |t| (``trend_t``, the counterbalanced
-design) over steady machines whose blocks are AR(1) 0.5-0.8 plus independent noise of 0-50%
-of the variance, 50,000 series each (about 3 minutes).
+of blocks, the largest 95% quantile of the likelihood ratio's root (``likelihood_ratio``, the
+counterbalanced design) over steady machines whose blocks are AR(1) 0.5-0.8 plus independent
+noise of 0-50% of the variance, 50,000 series each (about 3 minutes).
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ import time
 
 import numpy as np
 
-from farm.stats.drift import trend_t
+from farm.stats.drift import likelihood_ratio
 from tests.unit.simulate import plus_minus
-from tests.unit.simulate_drift import PER_BLOCK, Floats, flag_rate
+from tests.unit.simulate_drift import PER_BLOCK, Floats, flag_rate, job
 
 CELLS = [(phi, blocks) for blocks in (16, 24) for phi in (0.0, 0.5, 0.8)]
 # Measured on the code before issue 38 (GLS at the residuals' bias-corrected rho, at least
@@ -49,7 +53,8 @@ def counterbalanced_design(blocks: int) -> Floats:
 
 
 def largest_quantile(blocks: int, series: int, seed: int) -> float:
-    """The largest 95% quantile of |t| over the table's steady machines."""
+    """The largest 95% quantile of the likelihood ratio's root over the table's steady
+    machines."""
     rng = np.random.default_rng(seed)
     design = counterbalanced_design(blocks)
     largest = 0.0
@@ -62,18 +67,73 @@ def largest_quantile(blocks: int, series: int, seed: int) -> float:
                 ar[:, i] = phi * ar[:, i - 1] + math.sqrt(1 - phi * phi) * noise[:, i]
             values = (math.sqrt(1 - white) * ar
                       + math.sqrt(white) * rng.normal(size=(series, blocks)))
-            t = np.concatenate([np.abs(np.divide(*trend_t(design, chunk)))
+            t = np.concatenate([likelihood_ratio(design, chunk)
                                 for chunk in np.array_split(values, series // 1000)])
             largest = max(largest, float(np.quantile(t, 0.95)))
     return largest
 
 
 def table(series: int) -> None:
-    """Print ``CRITICAL``: the critical |t| for each number of blocks."""
+    """Print ``CRITICAL``: the critical root for each number of blocks."""
     found = [(blocks, largest_quantile(blocks, series, 4000 + blocks))
              for blocks in TABLE_BLOCKS]
     print("CRITICAL = (" + ", ".join(f"({b}, {c:.2f})" for b, c in found) + ")")
 
+
+
+def block_values(blocks: int, phi: float, jobs: int, seed: int, per_block: float
+                 ) -> Floats:
+    """``jobs`` jobs' block values as ``drift`` makes them (the mean over prompts of the
+    log median decode tok/s), one row a job."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(jobs):
+        runs = job(rng, phi, blocks, per_block)
+        medians = runs.groupby(["block", "prompt_id"])["decode_tok_s"].median().unstack()
+        rows.append(np.log(medians.to_numpy(dtype=float)).mean(axis=1))
+    return np.array(rows)
+
+
+def gls_t(design: Floats, values: Floats, rho: Floats) -> Floats:
+    """|t| of the slope, each row by GLS at its own AR(1) correlation, on blocks - 5 df."""
+    n, columns = design.shape
+    out = np.empty(len(values))
+    for row, (value, correlation) in enumerate(zip(values, rho, strict=True)):
+        whiten = np.eye(n) - correlation * np.eye(n, k=-1)
+        whiten[0, 0] = math.sqrt(1.0 - correlation * correlation)
+        white, white_value = whiten @ design, whiten @ value
+        inverse = np.linalg.inv(white.T @ white)
+        found = inverse @ white.T @ white_value
+        residual = white_value - white @ found
+        out[row] = abs(found[-1]) / math.sqrt(float(residual @ residual) / (n - columns - 1)
+                                              * inverse[-1, -1])
+    return out
+
+
+def old_correlation(design: Floats, values: Floats) -> Floats:
+    """The correlation the test before issue 38 used: the least-squares residuals' lag-1
+    correlation plus 2 (1 + 3 r) / n, clipped to [0.4, 0.95]."""
+    found, *_ = np.linalg.lstsq(design, values.T, rcond=None)
+    residual = values - (design @ found).T
+    r = (residual[:, 1:] * residual[:, :-1]).sum(1) / (residual * residual).sum(1)
+    correlation: Floats = np.clip(r + 2 * (1 + 3 * r) / values.shape[1], 0.4, 0.95)
+    return correlation
+
+
+def envelope(jobs: int) -> None:
+    """Print the power a test told rho has at AR(1) 0.8, and the old test's held to 5%."""
+    print(f"AR(1) 0.8, a 1%-a-block trend ({jobs} jobs a cell): power at exactly 5% in the cell")
+    for blocks in (16, 24):
+        design = counterbalanced_design(blocks)
+        steady = block_values(blocks, 0.8, jobs, 5000 + blocks, 0.0)
+        trend = block_values(blocks, 0.8, jobs, 5100 + blocks, PER_BLOCK)
+        told = (np.full(jobs, 0.8), np.full(jobs, 0.8))
+        before = (old_correlation(design, steady), old_correlation(design, trend))
+        for name, (at_steady, at_trend) in (("told rho", told), ("before issue 38", before)):
+            critical = float(np.quantile(gls_t(design, steady, at_steady), 0.95))
+            power = float(np.mean(gls_t(design, trend, at_trend) > critical))
+            print(f"{blocks:>3} blocks, {name:<16} critical {critical:.2f} power {power:.3f} "
+                  f"{plus_minus(power, jobs)}", flush=True)
 
 
 def main() -> None:
@@ -82,7 +142,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000, help="replicates per cell")
     parser.add_argument("--table", action="store_true",
                         help="compute farm.stats.drift.CRITICAL instead (50,000 series)")
+    parser.add_argument("--envelope", action="store_true",
+                        help="print what a valid test can reach at AR(1) 0.8 instead")
     args = parser.parse_args()
+    if args.envelope:
+        envelope(args.jobs)
+        return
     if args.table:
         table(50_000)
         return
