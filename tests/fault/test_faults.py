@@ -8,6 +8,7 @@ left behind and no manual step, within three lease lengths of the service's retu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -213,10 +214,16 @@ def test_the_only_worker_killed_while_its_job_waits_to_retry(
     fleet.start_worker("alpha", "cpu", provisioned.server)
     _campaign(fleet, "retry")
     wait_for(lambda: bool(fleet.run_keys()), 120, "the first run")
-    for pid in servers_of(fleet.models):  # a crashed llama-server: a retryable failure
-        os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: any(job.failure_class in ("crash", "request_failed")
-                         for job in fleet.jobs()), 60, "the crash recorded as retryable")
+
+    def crashed() -> bool:
+        # A crashed llama-server is a retryable failure. Between two blocks no server runs,
+        # so each look kills whichever has started since, until a crash is recorded.
+        for pid in servers_of(fleet.models):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return any(job.failure_class in ("crash", "request_failed") for job in fleet.jobs())
+
+    wait_for(crashed, 60, "the crash recorded as retryable")
     fleet.kill_worker("alpha")
     fleet.start_worker("alpha-2", "cpu", provisioned.server)
     _all_done_after(fleet, time.monotonic())
