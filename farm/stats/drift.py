@@ -33,7 +33,7 @@ class Drift:
 # The correlations of consecutive blocks the fit chooses among (AR(1), by maximum
 # likelihood): a server session's state carries over, so none is negative.
 CORRELATIONS = np.linspace(0.0, 0.95, 39)
-# The likelihood ratio's two-sided 5% critical value for its signed root, by the number of
+# The likelihood ratio's two-sided 5% critical value for its root, by the number of
 # blocks (interpolated in 1 / blocks; the last beyond it, where it is conservative): the
 # largest 95% quantile over steady machines whose blocks are AR(1) up to 0.8, with
 # independent run noise of up to half the blocks' variance. Computed once, seeded:
