@@ -35,15 +35,17 @@ class Drift:
 CORRELATIONS = np.linspace(0.0, 0.95, 39)
 # The likelihood ratio's two-sided 5% critical value for its root, by the number of
 # blocks (interpolated in 1 / blocks; the last beyond it, where it is conservative): the
-# largest 95% quantile over steady machines whose blocks are AR(1) up to 0.8, with
-# independent run noise of up to half the blocks' variance. Computed once, seeded:
-# .venv/bin/python -m tests.bench.bench_drift --table (docs/statistics.md).
+# largest 95% quantile over steady machines whose blocks are AR(1) 0.5-0.8 (below 0.5 the
+# quantile is lower), with independent run noise of up to half the blocks' variance.
+# Computed once, seeded: .venv/bin/python -m tests.bench.bench_drift --table
+# (docs/statistics.md).
 CRITICAL = ((6, 4.17), (8, 3.52), (10, 3.28), (12, 3.16), (16, 3.00), (20, 2.95), (24, 2.94),
             (32, 2.95), (48, 2.93), (64, 2.93), (96, 2.92))
 # A residual spread below this (log units) is rounding, not noise: a constant machine.
 STEADY = 1e-9
-# Candidate slopes a search for an interval's end tries at once, and its rounds.
-CANDIDATES, ROUNDS = 24, 3
+# Candidate slopes a search for an interval's end tries at once, and how many times it
+# narrows the first pass's bracket; it looks at most ``REACH`` standard errors out.
+CANDIDATES, ROUNDS, REACH = 24, 3, 64.0
 
 
 def _fit(design: Floats, values: Floats) -> tuple[Floats, Floats, Floats]:
@@ -76,6 +78,11 @@ def likelihood_ratio(design: Floats, values: Floats, slope: Floats | float = 0.0
     slope (the design's last column) equal to ``slope`` against a free slope, both with
     AR(1) noise whose correlation and variance are fitted by maximum likelihood."""
     full, _, _ = _fit(design, values)
+    return _root(design, values, full, slope)
+
+
+def _root(design: Floats, values: Floats, full: Floats, slope: Floats | float) -> Floats:
+    """``likelihood_ratio`` given the free slope's log likelihoods ``full``."""
     slopes = np.broadcast_to(np.asarray(slope, dtype=float), (values.shape[0],))
     held, _, _ = _fit(design[:, :-1], values - slopes[:, None] * design[None, :, -1])
     root: Floats = np.sqrt(np.maximum(2.0 * (full - held), 0.0))
@@ -88,22 +95,32 @@ def critical_root(blocks: int) -> float:
     return float(np.interp(-1.0 / blocks, -1.0 / known[:, 0], known[:, 1]))
 
 
-def _interval_end(design: Floats, value: Floats, slope: float, step: float,
+def _interval_end(design: Floats, value: Floats, full: float, slope: float, step: float,
                   critical: float) -> float:
-    """The slope, from ``slope`` in the direction of ``step``, where the likelihood ratio's
-    root reaches ``critical``: candidates out to 64 steps (geometric), then refined."""
-    near, far = 0.0, 0.0
-    reach = np.geomspace(1.0 / 16.0, 64.0, CANDIDATES)
+    """The farthest slope from the fitted ``slope`` (whose log likelihood is ``full``), in
+    the direction of ``step`` (a standard error, signed), that the likelihood ratio test
+    does not reject before the first it does: candidates out to ``REACH`` steps
+    (geometric), then the bracket narrowed ``ROUNDS`` times. Zero is tried wherever it lies
+    in the bracket, so a rejected zero is never inside; where nothing within ``REACH`` steps
+    is rejected, the end is ``REACH`` steps out."""
+    zero = -slope / step  # zero's distance in steps: on this side when positive
+    near, far = 0.0, math.inf  # the last candidate not rejected, the first rejected
+    reach = np.geomspace(1.0 / 16.0, REACH, CANDIDATES)
     for _ in range(ROUNDS + 1):
-        roots = likelihood_ratio(design, np.repeat(value[None, :], reach.size, axis=0),
-                                 slope + step * reach)
-        beyond = np.flatnonzero(roots >= critical)
-        if beyond.size == 0:
-            return slope + step * float(reach[-1])
-        far = float(reach[beyond[0]])
-        near = float(reach[beyond[0] - 1]) if beyond[0] > 0 else near
-        reach = np.linspace(near, far, CANDIDATES)
-    return slope + step * far
+        if near < zero < far:
+            reach = np.sort(np.append(reach, zero))
+        slopes = np.where(reach == zero, 0.0, slope + step * reach)
+        rejected = _root(design, np.repeat(value[None, :], reach.size, axis=0),
+                         np.full(reach.size, full), slopes) > critical
+        first = int(rejected.argmax()) if rejected.any() else reach.size
+        if first < reach.size:
+            far = float(reach[first])
+        if first > 0:
+            near = float(reach[first - 1])
+        if far == math.inf:
+            break
+        reach = np.linspace(near, far, CANDIDATES + 2)[1:-1]
+    return slope + step * near
 
 
 def drift(runs: pd.DataFrame) -> Drift:
@@ -117,9 +134,11 @@ def drift(runs: pd.DataFrame) -> Drift:
     likelihood ratio of AR(1) models with and without it (each with its own correlation,
     ``likelihood_ratio``), whose root is compared with a critical value that holds false
     positives at 5% for block correlations up to 0.8 (``CRITICAL``). The interval is the
-    slopes that test does not reject (the profile likelihood's), so the flag is set exactly
-    when it leaves out zero. Counterbalancing and the crossover model keep a linear drift
-    out of the speedup; the flag says the machine was not steady.
+    slopes that test does not reject (the profile likelihood's; where those are not one
+    stretch, the stretch around the fitted slope, widened to zero when zero is not
+    rejected), so the flag is set exactly when it leaves out zero. Counterbalancing and the
+    crossover model keep a linear drift out of the speedup; the flag says the machine was
+    not steady.
     """
     valid = valid_runs(runs)
     medians = valid.groupby(["block", "prompt_id"])["decode_tok_s"].median().unstack()
@@ -138,11 +157,13 @@ def drift(runs: pd.DataFrame) -> Drift:
     if rank < design.shape[1] or not math.sqrt(float(residual @ residual)
                                                / len(value)) > STEADY:
         return Drift(0.0, NAN, NAN, 0.0, False)
-    _, coefficients, errors = _fit(design, value[None, :])
+    full, coefficients, errors = _fit(design, value[None, :])
     slope, error = float(coefficients[0, -1]), float(errors[0])
     critical = critical_root(len(value))
-    flag = bool(likelihood_ratio(design, value[None, :])[0] > critical)
-    low = _interval_end(design, value, slope, -error, critical)
-    high = _interval_end(design, value, slope, error, critical)
+    flag = bool(_root(design, value[None, :], full, 0.0)[0] > critical)
+    low = _interval_end(design, value, float(full[0]), slope, -error, critical)
+    high = _interval_end(design, value, float(full[0]), slope, error, critical)
+    if not flag:  # zero is not rejected: the interval holds it
+        low, high = min(low, 0.0), max(high, 0.0)
     change = math.expm1(slope * float(block.max() - block.min()))
     return Drift(slope, low, high, change, flag)

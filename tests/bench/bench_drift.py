@@ -4,7 +4,7 @@ AR(1) 0 / 0.5 / 0.8 block offsets x 16 / 24 blocks, with no trend and with a 1%-
 trend, beside the figures for the code before issue 38.
 
 Prints one row per cell: false positives before and now, power before and now, each now
-with its binomial standard error. About 1 minute for 2,000 replicates on one core.
+with its binomial standard error. About 4 minutes for 2,000 replicates on one core.
 
     nice -n 19 .venv/bin/python -m tests.bench.bench_drift [--jobs 2000]    (from the checkout)
 
@@ -67,9 +67,9 @@ def largest_quantile(blocks: int, series: int, seed: int) -> float:
                 ar[:, i] = phi * ar[:, i - 1] + math.sqrt(1 - phi * phi) * noise[:, i]
             values = (math.sqrt(1 - white) * ar
                       + math.sqrt(white) * rng.normal(size=(series, blocks)))
-            t = np.concatenate([likelihood_ratio(design, chunk)
-                                for chunk in np.array_split(values, series // 1000)])
-            largest = max(largest, float(np.quantile(t, 0.95)))
+            root = np.concatenate([likelihood_ratio(design, chunk)
+                                   for chunk in np.array_split(values, series // 1000)])
+            largest = max(largest, float(np.quantile(root, 0.95)))
     return largest
 
 
@@ -78,7 +78,6 @@ def table(series: int) -> None:
     found = [(blocks, largest_quantile(blocks, series, 4000 + blocks))
              for blocks in TABLE_BLOCKS]
     print("CRITICAL = (" + ", ".join(f"({b}, {c:.2f})" for b, c in found) + ")")
-
 
 
 def block_values(blocks: int, phi: float, jobs: int, seed: int, per_block: float
