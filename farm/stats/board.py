@@ -97,11 +97,9 @@ import numpy.typing as npt
 import pandas as pd
 
 from farm.stats.difference import difference
-from farm.stats.frame import NAN
+from farm.stats.frame import NAN, Floats
 from farm.stats.intervals import best_of_interval
 from farm.stats.pooling import Pooled, pool_jobs
-
-Floats = npt.NDArray[np.float64]
 
 # The error rate of the best-of interval (over the m settings) and of naming a best (over
 # the m - 1 others).

@@ -6,12 +6,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
-from farm.stats.frame import NAN, valid_runs
-
-Floats = npt.NDArray[np.float64]
+from farm.stats.frame import NAN, Floats, valid_runs
 
 
 @dataclass(frozen=True)

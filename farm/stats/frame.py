@@ -18,8 +18,11 @@ NAN = float("nan")
 ARMS = ("baseline", "variant")
 
 
+# An array of floats, as the statistics' vectorised fits take and return them.
+Floats = npt.NDArray[np.float64]
+
 # Pair log ratios as pair_log_ratios returns them, or any sequence of floats.
-LogRatios = Sequence[float] | pd.Series | npt.NDArray[np.float64]
+LogRatios = Sequence[float] | pd.Series | Floats
 
 
 # Which arm opened each pair: +1 the baseline (AB), -1 the variant (BA); as pair_orders.
