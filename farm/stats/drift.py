@@ -45,12 +45,13 @@ STEADY = 1e-9
 CANDIDATES, ROUNDS, REACH = 24, 3, 64.0
 
 
-def _fit(design: Floats, values: Floats) -> tuple[Floats, Floats, Floats]:
+def fit_ar1(design: Floats, values: Floats, correlations: Floats = CORRELATIONS
+            ) -> tuple[Floats, Floats, Floats]:
     """For each row of ``values``: the largest log likelihood (AR(1) noise, the noise's
-    variance profiled out) over ``CORRELATIONS``, the coefficients at that correlation
+    variance profiled out) over ``correlations``, the coefficients at that correlation
     (generalised least squares, Prais-Winsten) and the last coefficient's standard error."""
     n = design.shape[0]
-    rho = CORRELATIONS[:, None, None]
+    rho = correlations[:, None, None]
     first = np.sqrt(1.0 - rho * rho)
     # Prais-Winsten: each block less rho times the one before, the first scaled.
     white = np.concatenate([first * design[None, :1],
@@ -62,7 +63,7 @@ def _fit(design: Floats, values: Floats) -> tuple[Floats, Floats, Floats]:
     coefficients = white_values @ white @ inverse  # correlation x row x column
     residual = white_values - coefficients @ white.transpose(0, 2, 1)
     squares = np.maximum(np.einsum("krn,krn->kr", residual, residual), 1e-300)
-    likelihood = -0.5 * (n * np.log(squares) - np.log(1.0 - CORRELATIONS[:, None] ** 2))
+    likelihood = -0.5 * (n * np.log(squares) - np.log(1.0 - correlations[:, None] ** 2))
     best = likelihood.argmax(axis=0)
     row = np.arange(values.shape[0])
     error = np.sqrt(squares[best, row] / max(n - design.shape[1], 1)
@@ -74,14 +75,14 @@ def likelihood_ratio(design: Floats, values: Floats, slope: Floats | float = 0.0
     """For each row of ``values``, the square root of the likelihood ratio statistic of the
     slope (the design's last column) equal to ``slope`` against a free slope, both with
     AR(1) noise whose correlation and variance are fitted by maximum likelihood."""
-    full, _, _ = _fit(design, values)
+    full, _, _ = fit_ar1(design, values)
     return _root(design, values, full, slope)
 
 
 def _root(design: Floats, values: Floats, full: Floats, slope: Floats | float) -> Floats:
     """``likelihood_ratio`` given the free slope's log likelihoods ``full``."""
     slopes = np.broadcast_to(np.asarray(slope, dtype=float), (values.shape[0],))
-    held, _, _ = _fit(design[:, :-1], values - slopes[:, None] * design[None, :, -1])
+    held, _, _ = fit_ar1(design[:, :-1], values - slopes[:, None] * design[None, :, -1])
     root: Floats = np.sqrt(np.maximum(2.0 * (full - held), 0.0))
     return root
 
@@ -120,6 +121,18 @@ def _interval_end(design: Floats, value: Floats, full: float, slope: float, step
     return slope + step * near
 
 
+def block_values(runs: pd.DataFrame) -> pd.Series:
+    """Each block's value, indexed by block: the mean over the job's prompts (those measured
+    in every block) of the log median decode tok/s; empty without such a prompt."""
+    valid = valid_runs(runs)
+    medians = valid.groupby(["block", "prompt_id"])["decode_tok_s"].median().unstack()
+    medians = medians.dropna(axis="columns")
+    if medians.shape[1] == 0:
+        return pd.Series(dtype=float)
+    values: pd.Series = np.log(medians).mean(axis=1)
+    return values
+
+
 def drift(runs: pd.DataFrame) -> Drift:
     """A trend over every block of the job, both arms, tested against zero, allowing for
     blocks whose noise is strongly correlated from one to the next.
@@ -137,14 +150,12 @@ def drift(runs: pd.DataFrame) -> Drift:
     crossover model keep a linear drift out of the speedup; the flag says the machine was
     not steady.
     """
-    valid = valid_runs(runs)
-    medians = valid.groupby(["block", "prompt_id"])["decode_tok_s"].median().unstack()
-    medians = medians.dropna(axis="columns")
-    if medians.shape[1] == 0 or len(medians) < 6:
+    values = block_values(runs)
+    if len(values) < 6:
         return Drift(0.0, NAN, NAN, 0.0, False)
-    block = medians.index.to_numpy(dtype=float)
-    value = np.log(medians.to_numpy(dtype=float)).mean(axis=1)
-    facts = runs.drop_duplicates("block").set_index("block").reindex(medians.index)
+    block = values.index.to_numpy(dtype=float)
+    value = values.to_numpy(dtype=float)
+    facts = runs.drop_duplicates("block").set_index("block").reindex(values.index)
     design = np.column_stack([np.ones_like(block),
                               (facts["arm"] == "variant").to_numpy(dtype=float),
                               (facts["position"] == 0).to_numpy(dtype=float), block])
@@ -154,7 +165,7 @@ def drift(runs: pd.DataFrame) -> Drift:
     if rank < design.shape[1] or not math.sqrt(float(residual @ residual)
                                                / len(value)) > STEADY:
         return Drift(0.0, NAN, NAN, 0.0, False)
-    full, coefficients, errors = _fit(design, value[None, :])
+    full, coefficients, errors = fit_ar1(design, value[None, :])
     slope, error = float(coefficients[0, -1]), float(errors[0])
     critical = critical_root(len(value))
     flag = bool(_root(design, value[None, :], full, 0.0)[0] > critical)
