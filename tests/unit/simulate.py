@@ -21,6 +21,7 @@ from farm.stats.acceptance import acceptance
 from farm.stats.design import Design
 from farm.stats.difference import difference, discoveries
 from farm.stats.drift import drift
+from farm.stats.frame import Floats
 from farm.stats.speedup import estimate
 from farm.stats.twostage import planned_pairs
 
@@ -40,8 +41,6 @@ TWO_STAGE_CELLS = {
     "wandering speedup": "speedup_ar",  # the speedup itself AR(1) 0.5, SD 3%
     "AR(1) 0.5 blocks": "ar0.5",
 }
-
-Floats = npt.NDArray[np.float64]
 
 
 def binomial_sd(rate: float, replicates: int) -> float:

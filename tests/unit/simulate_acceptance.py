@@ -16,9 +16,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from farm.stats.acceptance import rate_interval
+from farm.stats.frame import Floats
 
 DRAFT = 3
 TOKENS = 128
@@ -28,8 +28,6 @@ CENTRE = math.log(0.6 / 0.4)
 
 # The cells the interval is held to: prompt logit SD x prompts a job.
 CELLS = [(sigma, prompts) for sigma in (0.5, 1.0) for prompts in (3, 4, 8)]
-
-Floats = npt.NDArray[np.float64]
 
 
 def _expit(x: Floats) -> Floats:

@@ -31,15 +31,13 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
 from farm.stats.board import best_settings, board_rows
+from farm.stats.frame import Floats
 from farm.stats.speedup import estimate
 from farm.stats.twostage import planned_pairs
 from tests.unit.simulate import DEFAULT, TRUE_LOG, job_pairs
-
-Floats = npt.NDArray[np.float64]
 
 # The variant's decode tok/s without speculation, per GPU: the decode columns' point only
 # (no standard error: pooling it as well would double the simulation's time).

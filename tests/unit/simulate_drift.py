@@ -13,12 +13,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
 from farm.stats.drift import drift
-
-Floats = npt.NDArray[np.float64]
+from farm.stats.frame import Floats
 
 PROMPTS, REPS = 4, 3
 SPEEDUP = 1.3
