@@ -10,7 +10,7 @@ with its binomial standard error. About 4 minutes for 2,000 replicates on one co
 
 With ``--envelope`` it prints, at AR(1) 0.8, what a valid test can reach: the power of GLS
 at the true correlation with its critical value set to exactly 5% in that cell (a test told
-rho), and of the test before issue 38 held to 5% the same way (about 6 seconds).
+rho), and of the test before issue 38 held to 5% the same way (about half a minute).
 
 With ``--table`` it instead computes ``farm.stats.drift.CRITICAL``, seeded: for each number
 of blocks, the largest 95% quantile of the likelihood ratio's root (``likelihood_ratio``, the
