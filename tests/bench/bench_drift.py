@@ -29,7 +29,7 @@ import numpy as np
 from farm.stats.drift import block_values, fit_ar1, likelihood_ratio
 from farm.stats.frame import Floats
 from tests.unit.simulate import plus_minus
-from tests.unit.simulate_drift import PER_BLOCK, flag_rate, job
+from tests.unit.simulate_drift import PER_BLOCK, ar1_rows, flag_rate, job
 
 CELLS = [(phi, blocks) for blocks in (16, 24) for phi in (0.0, 0.5, 0.8)]
 # Measured on the code before issue 38 (GLS at the residuals' bias-corrected rho, at least
@@ -61,12 +61,7 @@ def largest_quantile(blocks: int, series: int, seed: int) -> float:
     largest = 0.0
     for phi in TABLE_CORRELATIONS:
         for white in TABLE_WHITE:
-            noise = rng.normal(size=(series, blocks))
-            ar = np.empty_like(noise)
-            ar[:, 0] = noise[:, 0]
-            for i in range(1, blocks):
-                ar[:, i] = phi * ar[:, i - 1] + math.sqrt(1 - phi * phi) * noise[:, i]
-            values = (math.sqrt(1 - white) * ar
+            values = (math.sqrt(1 - white) * ar1_rows(rng, series, blocks, phi)
                       + math.sqrt(white) * rng.normal(size=(series, blocks)))
             root = np.concatenate([likelihood_ratio(design, chunk)
                                    for chunk in np.array_split(values, series // 1000)])

@@ -41,7 +41,7 @@ import numpy as np
 
 from farm.stats.frame import Floats
 from tests.bench.bench_drift import counterbalanced_design
-from tests.unit.simulate_drift import PER_BLOCK, PROMPTS, REPS
+from tests.unit.simulate_drift import PER_BLOCK, PROMPTS, REPS, ar1_rows
 
 CORRELATIONS = (0.0, 0.5, 0.8)  # the power cells
 NULL_CORRELATIONS = (0.5, 0.8)  # where the issue asks for false positives <= 0.05
@@ -68,15 +68,6 @@ def complement(blocks: int) -> Floats:
     return found
 
 
-def ar1_rows(rng: np.random.Generator, rows: int, blocks: int, phi: float) -> Floats:
-    """``rows`` stationary AR(1) series of unit variance."""
-    series = np.empty((rows, blocks))
-    series[:, 0] = rng.normal(size=rows)
-    for i in range(1, blocks):
-        series[:, i] = phi * series[:, i - 1] + math.sqrt(1 - phi * phi) * rng.normal(size=rows)
-    return series
-
-
 def _logsumexp(values: Floats) -> Floats:
     """log sum exp over the last axis."""
     top = values.max(axis=-1)
@@ -84,33 +75,46 @@ def _logsumexp(values: Floats) -> Floats:
     return found
 
 
+def _eigen(basis: Floats, phi: float) -> tuple[Floats, Floats]:
+    """The AR(1) correlation ``phi`` of the blocks, seen in ``basis``: its eigenvalues and
+    eigenvectors (in that eigenbasis each cell's covariance is diagonal)."""
+    index = np.arange(basis.shape[0])
+    spread, vectors = np.linalg.eigh(basis.T @ phi ** np.abs(index[:, None] - index) @ basis)
+    return spread, vectors
+
+
+def _alternative(basis: Floats, scaled: Floats, phi: float) -> Floats:
+    """The log density of each row of ``scaled`` under the power cell at ``phi``: the
+    generator's mixture over its SDs (``LOG_PRIOR``), with the trend of either sign."""
+    spread, vectors = _eigen(basis, phi)
+    rotated = scaled @ vectors
+    trend = vectors.T @ basis.T @ np.arange(basis.shape[0], dtype=float) * PER_BLOCK
+    variance = (BLOCK_SD / WHITE_SD)[:, None] ** 2 * spread + 1.0  # node x axis
+    mean = trend[None, :] / WHITE_SD[:, None]
+    square = -0.5 * np.einsum("jk,nk->jn", rotated ** 2, 1.0 / variance)
+    cross = np.einsum("jk,nk->jn", rotated, mean / variance)
+    log = (square - 0.5 * (mean ** 2 / variance).sum(axis=1)
+           - 0.5 * np.log(variance).sum(axis=1) + np.logaddexp(cross, -cross)
+           - math.log(2.0) + LOG_PRIOR)
+    return _logsumexp(log)
+
+
+def _nulls(basis: Floats, scaled: Floats, phi: float) -> list[Floats]:
+    """The log density of each row of ``scaled`` under each null cell at ``phi``, one per
+    ratio of ``RATIOS``."""
+    spread, vectors = _eigen(basis, phi)
+    squares = (scaled @ vectors) ** 2
+    return [-0.5 * (squares / variance).sum(axis=1) - 0.5 * float(np.log(variance).sum())
+            for variance in (ratio * ratio * spread + 1.0 for ratio in RATIOS)]
+
+
 def log_densities(basis: Floats, scaled: Floats) -> Floats:
     """For each row of ``scaled`` (block values free of constant and arm, over the run
-    noise): its log density under each power cell (the generator's mixture, the trend of
-    either sign) and each null cell (``NULL_CORRELATIONS`` x ``RATIOS``), one column each."""
-    blocks = basis.shape[0]
-    index = np.arange(blocks)
-    trend = basis.T @ index.astype(float) * PER_BLOCK
-    columns: list[Floats] = []
-    for phi in CORRELATIONS + NULL_CORRELATIONS:
-        # In the eigenbasis of the AR(1) correlation the covariance is diagonal.
-        spread, vectors = np.linalg.eigh(basis.T @ phi ** np.abs(index[:, None] - index) @ basis)
-        rotated = scaled @ vectors
-        if len(columns) < len(CORRELATIONS):
-            variance = (BLOCK_SD / WHITE_SD)[:, None] ** 2 * spread + 1.0  # node x axis
-            mean = (vectors.T @ trend)[None, :] / WHITE_SD[:, None]
-            square = -0.5 * np.einsum("jk,nk->jn", rotated ** 2, 1.0 / variance)
-            cross = np.einsum("jk,nk->jn", rotated, mean / variance)
-            log = (square - 0.5 * (mean ** 2 / variance).sum(axis=1)
-                   - 0.5 * np.log(variance).sum(axis=1) + np.logaddexp(cross, -cross)
-                   - math.log(2.0) + LOG_PRIOR)
-            columns.append(_logsumexp(log))
-            continue
-        for ratio in RATIOS:
-            variance = ratio * ratio * spread + 1.0
-            columns.append(-0.5 * (rotated ** 2 / variance).sum(axis=1)
-                           - 0.5 * float(np.log(variance).sum()))
-    return np.column_stack(columns)
+    noise): its log density under each power cell (``CORRELATIONS``) and each null cell
+    (``NULL_CORRELATIONS`` x ``RATIOS``), one column each."""
+    return np.column_stack([_alternative(basis, scaled, phi) for phi in CORRELATIONS]
+                           + [density for phi in NULL_CORRELATIONS
+                              for density in _nulls(basis, scaled, phi)])
 
 
 def simulate(blocks: int, jobs: int, seed: int) -> tuple[list[Floats], list[Floats]]:

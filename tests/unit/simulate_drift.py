@@ -35,6 +35,17 @@ def ar1(rng: np.random.Generator, n: int, phi: float, sd: float) -> Floats:
     return values
 
 
+def ar1_rows(rng: np.random.Generator, rows: int, blocks: int, phi: float) -> Floats:
+    """``rows`` stationary AR(1) series of ``blocks`` values, correlation ``phi``, unit
+    variance (one draw of all the innovations, then the recursion)."""
+    noise = rng.normal(size=(rows, blocks))
+    series = np.empty_like(noise)
+    series[:, 0] = noise[:, 0]
+    for i in range(1, blocks):
+        series[:, i] = phi * series[:, i - 1] + math.sqrt(1 - phi * phi) * noise[:, i]
+    return series
+
+
 def runs_frame(rng: np.random.Generator, pairs: int, offsets: Floats,
                run_sd: float) -> pd.DataFrame:
     """A job's runs: log tok/s = the prompt's base + the variant's speedup + the block's
