@@ -41,7 +41,7 @@ import numpy as np
 
 from farm.stats.frame import Floats
 from tests.bench.bench_drift import counterbalanced_design
-from tests.unit.simulate_drift import PER_BLOCK, PROMPTS, REPS, ar1_rows
+from tests.unit.simulate_drift import BLOCK_SD, PER_BLOCK, PROMPTS, REPS, RUN_SD, ar1_rows
 
 CORRELATIONS = (0.0, 0.5, 0.8)  # the power cells
 NULL_CORRELATIONS = (0.5, 0.8)  # where the issue asks for false positives <= 0.05
@@ -49,11 +49,21 @@ RATIOS = (0.7, 1.5, 3.0, 6.0, 12.0)  # block SD / run noise at the null cells
 # The issue's floors: the test before issue 38's power at AR(1) 0 / 0.5 / 0.8.
 FLOORS = {16: (0.840, 0.796, 0.824), 24: (0.999, 0.982, 0.952)}
 WEIGHTS = ((1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 1, 1))
-# The generator's SDs, for the alternative's mixture: U(1%, 5%) blocks, U(1%, 6%) runs; the
-# white noise of a block's mean over its runs.
+
 NODES, NODE_WEIGHTS = np.polynomial.legendre.leggauss(16)
-BLOCK_SD = np.repeat(0.03 + 0.02 * NODES, NODES.size)
-WHITE_SD = np.tile(0.035 + 0.025 * NODES, NODES.size) / math.sqrt(PROMPTS * REPS)
+
+
+def _nodes(low: float, high: float) -> Floats:
+    """Gauss-Legendre nodes (``NODES``) mapped onto [low, high]."""
+    found: Floats = (low + high) / 2.0 + (high - low) / 2.0 * NODES
+    return found
+
+
+# The generator's SDs (``BLOCK_SD``, ``RUN_SD``), for the alternative's mixture: each block
+# SD node with each run SD node, the latter as the white noise of a block's mean over its
+# runs.
+BLOCK_NODES = np.repeat(_nodes(*BLOCK_SD), NODES.size)
+WHITE_NODES = np.tile(_nodes(*RUN_SD), NODES.size) / math.sqrt(PROMPTS * REPS)
 LOG_PRIOR = np.log(np.outer(NODE_WEIGHTS, NODE_WEIGHTS).ravel() / 4.0)
 FIT_SHARE = 0.3  # the jobs that choose the multipliers, as a share of those that evaluate
 ROUNDS, RATE = 300, 40.0  # the multiplicative weights' rounds and first step
@@ -89,8 +99,8 @@ def _alternative(basis: Floats, scaled: Floats, phi: float) -> Floats:
     spread, vectors = _eigen(basis, phi)
     rotated = scaled @ vectors
     trend = vectors.T @ basis.T @ np.arange(basis.shape[0], dtype=float) * PER_BLOCK
-    variance = (BLOCK_SD / WHITE_SD)[:, None] ** 2 * spread + 1.0  # node x axis
-    mean = trend[None, :] / WHITE_SD[:, None]
+    variance = (BLOCK_NODES / WHITE_NODES)[:, None] ** 2 * spread + 1.0  # node x axis
+    mean = trend[None, :] / WHITE_NODES[:, None]
     square = -0.5 * np.einsum("jk,nk->jn", rotated ** 2, 1.0 / variance)
     cross = np.einsum("jk,nk->jn", rotated, mean / variance)
     log = (square - 0.5 * (mean ** 2 / variance).sum(axis=1)
@@ -124,8 +134,8 @@ def simulate(blocks: int, jobs: int, seed: int) -> tuple[list[Floats], list[Floa
     trend = PER_BLOCK * np.arange(blocks)
     powers, nulls = [], []
     for phi in CORRELATIONS:
-        block_sd = rng.uniform(0.01, 0.05, jobs)[:, None]
-        white_sd = rng.uniform(0.01, 0.06, jobs)[:, None] / math.sqrt(PROMPTS * REPS)
+        block_sd = rng.uniform(*BLOCK_SD, jobs)[:, None]
+        white_sd = rng.uniform(*RUN_SD, jobs)[:, None] / math.sqrt(PROMPTS * REPS)
         values = (block_sd * ar1_rows(rng, jobs, blocks, phi)
                   + white_sd * rng.normal(size=(jobs, blocks)) + trend)
         powers.append(log_densities(basis, values @ basis / white_sd))

@@ -20,6 +20,8 @@ from farm.stats.frame import Floats
 
 PROMPTS, REPS = 4, 3
 SPEEDUP = 1.3
+# The ranges a job draws its block SD and its run SD from (log units, uniform).
+BLOCK_SD, RUN_SD = (0.01, 0.05), (0.01, 0.06)
 # The trend a power cell adds: 1% a block (log units, a slowing machine).
 PER_BLOCK = math.log(0.99)
 
@@ -71,9 +73,9 @@ def job(rng: np.random.Generator, phi: float, blocks: int, per_block: float = 0.
         ) -> pd.DataFrame:
     """One job's runs frame: AR(1) ``phi`` block offsets over ``blocks`` blocks plus a
     trend of ``per_block`` log units a block."""
-    sd = rng.uniform(0.01, 0.05)
+    sd = rng.uniform(*BLOCK_SD)
     offsets = ar1(rng, blocks, phi, sd) + per_block * np.arange(blocks)
-    return runs_frame(rng, blocks // 2, offsets, rng.uniform(0.01, 0.06))
+    return runs_frame(rng, blocks // 2, offsets, rng.uniform(*RUN_SD))
 
 
 def flag_rate(phi: float, blocks: int, jobs: int, seed: int, per_block: float = 0.0
