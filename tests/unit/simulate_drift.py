@@ -26,17 +26,6 @@ BLOCK_SD, RUN_SD = (0.01, 0.05), (0.01, 0.06)
 PER_BLOCK = math.log(0.99)
 
 
-def ar1(rng: np.random.Generator, n: int, phi: float, sd: float) -> Floats:
-    """``n`` stationary AR(1) block offsets with correlation ``phi`` and marginal SD ``sd``
-    (independent when ``phi`` is 0)."""
-    values = np.empty(n)
-    values[0] = rng.normal(0, sd)
-    innovation = sd * math.sqrt(1 - phi * phi)
-    for i in range(1, n):
-        values[i] = phi * values[i - 1] + rng.normal(0, innovation)
-    return values
-
-
 def ar1_rows(rng: np.random.Generator, rows: int, blocks: int, phi: float) -> Floats:
     """``rows`` stationary AR(1) series of ``blocks`` values, correlation ``phi``, unit
     variance (one draw of all the innovations, then the recursion)."""
@@ -74,7 +63,7 @@ def job(rng: np.random.Generator, phi: float, blocks: int, per_block: float = 0.
     """One job's runs frame: AR(1) ``phi`` block offsets over ``blocks`` blocks plus a
     trend of ``per_block`` log units a block."""
     sd = rng.uniform(*BLOCK_SD)
-    offsets = ar1(rng, blocks, phi, sd) + per_block * np.arange(blocks)
+    offsets = sd * ar1_rows(rng, 1, blocks, phi)[0] + per_block * np.arange(blocks)
     return runs_frame(rng, blocks // 2, offsets, rng.uniform(*RUN_SD))
 
 
