@@ -28,8 +28,8 @@ import numpy as np
 
 from farm.stats.drift import block_values, fit_ar1, likelihood_ratio
 from farm.stats.frame import Floats
-from tests.unit.simulate import plus_minus
-from tests.unit.simulate_drift import PER_BLOCK, ar1_rows, flag_rate, job
+from tests.unit.simulate import ar1_rows, plus_minus
+from tests.unit.simulate_drift import PER_BLOCK, flag_rate, job
 
 CELLS = [(phi, blocks) for blocks in (16, 24) for phi in (0.0, 0.5, 0.8)]
 # Measured on the code before issue 38 (GLS at the residuals' bias-corrected rho, at least

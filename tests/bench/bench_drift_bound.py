@@ -41,7 +41,8 @@ import numpy as np
 
 from farm.stats.frame import Floats
 from tests.bench.bench_drift import counterbalanced_design
-from tests.unit.simulate_drift import BLOCK_SD, PER_BLOCK, PROMPTS, REPS, RUN_SD, ar1_rows
+from tests.unit.simulate import PROMPTS, REPS, ar1_rows
+from tests.unit.simulate_drift import BLOCK_SD, PER_BLOCK, RUN_SD
 
 CORRELATIONS = (0.0, 0.5, 0.8)  # the power cells
 NULL_CORRELATIONS = (0.5, 0.8)  # where the issue asks for false positives <= 0.05
@@ -59,11 +60,12 @@ def _nodes(low: float, high: float) -> Floats:
     return found
 
 
+# A block's mean over its runs has white noise of the run SD over this.
+ROOT_RUNS = math.sqrt(PROMPTS * REPS)
 # The generator's SDs (``BLOCK_SD``, ``RUN_SD``), for the alternative's mixture: each block
-# SD node with each run SD node, the latter as the white noise of a block's mean over its
-# runs.
+# SD node with each run SD node, the latter as a block mean's white noise.
 BLOCK_NODES = np.repeat(_nodes(*BLOCK_SD), NODES.size)
-WHITE_NODES = np.tile(_nodes(*RUN_SD), NODES.size) / math.sqrt(PROMPTS * REPS)
+WHITE_NODES = np.tile(_nodes(*RUN_SD), NODES.size) / ROOT_RUNS
 LOG_PRIOR = np.log(np.outer(NODE_WEIGHTS, NODE_WEIGHTS).ravel() / 4.0)
 FIT_SHARE = 0.3  # the jobs that choose the multipliers, as a share of those that evaluate
 ROUNDS, RATE = 300, 40.0  # the multiplicative weights' rounds and first step
@@ -135,7 +137,7 @@ def simulate(blocks: int, jobs: int, seed: int) -> tuple[list[Floats], list[Floa
     powers, nulls = [], []
     for phi in CORRELATIONS:
         block_sd = rng.uniform(*BLOCK_SD, jobs)[:, None]
-        white_sd = rng.uniform(*RUN_SD, jobs)[:, None] / math.sqrt(PROMPTS * REPS)
+        white_sd = rng.uniform(*RUN_SD, jobs)[:, None] / ROOT_RUNS
         values = (block_sd * ar1_rows(rng, jobs, blocks, phi)
                   + white_sd * rng.normal(size=(jobs, blocks)) + trend)
         powers.append(log_densities(basis, values @ basis / white_sd))

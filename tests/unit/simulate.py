@@ -54,12 +54,21 @@ def plus_minus(rate: float, replicates: int) -> str:
     return f"±{binomial_sd(rate, replicates):.3f}"
 
 
-def _ar(rng: np.random.Generator, n: int, phi: float, sd: float) -> Floats:
-    values = np.empty(n)
-    values[0] = rng.normal(0, sd)
-    for i in range(1, n):
-        values[i] = phi * values[i - 1] + rng.normal(0, sd * math.sqrt(1 - phi**2))
-    return values
+def ar1_rows(rng: np.random.Generator, rows: int, blocks: int, phi: float) -> Floats:
+    """``rows`` stationary AR(1) series of ``blocks`` values, correlation ``phi``, unit
+    variance (one draw of all the innovations, then the recursion)."""
+    noise = rng.normal(size=(rows, blocks))
+    series = np.empty_like(noise)
+    series[:, 0] = noise[:, 0]
+    for i in range(1, blocks):
+        series[:, i] = phi * series[:, i - 1] + math.sqrt(1 - phi * phi) * noise[:, i]
+    return series
+
+
+def ar1(rng: np.random.Generator, n: int, phi: float, sd: float) -> Floats:
+    """One such series of ``n`` values with marginal SD ``sd``."""
+    series: Floats = sd * ar1_rows(rng, 1, n, phi)[0]
+    return series
 
 
 def block_noise(rng: np.random.Generator, kind: str, blocks: int, sd: float,
@@ -75,7 +84,7 @@ def block_noise(rng: np.random.Generator, kind: str, blocks: int, sd: float,
     if kind == "quieter_after":
         return rng.normal(0, sd, blocks) * np.where(index >= change, 0.5, 1.0)
     if kind.startswith("ar"):
-        return _ar(rng, blocks, float(kind[2:]), sd)
+        return ar1(rng, blocks, float(kind[2:]), sd)
     raise ValueError(kind)
 
 
@@ -90,7 +99,7 @@ def job_pairs(rng: np.random.Generator, kind: str, max_pairs: int,
     first, second = noise[0::2], noise[1::2]
     effect = np.full(max_pairs, TRUE_LOG)
     if kind == "speedup_ar":
-        effect = effect + _ar(rng, max_pairs, 0.5, 0.03)
+        effect = effect + ar1(rng, max_pairs, 0.5, 0.03)
     values = effect + np.where(variant_first, first - second, second - first)
     return values, np.where(variant_first, -1, 1).astype(np.int64)
 
@@ -139,9 +148,10 @@ PROMPTS, REPS = 4, 3
 
 
 def runs_frame(rng: np.random.Generator, pairs: int, offsets: Floats,
-               speedup: float = 0.2) -> pd.DataFrame:
-    """A job's runs (4 prompts x 3 repetitions per block) with these block offsets and
-    2% run noise (the audit's sim_misc)."""
+               speedup: float = 0.2, run_sd: float = 0.02) -> pd.DataFrame:
+    """A job's runs (4 prompts x 3 repetitions per block): log tok/s = the prompt's base +
+    ``speedup`` for the variant + the block's offset + run noise of SD ``run_sd`` (2%, the
+    audit's sim_misc); the first pair opens with either arm."""
     opens = int(rng.random() < 0.5)
     pair = np.repeat(np.arange(pairs), 2 * PROMPTS * REPS)
     position = np.tile(np.repeat(np.arange(2), PROMPTS * REPS), pairs)
@@ -149,7 +159,8 @@ def runs_frame(rng: np.random.Generator, pairs: int, offsets: Floats,
     block = 2 * pair + position
     variant = (pair + position + opens) % 2 == 1
     base = np.log(np.array([30.0, 60.0, 90.0, 120.0]))[prompt]
-    log_speed = base + variant * speedup + offsets[block] + rng.normal(0, 0.02, block.size)
+    log_speed = (base + variant * speedup + offsets[block]
+                 + rng.normal(0, run_sd, block.size))
     return pd.DataFrame({"arm": np.where(variant, "variant", "baseline"), "block": block,
                          "pair": pair, "position": position,
                          "prompt_id": np.char.add("p", prompt.astype(str)),
@@ -173,7 +184,7 @@ def drift_cell(kind: str, jobs: int, seed: int, pairs: int = 8,
         elif kind == "t3":
             offsets = rng.standard_t(3, blocks) * sd / math.sqrt(3)
         else:
-            offsets = _ar(rng, blocks, float(kind[2:]), sd)
+            offsets = ar1(rng, blocks, float(kind[2:]), sd)
         flags += drift(runs_frame(rng, pairs, offsets + trend)).flag
     return flags / jobs
 

@@ -16,9 +16,8 @@ import numpy as np
 import pandas as pd
 
 from farm.stats.drift import drift
-from farm.stats.frame import Floats
+from tests.unit.simulate import ar1, runs_frame
 
-PROMPTS, REPS = 4, 3
 SPEEDUP = 1.3
 # The ranges a job draws its block SD and its run SD from (log units, uniform).
 BLOCK_SD, RUN_SD = (0.01, 0.05), (0.01, 0.06)
@@ -26,45 +25,12 @@ BLOCK_SD, RUN_SD = (0.01, 0.05), (0.01, 0.06)
 PER_BLOCK = math.log(0.99)
 
 
-def ar1_rows(rng: np.random.Generator, rows: int, blocks: int, phi: float) -> Floats:
-    """``rows`` stationary AR(1) series of ``blocks`` values, correlation ``phi``, unit
-    variance (one draw of all the innovations, then the recursion)."""
-    noise = rng.normal(size=(rows, blocks))
-    series = np.empty_like(noise)
-    series[:, 0] = noise[:, 0]
-    for i in range(1, blocks):
-        series[:, i] = phi * series[:, i - 1] + math.sqrt(1 - phi * phi) * noise[:, i]
-    return series
-
-
-def runs_frame(rng: np.random.Generator, pairs: int, offsets: Floats,
-               run_sd: float) -> pd.DataFrame:
-    """A job's runs: log tok/s = the prompt's base + the variant's speedup + the block's
-    offset + run noise of SD ``run_sd``; the first pair opens with either arm."""
-    opens = int(rng.random() < 0.5)
-    n_block = PROMPTS * REPS
-    pair = np.repeat(np.arange(pairs), 2 * n_block)
-    position = np.tile(np.repeat(np.arange(2), n_block), pairs)
-    prompt = np.tile(np.repeat(np.arange(PROMPTS), REPS), 2 * pairs)
-    block = 2 * pair + position
-    variant = (pair + position + opens) % 2 == 1
-    base = np.log(np.linspace(30.0, 120.0, PROMPTS))[prompt]
-    log_speed = (base + variant * math.log(SPEEDUP) + offsets[block]
-                 + rng.normal(0, run_sd, block.size))
-    return pd.DataFrame({"arm": np.where(variant, "variant", "baseline"), "block": block,
-                         "pair": pair, "position": position,
-                         "prompt_id": np.char.add("p", prompt.astype(str)),
-                         "repetition": np.tile(np.arange(REPS), 2 * PROMPTS * pairs),
-                         "decode_tok_s": np.exp(log_speed)})
-
-
 def job(rng: np.random.Generator, phi: float, blocks: int, per_block: float = 0.0
         ) -> pd.DataFrame:
     """One job's runs frame: AR(1) ``phi`` block offsets over ``blocks`` blocks plus a
     trend of ``per_block`` log units a block."""
-    sd = rng.uniform(*BLOCK_SD)
-    offsets = sd * ar1_rows(rng, 1, blocks, phi)[0] + per_block * np.arange(blocks)
-    return runs_frame(rng, blocks // 2, offsets, rng.uniform(*RUN_SD))
+    offsets = ar1(rng, blocks, phi, rng.uniform(*BLOCK_SD)) + per_block * np.arange(blocks)
+    return runs_frame(rng, blocks // 2, offsets, math.log(SPEEDUP), rng.uniform(*RUN_SD))
 
 
 def flag_rate(phi: float, blocks: int, jobs: int, seed: int, per_block: float = 0.0
