@@ -1,14 +1,19 @@
-"""The machine's trend over a job's blocks: a slope with its interval, and a test."""
+"""The machine's trend over a job's blocks: a slope with its interval, and a test, made
+against the machine's earlier jobs like it where it has enough of them, else from the job's
+own blocks."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from farm.stats.frame import NAN, Floats, valid_runs
+from farm.stats.distributions import f_cdf
+from farm.stats.frame import NAN, Floats, usable
+from farm.stats.intervals import t_margin
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,8 @@ class Drift:
     ``slope_per_block`` is in log units per block (about the relative change per block),
     ``low``/``high`` its 95% interval, ``change`` the fitted relative change from the first
     block to the last; ``flag`` says the slope differs from zero at the 5% level.
+    ``earlier_jobs``: the machine's earlier jobs the test was made against (0: the job's
+    own blocks alone).
     """
 
     slope_per_block: float
@@ -25,6 +32,7 @@ class Drift:
     high: float
     change: float
     flag: bool
+    earlier_jobs: int = 0
 
 
 # The correlations of consecutive blocks the fit chooses among (AR(1), by maximum
@@ -43,6 +51,24 @@ STEADY = 1e-9
 # Candidate slopes a search for an interval's end tries at once, and how many times it
 # narrows the first pass's bracket; it looks at most ``REACH`` standard errors out.
 CANDIDATES, ROUNDS, REACH = 24, 3, 64.0
+# A job is tested against the machine's earlier jobs like it (same prompts and repetitions
+# a block; farm.results.runs.earlier_runs finds them) from EARLIER_MIN of them, the latest
+# EARLIER_MAX (issue 38: docs/statistics.md, "The drift flag").
+EARLIER_MIN, EARLIER_MAX = 20, 32
+# Their block noise is AR(1) with one of these correlations plus white noise (run noise
+# averaged in a block) of one of these variances over the AR(1)'s, the pair chosen by
+# restricted maximum likelihood.
+MACHINE_CORRELATIONS = np.linspace(0.0, 0.95, 20)
+WHITE_RATIOS = np.concatenate([[0.0], np.geomspace(0.02, 50.0, 12)])
+# The level of the t interval against the earlier jobs: 95.5%, not 95%, because the
+# covariance the earlier jobs choose is uncertain too, which Student's t does not count (at
+# 95% with 16 earlier jobs, 0.044-0.061 false positives in the bench's cells).
+LEVEL = 0.955
+# A job whose residual variance is beyond this quantile of its F distribution against the
+# earlier jobs' is not like them (the machine was noisier): it is tested alone.
+MISFIT = 0.99
+# The grid's covariance matrices made at once: at most this many numbers.
+CHUNK = 2_000_000
 
 
 def fit_ar1(design: Floats, values: Floats, correlations: Floats = CORRELATIONS
@@ -124,47 +150,161 @@ def _interval_end(design: Floats, value: Floats, full: float, slope: float, step
 def block_values(runs: pd.DataFrame) -> pd.Series:
     """Each block's value, indexed by block: the mean over the job's prompts (those measured
     in every block) of the log median decode tok/s; empty without such a prompt."""
-    valid = valid_runs(runs)
-    medians = valid.groupby(["block", "prompt_id"])["decode_tok_s"].median().unstack()
-    medians = medians.dropna(axis="columns")
-    if medians.shape[1] == 0:
+    valid = usable(runs)
+    block, at_block = np.unique(runs["block"].to_numpy()[valid], return_inverse=True)
+    prompt, at_prompt = np.unique(runs["prompt_id"].to_numpy(dtype=str)[valid],
+                                  return_inverse=True)
+    # Each block x prompt cell's runs, sorted, and the middle one or two of them.
+    cell = at_block * prompt.size + at_prompt
+    speed = runs["decode_tok_s"].to_numpy(dtype=float)[valid]
+    ordered = speed[np.lexsort((speed, cell))]
+    counts = np.bincount(cell, minlength=block.size * prompt.size)
+    starts = np.cumsum(counts) - counts
+    last = max(ordered.size - 1, 0)
+    middle = (ordered[np.minimum(starts + (counts - 1) // 2, last)]
+              + ordered[np.minimum(starts + counts // 2, last)]) / 2.0 if ordered.size else 0.0
+    medians = np.where(counts > 0, middle, np.nan).reshape(block.size, prompt.size)
+    every = ~np.isnan(medians).any(axis=0)
+    if not every.any():
         return pd.Series(dtype=float)
-    values: pd.Series = np.log(medians).mean(axis=1)
-    return values
+    return pd.Series(np.log(medians[:, every]).mean(axis=1),
+                     index=pd.Index(block, name="block"))
 
 
-def drift(runs: pd.DataFrame) -> Drift:
-    """A trend over every block of the job, both arms, tested against zero, allowing for
-    blocks whose noise is strongly correlated from one to the next.
+@dataclass(frozen=True)
+class Blocks:
+    """A job's block values (``block_values``) and the drift fit's design for them: an
+    intercept, an arm term, a term for a pair's first block and the block index."""
 
-    Each block gives one value, the mean over the job's prompts of the log median decode
-    tok/s; the fit has an arm term and a term for a pair's first block (so a speedup or a
-    carry-over is not read as drift) and a slope on the block index. Consecutive blocks
-    share the machine's state, so their noise is autocorrelated: the slope is tested by the
-    likelihood ratio of AR(1) models with and without it (each with its own correlation,
-    ``likelihood_ratio``), whose root is compared with a critical value that holds false
-    positives at 5% for block correlations up to 0.8 (``CRITICAL``). The interval is the
-    slopes that test does not reject (the profile likelihood's; where those are not one
-    stretch, the stretch around the fitted slope, widened to zero when zero is not
-    rejected), so the flag is set exactly when it leaves out zero. Counterbalancing and the
-    crossover model keep a linear drift out of the speedup; the flag says the machine was
-    not steady.
-    """
+    design: Floats
+    values: Floats
+    index: Floats
+
+
+def job_blocks(runs: pd.DataFrame) -> Blocks | None:
+    """The job's ``Blocks``; None when there is no trend to test: fewer than 6 blocks, a
+    design without every term (every block in one arm or place), or residuals of rounding
+    size (a machine that did not move at all)."""
     values = block_values(runs)
     if len(values) < 6:
-        return Drift(0.0, NAN, NAN, 0.0, False)
+        return None
     block = values.index.to_numpy(dtype=float)
     value = values.to_numpy(dtype=float)
-    facts = runs.drop_duplicates("block").set_index("block").reindex(values.index)
+    # Each block's arm and place, from its first run.
+    blocks, first = np.unique(runs["block"].to_numpy(), return_index=True)
+    at = first[np.searchsorted(blocks, values.index.to_numpy())]
     design = np.column_stack([np.ones_like(block),
-                              (facts["arm"] == "variant").to_numpy(dtype=float),
-                              (facts["position"] == 0).to_numpy(dtype=float), block])
+                              runs["arm"].to_numpy()[at] == "variant",
+                              runs["position"].to_numpy()[at] == 0, block]).astype(float)
     found, _, rank, _ = np.linalg.lstsq(design, value, rcond=None)
     residual = value - design @ found
-    # Residuals of rounding size (a machine that did not move at all): nothing to test.
     if rank < design.shape[1] or not math.sqrt(float(residual @ residual)
                                                / len(value)) > STEADY:
-        return Drift(0.0, NAN, NAN, 0.0, False)
+        return None
+    return Blocks(design, value, block)
+
+
+def block_layout(runs: pd.DataFrame) -> frozenset[tuple[str, int]]:
+    """The prompts and repetitions a job ran in a block: jobs alike in it average the same
+    run noise into a block's value."""
+    return frozenset(zip(runs["prompt_id"].astype(str), runs["repetition"].astype(int),
+                         strict=True))
+
+
+@dataclass(frozen=True)
+class _Restricted:
+    """Restricted-likelihood pieces of jobs' blocks at each grid covariance (grid point x
+    job): the residual sum of squares and log determinants, the generalised least squares
+    slope and its variance at unit scale."""
+
+    squares: Floats
+    determinants: Floats
+    slope: Floats
+    variance: Floats
+    df: Floats
+
+
+def _grid() -> tuple[Floats, Floats]:
+    """Every pair of a block correlation (``MACHINE_CORRELATIONS``) and a white noise ratio
+    (``WHITE_RATIOS``)."""
+    rho, white = np.meshgrid(MACHINE_CORRELATIONS, WHITE_RATIOS, indexing="ij")
+    return rho.ravel(), white.ravel()
+
+
+def _restricted(jobs: Sequence[Blocks]) -> _Restricted:
+    """``_Restricted`` for ``jobs`` at every grid covariance (``_grid``), by block count."""
+    rho, white = _grid()
+    shape = (rho.size, len(jobs))
+    squares, determinants, slope, variance = (np.empty(shape) for _ in range(4))
+    for n in sorted({job.values.size for job in jobs}):
+        which = [i for i, job in enumerate(jobs) if job.values.size == n]
+        design = np.stack([jobs[i].design for i in which])
+        values = np.stack([jobs[i].values for i in which])
+        lag = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
+        step = max(1, CHUNK // (n * n))
+        for start in range(0, rho.size, step):
+            grid = slice(start, start + step)
+            # Each of unit variance, so that a slope's variance at unit scale means the same
+            # at every grid point: the scale is the blocks' variance.
+            covariance = ((rho[grid, None, None] ** lag[None]
+                           + white[grid, None, None] * np.eye(n)[None])
+                          / (1.0 + white[grid, None, None]))
+            inverse = np.linalg.inv(covariance)[:, None]  # grid point x 1 x n x n
+            weighted = inverse @ design[None]  # grid point x job x n x p
+            normal = design.transpose(0, 2, 1)[None] @ weighted
+            normal_inverse = np.linalg.inv(normal)
+            moment = (values[None, :, None, :] @ weighted)[:, :, 0, :]
+            fitted = (normal_inverse @ moment[..., None])[..., 0]
+            total = np.einsum("jn,gjn->gj", values, (inverse @ values[None, :, :, None])[..., 0])
+            squares[grid, which] = total - np.einsum("gjp,gjp->gj", moment, fitted)
+            determinants[grid, which] = (np.linalg.slogdet(covariance)[1][:, None]
+                                         + np.linalg.slogdet(normal)[1])
+            slope[grid, which] = fitted[:, :, -1]
+            variance[grid, which] = normal_inverse[:, :, -1, -1]
+    df = np.array([job.values.size - job.design.shape[1] for job in jobs], dtype=float)
+    return _Restricted(squares, determinants, slope, variance, df)
+
+
+def _against_machine(job: Blocks, earlier: Sequence[Blocks]) -> Drift | None:
+    """The job's slope against the slopes of the machine's ``earlier`` jobs, or None when
+    the job's block noise is not like theirs (``MISFIT``).
+
+    The block noise's correlation and white share are the earlier jobs' (restricted
+    maximum likelihood, each job with its own coefficients, trend included); at that
+    covariance each job's generalised least squares slope, over its standard deviation at
+    unit scale, is the same normal variable on a steady machine, so the job's, over the root
+    mean square of the earlier jobs', is Student's t on as many df as there are earlier
+    jobs (the interval's level ``LEVEL``). A trend in an earlier job only widens the
+    reference: the test stays valid.
+    """
+    fits = _restricted([job, *earlier])
+    squares = fits.squares[:, 1:].sum(axis=1)
+    df = float(fits.df[1:].sum())
+    likelihood = -0.5 * (df * np.log(np.maximum(squares, 1e-300) / df)
+                         + fits.determinants[:, 1:].sum(axis=1))
+    best = int(likelihood.argmax())
+    misfit = (fits.squares[best, 0] / fits.df[0]) / (squares[best] / df)
+    if not misfit < math.inf or f_cdf(misfit, fits.df[0], df) > MISFIT:
+        return None
+    # Each earlier job is standardised at the covariance the others choose, as the job is
+    # at the one they all choose: chosen on its own noise, its slope would look smaller.
+    others = (df - fits.df[1:]) * np.log(np.maximum(squares[:, None] - fits.squares[:, 1:],
+                                                    1e-300) / (df - fits.df[1:]))
+    chosen = (-0.5 * (others + fits.determinants[:, 1:].sum(axis=1, keepdims=True)
+                      - fits.determinants[:, 1:])).argmax(axis=0)
+    column = np.arange(1, len(earlier) + 1)
+    standard = fits.slope[chosen, column] / np.sqrt(fits.variance[chosen, column])
+    error = math.sqrt(float(fits.variance[best, 0]) * float(np.mean(standard ** 2)))
+    slope = float(fits.slope[best, 0])
+    reach = t_margin(error, len(earlier), LEVEL)
+    low, high = slope - reach, slope + reach
+    change = math.expm1(slope * float(job.index.max() - job.index.min()))
+    return Drift(slope, low, high, change, bool(low > 0 or high < 0), len(earlier))
+
+
+def _alone(job: Blocks) -> Drift:
+    """The job's trend from its own blocks: the likelihood ratio test (``drift``)."""
+    design, value = job.design, job.values
     full, coefficients, errors = fit_ar1(design, value[None, :])
     slope, error = float(coefficients[0, -1]), float(errors[0])
     critical = critical_root(len(value))
@@ -173,5 +313,39 @@ def drift(runs: pd.DataFrame) -> Drift:
     high = _interval_end(design, value, float(full[0]), slope, error, critical)
     if not flag:  # zero is not rejected: the interval holds it
         low, high = min(low, 0.0), max(high, 0.0)
-    change = math.expm1(slope * float(block.max() - block.min()))
+    change = math.expm1(slope * float(job.index.max() - job.index.min()))
     return Drift(slope, low, high, change, flag)
+
+
+def drift(runs: pd.DataFrame, earlier: Sequence[pd.DataFrame] = ()) -> Drift:
+    """A trend over every block of the job, both arms, tested against zero, allowing for
+    blocks whose noise is strongly correlated from one to the next.
+
+    Each block gives one value, the mean over the job's prompts of the log median decode
+    tok/s; the fit has an arm term and a term for a pair's first block (so a speedup or a
+    carry-over is not read as drift) and a slope on the block index. Counterbalancing and
+    the crossover model keep a linear drift out of the speedup; the flag says the machine
+    was not steady.
+
+    With ``EARLIER_MIN`` or more of the machine's ``earlier`` jobs (runs frames, latest
+    first) that ran the same prompts and repetitions a block, the latest ``EARLIER_MAX``,
+    the slope is tested against theirs (``_against_machine``: the interval is Student's t
+    on as many df as earlier jobs, at ``LEVEL``, and the flag is set when it leaves out
+    zero), unless the job was noisier than they were (``MISFIT``). Otherwise, from the
+    job's blocks alone: consecutive blocks share the machine's state, so their noise is
+    autocorrelated, and the slope is tested by the likelihood ratio of AR(1) models with and
+    without it (each with its own correlation, ``likelihood_ratio``), whose root is compared
+    with a critical value that holds false positives at 5% for block correlations up to 0.8
+    (``CRITICAL``). Its interval is the slopes that test does not reject (the profile
+    likelihood's; where those are not one stretch, the stretch around the fitted slope,
+    widened to zero when zero is not rejected), so the flag is set exactly when it leaves
+    out zero.
+    """
+    job = job_blocks(runs)
+    if job is None:
+        return Drift(0.0, NAN, NAN, 0.0, False)
+    layout = block_layout(runs)
+    alike = [blocks for frame in earlier if block_layout(frame) == layout
+             for blocks in [job_blocks(frame)] if blocks is not None][:EARLIER_MAX]
+    found = _against_machine(job, alike) if len(alike) >= EARLIER_MIN else None
+    return found if found is not None else _alone(job)

@@ -41,11 +41,17 @@ def check_one_job(runs: pd.DataFrame) -> None:
         raise ValueError("runs hold more than one job; select one job first")
 
 
-def valid_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs with a usable decode speed: failed runs carry NaN, zero or infinite
+def usable(runs: pd.DataFrame) -> npt.NDArray[np.bool_]:
+    """Which runs have a usable decode speed: failed runs carry NaN, zero or infinite
     throughput, which is missing data, not a slow or fast run."""
-    speed = runs["decode_tok_s"].astype(float)
-    return runs[np.isfinite(speed) & (speed > 0)]
+    speed = runs["decode_tok_s"].to_numpy(dtype=float)
+    found: npt.NDArray[np.bool_] = np.isfinite(speed) & (speed > 0)
+    return found
+
+
+def valid_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs with a usable decode speed (``usable``)."""
+    return runs[usable(runs)]
 
 
 def tidy_runs(records: Iterable[Any], columns: Sequence[str]) -> pd.DataFrame:

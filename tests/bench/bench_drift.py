@@ -8,6 +8,11 @@ with its binomial standard error. About 4 minutes for 2,000 replicates on one co
 
     nice -n 19 .venv/bin/python -m tests.bench.bench_drift [--jobs 2000]    (from the checkout)
 
+With ``--earlier K`` each job is tested against K steady earlier jobs of its machine (the
+same block and run SDs and block correlation; ``farm.stats.drift`` makes the test against
+them from ``EARLIER_MIN``), as a job on a machine with a history is (about 12 minutes at
+K = 20 for 2,000 replicates).
+
 With ``--envelope`` it prints, at AR(1) 0.8, what a valid test can reach: the power of GLS
 at the true correlation with its critical value set to exactly 5% in that cell (a test told
 rho), and of the test before issue 38 held to 5% the same way (about half a minute).
@@ -29,7 +34,7 @@ import numpy as np
 from farm.stats.drift import block_values, fit_ar1, likelihood_ratio
 from farm.stats.frame import Floats
 from tests.unit.simulate import ar1_rows, plus_minus
-from tests.unit.simulate_drift import PER_BLOCK, flag_rate, job
+from tests.unit.simulate_drift import PER_BLOCK, flag_rate, job, machine_flag_rate
 
 CELLS = [(phi, blocks) for blocks in (16, 24) for phi in (0.0, 0.5, 0.8)]
 # Measured on the code before issue 38 (GLS at the residuals' bias-corrected rho, at least
@@ -125,6 +130,8 @@ def main() -> None:
                         help="compute farm.stats.drift.CRITICAL instead (50,000 series)")
     parser.add_argument("--envelope", action="store_true",
                         help="print what a valid test can reach at AR(1) 0.8 instead")
+    parser.add_argument("--earlier", type=int, default=0,
+                        help="test each job against this many earlier jobs of its machine")
     args = parser.parse_args()
     if args.envelope:
         envelope(args.jobs)
@@ -134,13 +141,19 @@ def main() -> None:
         return
     jobs = args.jobs
     began = time.monotonic()
-    print(f"drift flag, steady machine with AR(1) blocks ({jobs} jobs a cell); power for "
-          f"a {-math.expm1(PER_BLOCK):.0%}-a-block trend")
+    print(f"drift flag, steady machine with AR(1) blocks ({jobs} jobs a cell, each tested "
+          f"against {args.earlier} earlier jobs of its machine); power for a "
+          f"{-math.expm1(PER_BLOCK):.0%}-a-block trend")
     print(f"{'AR(1)':>5} {'blocks':>6} {'FP before':>9} {'FP now':>13} "
           f"{'power before':>12} {'power now':>13}")
     for seed, (phi, blocks) in enumerate(CELLS):
-        false = flag_rate(phi, blocks, jobs, 3800 + seed)
-        power = flag_rate(phi, blocks, jobs, 3900 + seed, per_block=PER_BLOCK)
+        if args.earlier:
+            false = machine_flag_rate(phi, blocks, args.earlier, jobs, 3800 + seed)
+            power = machine_flag_rate(phi, blocks, args.earlier, jobs, 3900 + seed,
+                                      per_block=PER_BLOCK)
+        else:
+            false = flag_rate(phi, blocks, jobs, 3800 + seed)
+            power = flag_rate(phi, blocks, jobs, 3900 + seed, per_block=PER_BLOCK)
         before = BEFORE.get((phi, blocks), ("-", "-"))
         print(f"{phi:>5} {blocks:>6} {before[0]:>9} {false:>6.3f} {plus_minus(false, jobs):>6} "
               f"{before[1]:>12} {power:>6.3f} {plus_minus(power, jobs):>6}", flush=True)
