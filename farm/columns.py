@@ -56,6 +56,8 @@ _ORDER = (
     "busy_cores", "busy_wait_s",
     # The warm-up check (farm.stats.warmup), from summary version 7.
     "warmup_effect", "warmup_low", "warmup_high", "warmup_blocks", "warmup_flag",
+    # What the drift test was made against (issue 38), from summary version 8.
+    "drift_earlier_jobs",
     # Where and with what it was measured (issue 29), from its runs: the llama-server
     # version line, the host (or how many), GPU name or CPU, the first run's start (UTC).
     "server_version", "hosts", "device", "measured_at")

@@ -19,6 +19,8 @@ they had one, by the frozen rules written there.
                the seconds blocks waited for quiet (unknown in older summaries)
     version 7  + the warm-up check: a block's first run against the same prompt's later
                runs, its interval, the blocks compared and the flag (unknown before)
+    version 8  + the machine's earlier jobs the drift test was made against (unknown
+               before: those summaries tested drift from the job's own blocks)
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-SUMMARY_VERSION: Final = 7
+SUMMARY_VERSION: Final = 8
 # What a job measures (farm.matrix.spec.JobSpec.kind), kept in its summary.
 JobKind = Literal["variant", "control", "synthetic", "builds"]
 
@@ -74,7 +76,7 @@ class RunFacts(_Fields):
 class JobSummary(_Fields):
     """A finished job's statistics (``farm.stats``), its run facts and its kind."""
 
-    version: Literal[7] = SUMMARY_VERSION
+    version: Literal[8] = SUMMARY_VERSION
     kind: JobKind | None = Field(None, description="What the job measures (JobSpec.kind); "
                                  "None in summaries stored before it was kept.")
     speedup: Measure = Field(None, description="Variant over baseline decode tok/s: the "
@@ -109,6 +111,9 @@ class JobSummary(_Fields):
     drift_per_block: Measure = Field(None, description="Its slope, log units per block.")
     drift_low: Measure = Field(None, description="Its 95% interval, low end.")
     drift_high: Measure = Field(None, description="Its 95% interval, high end.")
+    drift_earlier_jobs: int | None = Field(None, description="The machine's earlier jobs "
+                                           "the drift test was made against (0: the job's "
+                                           "own blocks alone).")
     measured_blocks: int | None = Field(None, description="Blocks whose runs measured the "
                                         "node's other work (farm.stats.busy).")
     busy_blocks: int | None = Field(None, description="Of them, blocks run beside other "
@@ -202,8 +207,13 @@ def _from_v6(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "version": 7}
 
 
+def _from_v7(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 7 did not say what its drift test was made against: unknown (None)."""
+    return {**summary, "version": 8}
+
+
 UPGRADES: dict[int, Upgrade] = {1: _from_v1, 2: _from_v2, 3: _from_v3, 4: _from_v4,
-                                5: _from_v5, 6: _from_v6}
+                                5: _from_v5, 6: _from_v6, 7: _from_v7}
 
 
 class SummaryError(ValueError):

@@ -4,6 +4,7 @@ log_se and df as typed columns, and whether speculation happened."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -11,7 +12,7 @@ from sqlalchemy import Engine
 
 from farm.matrix.spec import JobSpec
 from farm.results.rows import run_facts
-from farm.results.runs import job_runs, job_streams
+from farm.results.runs import earlier_runs, job_runs, job_streams
 from farm.results.summarize import summarize
 from farm.stats.design import Design
 from farm.summary import JobKind, RunFacts
@@ -30,21 +31,23 @@ def finished_job_values(engine: Engine, job_id: int, spec: JobSpec, *, asked: bo
                               stop_reason=stop_reason, design=spec.design,
                               no_agreement=spec.outputs_differ,
                               streams=job_streams(engine, job_id) if spec.concurrency > 1
-                              else None)
+                              else None, earlier=earlier_runs(engine, job_id))
 
 
 def job_summary_values(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, asked: bool,
                        pairs: int, stop_reason: str, design: Design, no_agreement: str | None,
-                       streams: pd.DataFrame | None = None) -> dict[str, Any]:
+                       streams: pd.DataFrame | None = None,
+                       earlier: Sequence[pd.DataFrame] = ()) -> dict[str, Any]:
     """A job's row values from its runs and their facts: the pairs it ran and why it
     stopped, its summary (``farm.results.summarize``), the summary's log_se and df as typed
-    columns, and whether speculation happened.
+    columns, and whether speculation happened. ``earlier``: the runs of the machine's
+    earlier jobs its drift test may be made against (``farm.results.runs.earlier_runs``).
 
     A variant that asked for speculation (``asked``) and drafted nothing is marked
     ``none``; reports never show its speedup.
     """
     summary = summarize(runs, facts, kind=kind, design=design, no_agreement=no_agreement,
-                        streams=streams)
+                        streams=streams, earlier=earlier)
     verdict = "not-requested" if not asked else "ok" if facts.drafted else "none"
     return {"speculation": verdict, "pairs": pairs, "stop_reason": stop_reason,
             "log_se": summary.log_se, "df": summary.df,

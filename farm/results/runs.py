@@ -28,6 +28,12 @@ STATS_COLUMNS = ("job_id", "arm", "block", "pair", "position", "prompt_id", "pro
                  "spec_accepted_per_pos", "text", "tokens", "concurrency", "aggregate_tok_s",
                  "overlap", "prompt_tokens", "prompt_tok_s", "node_other_cores",
                  "gpu_other_processes", "busy_wait_s", "started_at")
+# The latest earlier jobs of a job's machine and model that its drift test looks through
+# for ``farm.stats.drift.EARLIER_MAX`` alike (the same prompts and repetitions), and what
+# it reads of their runs.
+EARLIER_LOOKED = 64
+DRIFT_COLUMNS = ("job_id", "arm", "block", "position", "prompt_id", "repetition",
+                 "decode_tok_s")
 
 
 def _runs(engine: Engine, columns: Sequence[ColumnElement[Any]],
@@ -119,6 +125,36 @@ def job_runs(engine: Engine, job_id: int) -> pd.DataFrame:
 
     frame = _runs(engine, [getattr(Run, name) for name in STATS_COLUMNS], Run.job_id == job_id)
     return frame if not frame.empty else tidy_runs([], STATS_COLUMNS)
+
+
+def earlier_runs(engine: Engine, job_id: int) -> list[pd.DataFrame]:
+    """The runs (``DRIFT_COLUMNS``) of the latest jobs (``EARLIER_LOOKED`` at most) of job
+    ``job_id``'s machine and model that it could be compared with, latest first: each
+    measured on its first run's host and GPU with its model file, every run of it begun
+    before the job's first (a job retried or summarised again reads the same ones). A job's
+    drift test is made against those of them that ran its prompts and repetitions
+    (``farm.stats.drift``)."""
+    from farm.store.models import Run
+
+    with engine.connect() as connection:
+        first = connection.execute(
+            select(Run.host, Run.gpu_name, Run.model_sha256, Run.started_at)
+            .where(Run.job_id == job_id).order_by(Run.started_at).limit(1)).first()
+        if first is None:
+            return []
+        host, gpu, model, began = first
+        ended = func.max(Run.started_at)
+        latest = connection.scalars(
+            select(Run.job_id)
+            .where(Run.host == host, Run.model_sha256 == model, Run.job_id != job_id,
+                   Run.gpu_name.is_(None) if gpu is None else Run.gpu_name == gpu)
+            .group_by(Run.job_id).having(ended < began)
+            .order_by(ended.desc(), Run.job_id.desc()).limit(EARLIER_LOOKED)).all()
+    if not latest:
+        return []
+    runs = _runs(engine, [getattr(Run, name) for name in DRIFT_COLUMNS],
+                 Run.job_id.in_(latest))
+    return [runs[runs["job_id"] == earlier].reset_index(drop=True) for earlier in latest]
 
 
 def job_streams(engine: Engine, job_id: int) -> pd.DataFrame:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 from farm.stats.acceptance import acceptance
@@ -21,21 +23,23 @@ LATENCY_KEPT = ("tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
 
 
 def summarize(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, design: Design | None,
-              no_agreement: str | None = None,
-              streams: pd.DataFrame | None = None) -> JobSummary:
+              no_agreement: str | None = None, streams: pd.DataFrame | None = None,
+              earlier: Sequence[pd.DataFrame] = ()) -> JobSummary:
     """The job's summary from its runs (the tidy frame of ``farm.results.runs.job_runs``)
     and their ``facts``.
 
     ``design`` is the job's (its interval is the two-stage one when it has a second stage);
     ``no_agreement`` says why output agreement does not apply to it
-    (``farm.stats.agreement``); ``streams`` are its runs' simultaneous streams, if any.
+    (``farm.stats.agreement``); ``streams`` are its runs' simultaneous streams, if any;
+    ``earlier`` the runs of the machine's earlier jobs, latest first, that its drift test
+    may be made against (``farm.results.runs.earlier_runs``).
     """
     ratios = pair_log_ratios(runs)
     found = job_estimate(runs, design)
     speedup = found.speedup
     agreed = agreement(runs, not_applicable=no_agreement)
     accepted = acceptance(runs)
-    moved = drift(runs)
+    moved = drift(runs, earlier)
     busy = busy_blocks(runs)
     warmed = warmup(runs)
     latencies = {f"{name}_{arm}": float(value)
@@ -71,6 +75,7 @@ def summarize(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, design: Des
         "drift_per_block": moved.slope_per_block,
         "drift_low": moved.low,
         "drift_high": moved.high,
+        "drift_earlier_jobs": moved.earlier_jobs,
         # Blocks run beside other work on the node, per arm (farm.stats.busy): more in one
         # arm than the other biases the speedup.
         "measured_blocks": busy.measured,

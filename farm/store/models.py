@@ -221,7 +221,9 @@ class Run(Base):
     model_file: Mapped[str] = mapped_column(Text)
     model_size: Mapped[int] = mapped_column(BigInteger)
     model_sha256: Mapped[str] = mapped_column(String(64))
-    host: Mapped[str] = mapped_column(String(255))
+    # Indexed: a job's drift test reads the earlier jobs of its host
+    # (farm.results.runs.earlier_runs).
+    host: Mapped[str] = mapped_column(String(255), index=True)
     argv: Mapped[list[Any]] = mapped_column()
     # Whether the server ran in the node's sandbox (workers.job.runtime.sandbox): its
     # operator may turn it off per node, and every run says which. Null before 0019.

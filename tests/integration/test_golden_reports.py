@@ -51,6 +51,8 @@ ADDED_COLUMNS: tuple[str, ...] = (
     "p_value", "q_value", "verdict",
     # The warm-up check (issue 24): summary version 7.
     "warmup_effect", "warmup_low", "warmup_high", "warmup_blocks", "warmup_flag",
+    # What the drift test was made against (issue 38): summary version 8.
+    "drift_earlier_jobs",
     # Where each job was measured (issue 29): provenance in every format.
     "server_version", "hosts", "device", "measured_at",
     # The report's answer on every row (issue 29): its campaign x model x GPU class's.
