@@ -147,7 +147,7 @@ def earlier_runs(engine: Engine, job_id: int) -> list[pd.DataFrame]:
         latest = connection.scalars(
             select(Run.job_id)
             .where(Run.host == host, Run.model_sha256 == model, Run.job_id != job_id,
-                   Run.gpu_name.is_(None) if gpu is None else Run.gpu_name == gpu)
+                   Run.gpu_name.is_not_distinct_from(gpu))
             .group_by(Run.job_id).having(ended < began)
             .order_by(ended.desc(), Run.job_id.desc()).limit(EARLIER_LOOKED)).all()
     if not latest:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
 import pandas as pd
@@ -178,7 +179,11 @@ class Blocks:
 
     design: Floats
     values: Floats
-    index: Floats
+
+    @property
+    def span(self) -> float:
+        """Blocks from the first to the last (the block index's range)."""
+        return float(np.ptp(self.design[:, -1]))
 
 
 def job_blocks(runs: pd.DataFrame) -> Blocks | None:
@@ -201,7 +206,7 @@ def job_blocks(runs: pd.DataFrame) -> Blocks | None:
     if rank < design.shape[1] or not math.sqrt(float(residual @ residual)
                                                / len(value)) > STEADY:
         return None
-    return Blocks(design, value, block)
+    return Blocks(design, value)
 
 
 def block_layout(runs: pd.DataFrame) -> frozenset[tuple[str, int]]:
@@ -265,9 +270,17 @@ def _restricted(jobs: Sequence[Blocks]) -> _Restricted:
     return _Restricted(squares, determinants, slope, variance, df)
 
 
-def _against_machine(job: Blocks, earlier: Sequence[Blocks]) -> Drift | None:
-    """The job's slope against the slopes of the machine's ``earlier`` jobs, or None when
-    the job's block noise is not like theirs (``MISFIT``).
+def _likelihood(squares: Floats, df: Floats | float, determinants: Floats) -> Floats:
+    """The restricted log likelihood, the scale profiled out, of jobs whose residual sums
+    of squares, df and log determinants (``_Restricted``) add up to these."""
+    found: Floats = -0.5 * (df * np.log(np.maximum(squares, 1e-300) / df) + determinants)
+    return found
+
+
+def _against_machine(job: Blocks, earlier: Sequence[Blocks]
+                     ) -> tuple[float, float, float] | None:
+    """The job's slope and its interval against the slopes of the machine's ``earlier``
+    jobs, or None when the job's block noise is not like theirs (``MISFIT``).
 
     The block noise's correlation and white share are the earlier jobs' (restricted
     maximum likelihood, each job with its own coefficients, trend included); at that
@@ -278,32 +291,29 @@ def _against_machine(job: Blocks, earlier: Sequence[Blocks]) -> Drift | None:
     reference: the test stays valid.
     """
     fits = _restricted([job, *earlier])
-    squares = fits.squares[:, 1:].sum(axis=1)
-    df = float(fits.df[1:].sum())
-    likelihood = -0.5 * (df * np.log(np.maximum(squares, 1e-300) / df)
-                         + fits.determinants[:, 1:].sum(axis=1))
-    best = int(likelihood.argmax())
-    misfit = (fits.squares[best, 0] / fits.df[0]) / (squares[best] / df)
-    if not misfit < math.inf or f_cdf(misfit, fits.df[0], df) > MISFIT:
+    squares, df = fits.squares[:, 1:], fits.df[1:]
+    determinants = fits.determinants[:, 1:]
+    total, total_df = squares.sum(axis=1), float(df.sum())
+    total_determinant = determinants.sum(axis=1)
+    best = int(_likelihood(total, total_df, total_determinant).argmax())
+    misfit = (fits.squares[best, 0] / fits.df[0]) / (total[best] / total_df)
+    if not misfit < math.inf or f_cdf(misfit, fits.df[0], total_df) > MISFIT:
         return None
     # Each earlier job is standardised at the covariance the others choose, as the job is
     # at the one they all choose: chosen on its own noise, its slope would look smaller.
-    others = (df - fits.df[1:]) * np.log(np.maximum(squares[:, None] - fits.squares[:, 1:],
-                                                    1e-300) / (df - fits.df[1:]))
-    chosen = (-0.5 * (others + fits.determinants[:, 1:].sum(axis=1, keepdims=True)
-                      - fits.determinants[:, 1:])).argmax(axis=0)
+    chosen = _likelihood(total[:, None] - squares, total_df - df,
+                         total_determinant[:, None] - determinants).argmax(axis=0)
     column = np.arange(1, len(earlier) + 1)
     standard = fits.slope[chosen, column] / np.sqrt(fits.variance[chosen, column])
     error = math.sqrt(float(fits.variance[best, 0]) * float(np.mean(standard ** 2)))
     slope = float(fits.slope[best, 0])
     reach = t_margin(error, len(earlier), LEVEL)
-    low, high = slope - reach, slope + reach
-    change = math.expm1(slope * float(job.index.max() - job.index.min()))
-    return Drift(slope, low, high, change, bool(low > 0 or high < 0), len(earlier))
+    return slope, slope - reach, slope + reach
 
 
-def _alone(job: Blocks) -> Drift:
-    """The job's trend from its own blocks: the likelihood ratio test (``drift``)."""
+def _alone(job: Blocks) -> tuple[float, float, float, bool]:
+    """The job's slope, its interval and the flag from its own blocks: the likelihood ratio
+    test (``drift``)."""
     design, value = job.design, job.values
     full, coefficients, errors = fit_ar1(design, value[None, :])
     slope, error = float(coefficients[0, -1]), float(errors[0])
@@ -313,8 +323,7 @@ def _alone(job: Blocks) -> Drift:
     high = _interval_end(design, value, float(full[0]), slope, error, critical)
     if not flag:  # zero is not rejected: the interval holds it
         low, high = min(low, 0.0), max(high, 0.0)
-    change = math.expm1(slope * float(job.index.max() - job.index.min()))
-    return Drift(slope, low, high, change, flag)
+    return slope, low, high, flag
 
 
 def drift(runs: pd.DataFrame, earlier: Sequence[pd.DataFrame] = ()) -> Drift:
@@ -344,8 +353,20 @@ def drift(runs: pd.DataFrame, earlier: Sequence[pd.DataFrame] = ()) -> Drift:
     job = job_blocks(runs)
     if job is None:
         return Drift(0.0, NAN, NAN, 0.0, False)
-    layout = block_layout(runs)
-    alike = [blocks for frame in earlier if block_layout(frame) == layout
-             for blocks in [job_blocks(frame)] if blocks is not None][:EARLIER_MAX]
+    alike = _alike(runs, earlier) if len(earlier) >= EARLIER_MIN else []
     found = _against_machine(job, alike) if len(alike) >= EARLIER_MIN else None
-    return found if found is not None else _alone(job)
+    if found is not None:
+        slope, low, high = found
+        flag = bool(low > 0 or high < 0)
+    else:
+        slope, low, high, flag = _alone(job)
+    return Drift(slope, low, high, math.expm1(slope * job.span), flag,
+                 len(alike) if found is not None else 0)
+
+
+def _alike(runs: pd.DataFrame, earlier: Sequence[pd.DataFrame]) -> list[Blocks]:
+    """The ``Blocks`` of the first ``EARLIER_MAX`` of ``earlier`` that ran the job's prompts
+    and repetitions a block (``block_layout``) and have a trend to test."""
+    layout = block_layout(runs)
+    alike = (job_blocks(frame) for frame in earlier if block_layout(frame) == layout)
+    return list(islice((blocks for blocks in alike if blocks is not None), EARLIER_MAX))
