@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from farm.cli.base import cli
+from farm.matrix.cuda_arch import CudaArch, checked_cuda_arch
 from farm.settings import load_settings
 from workers.paths import NodePaths
 
@@ -23,7 +24,8 @@ from workers.paths import NodePaths
 @click.option("--backend", type=click.Choice(["cpu", "cuda", "metal", "vulkan"]),
               default="cpu", show_default=True,
               help="The ggml backend to build for (cuda needs nvcc).")
-@click.option("--cuda-arch", help="CMAKE_CUDA_ARCHITECTURES, e.g. 86;89;90 (default native).")
+@click.option("--cuda-arch", callback=lambda _ctx, _param, value: _cuda_arch(value),
+              help="CMAKE_CUDA_ARCHITECTURES, e.g. 86;89;90 (default native).")
 @click.option("--cmake-arg", "cmake_args", multiple=True, help="Extra -D... for cmake.")
 @click.option("--target", "targets", multiple=True, default=["llama-server"],
               show_default=True, help="cmake targets to build.")
@@ -33,7 +35,7 @@ from workers.paths import NodePaths
               help="Instead of building: remove the source builds (made for jobs) unused "
                    "for DAYS days.")
 def build_command(name: str | None, source: str | None, binary: Path | None, ref: str | None,
-                  backend: str, cuda_arch: str | None, cmake_args: tuple[str, ...],
+                  backend: str, cuda_arch: CudaArch | None, cmake_args: tuple[str, ...],
                   targets: tuple[str, ...], build_number: int | None, dry_run: bool,
                   prune_days: float | None) -> None:
     """Build llama-server as NAME (cached: the same build asked twice builds once), or
@@ -78,6 +80,11 @@ def build_command(name: str | None, source: str | None, binary: Path | None, ref
         manifest = build(request, paths)
     click.echo(f"build {manifest.name}: {manifest.server}")
     click.echo(manifest.version)
+
+
+def _cuda_arch(value: str | None) -> CudaArch | None:
+    """``--cuda-arch`` checked as a matrix's ``cuda-arch:`` is, before anything is read."""
+    return None if value is None else checked_cuda_arch(value, "--cuda-arch")
 
 
 def _prune(days: float) -> None:

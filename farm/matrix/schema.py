@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_snake
 
+from farm.matrix.cuda_arch import CudaArch
 from farm.matrix.files import RelativeFile
 from farm.matrix.flags import NGRAM_SIMPLE_SIZE_N, draft_length_flag
 from farm.matrix.sources import REF_PATTERN
@@ -146,9 +147,9 @@ class BuildEntry(Strict):
                           "once, when the matrix is run or submitted.")
     backend: Literal["cpu", "cuda", "metal", "vulkan"] = Field(
         "cpu", description="ggml backend to build (with `git`).")
-    cuda_arch: Annotated[str, Field(pattern=r"^[0-9]{2,3}[a-z]?(;[0-9]{2,3}[a-z]?)*$")] | None = \
-        Field(None, description="CMAKE_CUDA_ARCHITECTURES, e.g. 86 or 86;89; default: the "
-                                "worker's GPU (its compute capability).")
+    cuda_arch: CudaArch | None = Field(
+        None, description="CMAKE_CUDA_ARCHITECTURES, e.g. 86 or 86;89; default: the "
+                          "worker's GPU (its compute capability).")
     cmake: list[str] = Field(default_factory=list, description="Extra -DNAME=VALUE options.")
 
     @model_validator(mode="after")

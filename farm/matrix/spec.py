@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from farm.errors import ConfigError
+from farm.matrix.cuda_arch import CudaArch
 from farm.matrix.files import RelativeFile
 from farm.matrix.flags import FlagValue, to_argv, varying_text
 from farm.matrix.schema import (
@@ -154,7 +155,7 @@ class BuildSource(Frozen):
     ref: Annotated[str, Field(pattern=REF_PATTERN, max_length=250)]
     commit: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
     backend: Literal["cpu", "cuda", "metal", "vulkan"] = "cpu"
-    cuda_arch: str | None = None  # None: the worker's GPU's compute capability
+    cuda_arch: CudaArch | None = None  # None: the worker's GPUs' compute capabilities
     cmake: tuple[str, ...] = ()
 
     @field_validator("cmake")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ConfigError
+from farm.matrix.cuda_arch import CudaArch
 from workers.paths import NodePaths
 from workers.setup.builds import BuildRequest, build, build_argv, configure_argv
 from workers.setup.provision import Provisioned, cpu_build_request
@@ -59,7 +60,8 @@ def test_build_from_a_local_git_repository_at_a_tag(
 
 
 def test_cuda_command_line() -> None:
-    request = BuildRequest(name="h200", source="x", backend="cuda", cuda_architectures="90")
+    request = BuildRequest(name="h200", source="x", backend="cuda",
+                           cuda_architectures=CudaArch("90"))
     argv = configure_argv(request, Path("/src"), Path("/src/build"))
     assert argv[:5] == ["cmake", "-S", "/src", "-B", "/src/build"]
     assert {"-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90", "-DGGML_NATIVE=OFF",
@@ -70,5 +72,5 @@ def test_cuda_command_line() -> None:
     assert "-DGGML_VULKAN=ON" in configure_argv(
         BuildRequest(name="v", source="x", backend="vulkan"), Path("/s"), Path("/b"))
     with pytest.raises(ConfigError, match="only applies to --backend cuda"):
-        configure_argv(BuildRequest(name="c", source="x", cuda_architectures="90"),
+        configure_argv(BuildRequest(name="c", source="x", cuda_architectures=CudaArch("90")),
                        Path("/s"), Path("/b"))

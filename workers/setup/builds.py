@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from farm.errors import BuildUnavailable, ConfigError, RuntimeFarmError
+from farm.matrix.cuda_arch import CudaArch
 from farm.matrix.files import under
 from farm.matrix.sources import check_cmake_option
 from farm.words import plural
@@ -61,7 +62,7 @@ class BuildRequest:
     source: str  # git URL or local git repo (with ref), local tree, sdist file, pypi:PKG==VER
     ref: str | None = None
     backend: Backend = "cpu"
-    cuda_architectures: str | None = None
+    cuda_architectures: CudaArch | None = None
     cmake_args: tuple[str, ...] = ()
     targets: tuple[str, ...] = ("llama-server",)
     build_number: int | None = None  # for trees without git history (sdists)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from farm.errors import BuildUnavailable
+from farm.matrix.cuda_arch import CudaArch, cuda_arch_problem
 from farm.matrix.files import under
 from farm.matrix.spec import SOURCE_BUILD_PREFIX, BuildSource, JobSpec
 from workers.job.admission import check_allowed
@@ -109,7 +110,7 @@ def _held(path: Path) -> bool:
         return False
 
 
-def cuda_arch(source: BuildSource, gpus: Sequence[GpuInfo]) -> str | None:
+def cuda_arch(source: BuildSource, gpus: Sequence[GpuInfo]) -> CudaArch | None:
     """The CUDA architectures to build: the matrix's, else the worker's GPUs' compute
     capabilities (8.6 -> 86); None for other backends."""
     if source.backend != "cuda":
@@ -122,7 +123,13 @@ def cuda_arch(source: BuildSource, gpus: Sequence[GpuInfo]) -> str | None:
         raise BuildUnavailable("a CUDA build needs its architecture: NVML reports no GPU "
                                "compute capability on this node; set `cuda-arch` in the "
                                "matrix's build")
-    return ";".join(found)
+    joined = ";".join(found)
+    why = cuda_arch_problem(joined)
+    if why is not None:
+        raise BuildUnavailable(f"a CUDA build needs its architecture: NVML's compute "
+                               f"capabilities on this node, as a list, {why}; set `cuda-arch` "
+                               "in the matrix's build")
+    return CudaArch(joined)
 
 
 def source_request(source: BuildSource, gpus: Sequence[GpuInfo]) -> BuildRequest:
