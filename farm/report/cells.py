@@ -8,12 +8,26 @@ writes ``MISSING`` for them.
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 MISSING = "\u2013"  # en dash
 TIMES = "\u00d7"  # multiplication sign, as in "1.42\u00d7"
+
+
+# What a terminal acts on rather than shows: C0 controls (ESC starts a sequence that can
+# clear the screen, set the title or forge a link), DEL, C1 controls (0x9b is a one-byte
+# CSI) and the bidirectional overrides and isolates that reorder what follows them.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(value: str) -> str:
+    """``value`` with every control character removed, so that a stranger's text (a GPU
+    name, a flag, a model name in a bundle) reads as what it is on any terminal; every
+    table cell, title and caption passes through it (``farm.report.sheet``)."""
+    return _CONTROLS.sub("", value)
 
 
 def missing(value: Any) -> bool:

@@ -25,6 +25,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from farm.report.cells import clean
+
 if TYPE_CHECKING:
     import pandas as pd
     from rich.table import Table
@@ -68,7 +70,13 @@ class Sheet:
     texts: list[list[str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "texts", [[column.cell(row) for row in self.rows]
+        # Cells, title and caption may hold a stranger's text (a bundle's GPU name, a
+        # flag): each is cleaned of control characters once, here, for every format.
+        object.__setattr__(self, "title", clean(self.title))
+        if self.caption is not None:
+            object.__setattr__(self, "caption", "\n".join(
+                clean(line) for line in self.caption.split("\n")))
+        object.__setattr__(self, "texts", [[clean(column.cell(row)) for row in self.rows]
                                            for column in self.columns])
 
 

@@ -199,3 +199,18 @@ def test_markdown_has_every_column_numbers_right_aligned_and_pipes_escaped() -> 
         "### a \\| b", "", "| name | value |", "|---|---|", "| x\\|y | 1 |"]
     job = markdown([text.job_sheet(_frame(), "all campaigns")])
     assert "| campaign | job | model |" in job and "---:|" in job
+
+
+def test_a_strangers_control_characters_never_reach_a_table_in_any_format() -> None:
+    """ESC sequences (an OSC 8 link, clear screen, a window title), a one-byte CSI (C1) and
+    a bidirectional override in a cell, the title or the caption are removed once, in the
+    Sheet, for the terminal, a pipe and markdown alike."""
+    hostile = ("\x1b]8;;https://evil.example/\x07gpu\x1b]8;;\x07\x1b[2J\x1b]0;title\x07"
+               "\x9b31m\u202eA\x00")
+    sheet = plain_sheet(f"board {hostile}", ("name", "value"), [(hostile, "1")],
+                        caption=f"first {hostile}\nsecond line")
+    assert sheet.title == "board ]8;;https://evil.example/gpu]8;;[2J]0;title31mA"
+    assert sheet.caption == ("first ]8;;https://evil.example/gpu]8;;[2J]0;title31mA\n"
+                             "second line")
+    for printed in (table_text([sheet], None), table_text([sheet], 80), markdown([sheet])):
+        assert not any(cells.clean(char) == "" for char in printed if char != "\n")
