@@ -25,6 +25,26 @@ REF_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_./~^-]*$"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _GIT_TIMEOUT = 120
 
+# git run in a repository someone else made (`farm bisect --clone DIR`, a matrix's local
+# `git:` path) reads that repository's own config, and settings there run programs as the
+# operator: `gpg.program` under `log.showSignature`, `core.fsmonitor`, hooks. So
+# git_command names each such setting on the command line, where it outranks a
+# repository's config, and git in such a repository runs with GIT_ENV: no system or user
+# config either. Neither disables git's ownership check (`safe.directory`): it still
+# refuses a repository another user owns.
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
+           "GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
+           "PATH": "/usr/bin:/bin"}
+_NO_PROGRAMS = ("core.hooksPath=/dev/null", "core.fsmonitor=false", "log.showSignature=false",
+                "gpg.program=false", "gpg.openpgp.program=false", "gpg.x509.program=false",
+                "gpg.ssh.program=false")
+
+
+def git_command(*args: str) -> list[str]:
+    """``git ARGS`` with every setting of a repository's config that runs a program
+    overridden (a hook, an fsmonitor, a signature's verifier)."""
+    return ["git", *(item for setting in _NO_PROGRAMS for item in ("-c", setting)), *args]
+
 
 def source_location(git: str, base: Path) -> str:
     """A git source as every node names it: a URL as written, a local repository as an
@@ -35,10 +55,12 @@ def source_location(git: str, base: Path) -> str:
 
 
 def _git(argv: list[str], where: str) -> subprocess.CompletedProcess[str]:
+    # From "/": a command that names no repository (ls-remote) finds none around the
+    # farm's working directory either.
     try:
-        return subprocess.run(["git", *argv], check=False, capture_output=True, text=True,
-                              timeout=_GIT_TIMEOUT, stdin=subprocess.DEVNULL,
-                              env={"GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/bin:/bin"})
+        return subprocess.run(git_command(*argv), check=False, capture_output=True,
+                              text=True, timeout=_GIT_TIMEOUT, stdin=subprocess.DEVNULL,
+                              env=GIT_ENV, cwd="/")
     except FileNotFoundError as exc:
         raise ConfigError(f"{where}: git is not installed here; install it to resolve "
                           "the ref") from exc
@@ -66,8 +88,8 @@ def resolve_commit(git: str, ref: str, where: str) -> str:
         raise ConfigError(f"{where}.ref: {ref!r} is a range; give one branch, tag, "
                           "pull/N/head or commit")
     if Path(git).is_dir():
-        found = _git(["-C", git, "rev-parse", "--verify", "--quiet", "--end-of-options",
-                      f"{ref}^{{commit}}"], where)
+        found = _git(["-C", str(Path(git).resolve()), "rev-parse", "--verify", "--quiet",
+                      "--end-of-options", f"{ref}^{{commit}}"], where)
         if found.returncode == 0 and COMMIT.match(found.stdout.strip()):
             return found.stdout.strip()
     elif COMMIT.match(ref):
@@ -102,6 +124,7 @@ def first_parent_commits(git: str, good: str, bad: str, where: str) -> list[tupl
         raise ConfigError(f"{where}.git: {git}: `farm bisect` lists the commits between good "
                           "and bad with git: give the path of a local clone of it (as --clone, to "
                           "keep the URL the workers fetch)")
+    git = str(Path(git).resolve())
     if good == bad:
         raise ConfigError(f"--good and --bad are the same commit {good[:12]}; give a good "
                           "commit before the bad one")
@@ -111,8 +134,8 @@ def first_parent_commits(git: str, good: str, bad: str, where: str) -> list[tupl
         raise ConfigError(f"--good {good[:12]} is not an ancestor of --bad {bad[:12]} in {git}: "
                           "a bisect searches the commits from good to bad; give a good commit "
                           "that bad descends from (swap them if good is the newer)")
-    listed = _git(["-C", git, "log", "--first-parent", "--reverse", "--format=%H%x09%s",
-                   "--end-of-options", f"{good}..{bad}"], where)
+    listed = _git(["-C", git, "log", "--no-show-signature", "--first-parent", "--reverse",
+                   "--format=%H%x09%s", "--end-of-options", f"{good}..{bad}"], where)
     if listed.returncode != 0:
         raise ConfigError(f"{where}.git: git log failed in {git}: {listed.stderr.strip()}")
     return [(commit, subject) for commit, _, subject in
@@ -130,5 +153,7 @@ def require_repository(path: Path, where: str) -> str:
 
 def commit_subject(git: str, commit: str, where: str) -> str:
     """The subject line of ``commit`` in the local repository ``git``."""
-    found = _git(["-C", git, "log", "-1", "--format=%s", "--end-of-options", commit], where)
+    git = str(Path(git).resolve())
+    found = _git(["-C", git, "log", "--no-show-signature", "-1", "--format=%s",
+                  "--end-of-options", commit], where)
     return found.stdout.strip() if found.returncode == 0 else ""

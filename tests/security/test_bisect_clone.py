@@ -1,14 +1,17 @@
 """`farm bisect --clone PATH` lists commits with git in a local directory: a path that
 reads as a git option, or a directory that is not a repository, is refused with one line
-(exit 2) before git runs anything it names or anything is built."""
+(exit 2) before git runs anything it names or anything is built; a repository's own config
+makes git run none of the programs it names."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import matrix_dict, new_repository, run_cli, write_matrix
+from farm.matrix.sources import GIT_ENV, git_command
+from tests.helpers import git, matrix_dict, new_repository, run_cli, write_matrix
 
 
 @pytest.mark.parametrize("clone", ["--upload-pack=touch pwned", "-c", "not-a-repository"])
@@ -28,3 +31,66 @@ def test_a_crafted_clone_is_refused_and_runs_nothing(
     assert line == f"error: --clone: {clone} is not a git repository; give a clone of the " \
                    "matrix's source"
     assert not (tmp_path / "pwned").exists()
+
+
+def _hostile_clone(tmp_path: Path) -> tuple[Path, str, str, Path]:
+    """A clone whose own config names a program for each way git could run one in it: a
+    signature's verifier (and ``log.showSignature`` on, over a commit that carries a
+    ``gpgsig`` header), an fsmonitor, and a hooks folder holding every hook. Its good and
+    bad commits, and the folder where each program that runs leaves its name."""
+    clone, ran = tmp_path / "clone", tmp_path / "ran"
+    ran.mkdir()
+    good = new_repository(clone, {"a.txt": "a"}, "c0")
+    tree = git(clone, "rev-parse", "HEAD^{tree}")
+    signed = (f"tree {tree}\nparent {good}\nauthor t <t@t> 1700000000 +0000\n"
+              "committer t <t@t> 1700000000 +0000\ngpgsig -----BEGIN PGP SIGNATURE-----\n"
+              " \n iQEzBAABCAAdFiEE\n -----END PGP SIGNATURE-----\n\nsigned\n")
+    (tmp_path / "commit.txt").write_text(signed)
+    bad = git(clone, "hash-object", "-t", "commit", "-w", str(tmp_path / "commit.txt"))
+    git(clone, "update-ref", "refs/heads/master", bad)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    programs = {"gpg": tmp_path / "gpg", "fsmonitor": tmp_path / "fsmonitor"}
+    programs |= {name: hooks / name for name in (
+        "pre-commit", "post-commit", "post-checkout", "reference-transaction", "post-merge",
+        "post-rewrite", "pre-auto-gc", "post-index-change", "fsmonitor-watchman")}
+    for name, program in programs.items():
+        program.write_text(f"#!/bin/sh\ntouch {ran / name}\n")
+        program.chmod(0o755)
+    for key, value in (("log.showSignature", "true"), ("gpg.program", programs["gpg"]),
+                       ("core.fsmonitor", programs["fsmonitor"]), ("core.hooksPath", hooks)):
+        git(clone, "config", key, str(value))
+    return clone, good, bad, ran
+
+
+def test_a_clones_own_config_runs_no_program_of_it(tmp_path: Path) -> None:
+    """`farm bisect --clone DIR` lists the commits in DIR without honouring DIR's config:
+    with `log.showSignature` and `gpg.program` set there, and a signed commit, the program
+    does not run (it did before git ran config-free)."""
+    clone, good, bad, ran = _hostile_clone(tmp_path)
+    # The git a user runs in it does run them: the clone is as hostile as it means to be.
+    subprocess.run(["git", "-C", str(clone), "log", "-1", "--format=%s"], check=True,
+                   capture_output=True)
+    assert (ran / "gpg").exists()
+    (ran / "gpg").unlink()
+    matrix = write_matrix(tmp_path, matrix_dict(Path("m.gguf"), campaign="nightly", build={
+        "name": "master", "git": f"file://{clone}", "ref": "master"}))
+    result = run_cli("bisect", str(matrix), "--good", good, "--bad", bad,
+                     f"--clone={clone}", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert f"{bad[:12]} signed" in result.stdout
+    assert sorted(path.name for path in ran.iterdir()) == []
+
+
+def test_the_farms_git_runs_no_program_a_repositorys_config_names(tmp_path: Path) -> None:
+    """The one git command line and environment the farm uses (``git_command``,
+    ``GIT_ENV``) on the same clone: a status (the fsmonitor's trigger), a commit and a
+    checkout (hooks) and a log of the signed commit run none of its programs."""
+    clone, good, _, ran = _hostile_clone(tmp_path)
+    (clone / "a.txt").write_text("changed")
+    for args in (["status", "--porcelain"], ["log", "-1", "--format=%s"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "c2"],
+                 ["checkout", "-q", good]):
+        subprocess.run(git_command("-C", str(clone), *args), env=GIT_ENV, check=True,
+                       capture_output=True)
+    assert sorted(path.name for path in ran.iterdir()) == []

@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 from farm.errors import BuildUnavailable
-from farm.matrix.sources import COMMIT
+from farm.matrix.sources import COMMIT, git_command
 from workers.setup.steps import say
 
 # One clone or fetch of llama.cpp (about 500 MB of history) on a slow link; git's own
@@ -45,9 +45,11 @@ _PASSING = re.compile(
 
 def remote_git(args: list[str], url: str) -> None:
     """``git ARGS`` that talks to ``url``; BuildUnavailable when it fails, transient when
-    the failure may pass."""
-    argv = ["git", *args]
-    say("$ " + " ".join(argv))
+    the failure may pass. It runs in the node's own clones, with the operator's own git
+    config (credentials, proxies) but no program a repository's config names
+    (``farm.matrix.sources.git_command``)."""
+    argv = git_command(*args)
+    say("$ git " + " ".join(args))
     try:
         done = subprocess.run(argv, capture_output=True, text=True, errors="replace",
                               timeout=GIT_SECONDS, check=False, stdin=subprocess.DEVNULL,
