@@ -27,7 +27,7 @@ from farm.store import repo
 from farm.store.db import connected, upgrade
 from farm.store.models import JobState
 from farm.words import plural
-from workers.job.admission import admit
+from workers.job.admission import admit_jobs, in_matrix
 from workers.job.checks import Preflight, check_arms, preflight
 from workers.job.executor import execute_job
 from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_builds
@@ -42,25 +42,6 @@ from workers.setup.hub import HubAccess, pin_specs
 from workers.setup.ondemand import measuring, with_source_builds
 
 
-def _where(path: Path, matrix: Matrix, spec: JobSpec, exc: ConfigError) -> str:
-    """The place in the matrix a job check failed on: a model, the build, the baseline's
-    flags or a variant."""
-    if exc.role == "build":
-        return f"{path}: build"
-    if exc.role == "baseline":
-        return f"{path}: flags (baseline)"
-    if exc.role == "variant":
-        for index, variant in enumerate(matrix.variants):
-            name = spec.variant.name
-            if name == variant.name or name.startswith(variant.name + "["):
-                return f"{path}: variants[{index}] ({name})"
-        if matrix.engine_curve is not None:
-            return f"{path}: engine-curve ({spec.variant.name})"
-        return f"{path}: variant {spec.variant.name}"
-    index = next(i for i, model in enumerate(matrix.models) if model.name == spec.model.name)
-    return f"{path}: models[{index}].{'path' if spec.model.path else 'file'}"
-
-
 def checked_jobs(path: Path, matrix: Matrix, specs: list[JobSpec], node: NodeFiles,
                  paths: NodePaths) -> list[tuple[JobSpec, Preflight]]:
     """Every job resolved on ``node`` and checked against its build and model before
@@ -72,18 +53,8 @@ def checked_jobs(path: Path, matrix: Matrix, specs: list[JobSpec], node: NodeFil
             resolved = resolve(spec, node)
             checked.append((resolved, preflight(resolved, node, paths)))
         except ConfigError as exc:
-            raise type(exc)(f"{_where(path, matrix, spec, exc)}: {exc}", role=exc.role) from exc
+            raise in_matrix(path, matrix, spec, exc) from exc
     return checked
-
-
-def _admitted(path: Path, matrix: Matrix, specs: list[JobSpec], node: NodeFiles) -> None:
-    """Every job admitted as a worker admits a row (``workers.job.admission.admit``),
-    before anything is downloaded or built; errors name the file and the place in it."""
-    for spec in specs:
-        try:
-            admit(spec, node, None)
-        except ConfigError as exc:
-            raise type(exc)(f"{_where(path, matrix, spec, exc)}: {exc}", role=exc.role) from exc
 
 
 def _flags_checked(path: Path, matrix: Matrix, spec: JobSpec, node: NodeFiles,
@@ -94,7 +65,7 @@ def _flags_checked(path: Path, matrix: Matrix, spec: JobSpec, node: NodeFiles,
     except NotOnThisNode:
         raise
     except ConfigError as exc:
-        raise type(exc)(f"{_where(path, matrix, spec, exc)}: {exc}", role=exc.role) from exc
+        raise in_matrix(path, matrix, spec, exc) from exc
 
 
 class Progress(Protocol):
@@ -322,7 +293,7 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
     node = replace(built_here(paths, path.parent, allow_options=allow_options,
                                allow_build_path=allow_build_path), allow_paths=allow_paths)
     specs = [s for s in specs if s.gpu_class == chosen]
-    _admitted(path, matrix, specs, node)
+    admit_jobs(path, matrix, specs, node, None)
     specs, notes = _models_here(path, specs, settings, say, make_builds)
     notes += _idle_drafters(specs)
     unbuilt = []

@@ -142,6 +142,8 @@ def _submit_step(console: Console, app: Celery
         from farm.matrix.load import load_matrix
         from farm.results.history import finished_job
         from farm.store.db import connected
+        from workers.job.admission import on_coordinator
+        from workers.paths import NodePaths
 
         loaded, specs = load_matrix(path, frozenset(), commit)
         matrix, specs = pick(loaded, cross_build_specs(specs, older))
@@ -150,6 +152,7 @@ def _submit_step(console: Console, app: Celery
             if finished_job(engine, spec.job_key):
                 return spec.job_key, None
             submitted = submit(path, (matrix, specs), settings, app, engine,
+                               admit=on_coordinator(NodePaths.of(settings)),
                                retry_failed=False)
             if submitted.unrunnable:
                 raise ConfigError(f"{path}: the job of {matrix.campaign} cannot run on the "

@@ -67,6 +67,8 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: boo
     from farm.matrix.load import load_matrix
     from farm.matrix.options import check_allowances
     from farm.store.db import connected
+    from workers.job.admission import on_coordinator
+    from workers.paths import NodePaths
 
     settings = load_settings()
     allowed = check_allowances(allow_options, "--allow-option")
@@ -78,6 +80,7 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: boo
     loaded = _pinned(load_matrix(matrix, allowed), settings)
     with connected(settings.database_url) as engine:
         result = do_submit(matrix, loaded, settings, make_app(settings), engine,
+                           admit=on_coordinator(NodePaths.of(settings), allowed),
                            retry_failed=retry_failed, retry_cancelled=retry_cancelled)
     posted = ", ".join(f"{n} to {queue}" for queue, n in sorted(result.posted.items()))
     already = ", ".join(f"{n} {state}" for state, n in sorted(result.already.items()))

@@ -116,10 +116,12 @@ def track(matrix: Path, ref: str, gpu_class: str | None, as_class: str | None,
     from farm.fleet.app import make_app
     from farm.fleet.submit import submit
     from farm.store.db import connected
+    from workers.job.admission import on_coordinator
+    from workers.paths import NodePaths
 
     with connected(settings.database_url) as engine:
         result = submit(matrix, loaded, settings, make_app(settings), engine,
-                        retry_failed=False)
+                        admit=on_coordinator(NodePaths.of(settings)), retry_failed=False)
     click.echo(f"campaign {result.campaign}: posted {plural(sum(result.posted.values()), 'job')}")
     if result.unrunnable:
         for spec, reason in result.unrunnable:

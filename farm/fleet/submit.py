@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -95,11 +95,20 @@ def _reopen(session: Session, campaign_id: int, retry_failed: bool,
                                 due_at=None, refusals={}))
 
 
+# What a job row must pass before it is stored: the check a worker makes of it, called
+# with the matrix file, the matrix and its jobs (``workers.job.admission.on_coordinator``);
+# it raises to refuse.
+Admit = Callable[[Path, Matrix, Sequence[JobSpec]], None]
+
+
 def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings, app: Celery,
-           engine: Engine, *, retry_failed: bool, retry_cancelled: bool = False) -> SubmitResult:
-    """Store the campaign's jobs and post every pending one whose message is not in the
-    broker; running jobs are left alone."""
+           engine: Engine, *, admit: Admit, retry_failed: bool,
+           retry_cancelled: bool = False) -> SubmitResult:
+    """Admit every job (``admit``: a refusal stores and posts nothing), then store the
+    campaign's jobs and post every pending one whose message is not in the broker;
+    running jobs are left alone."""
     matrix, specs = loaded
+    admit(path, matrix, specs)
     require_current_schema(engine)
     require_broker(app)
     workers = live_workers(engine, timedelta(seconds=settings.lease_seconds))
