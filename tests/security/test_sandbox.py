@@ -6,10 +6,13 @@ worker; this file pins each wall on its own, and shows each one can fail."""
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import socket
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,9 +22,12 @@ from farm.errors import BuildUnavailable, ConfigError
 from farm.settings import load_settings
 from tests.helpers import matrix_dict, run_cli, write_matrix
 from workers.fleet.config import load_worker_config
+from workers.job.runtime import bounds as bounds_module
 from workers.job.runtime import sandbox as sandbox_module
+from workers.job.runtime.bounds import Cgroups, SandboxBounds, find_cgroups, node_bounds
 from workers.job.runtime.client import ServerClient
 from workers.job.runtime.sandbox import Sandbox, sandbox_status
+from workers.job.runtime.seccomp import REFUSED, container_profile
 from workers.job.runtime.server import LlamaServer, child_env
 from workers.job.telemetry import Sampler
 from workers.paths import NodePaths
@@ -29,6 +35,7 @@ from workers.setup.provision import Provisioned
 
 # The system's Python (under /usr, which the sandbox binds): the test's own is in .venv.
 PYTHON = "/usr/bin/python3"
+PROFILE = Path(__file__).resolve().parents[2] / "deploy" / "worker-seccomp.json"
 ESCAPE = """
 import os, socket, sys
 port, canary, outside, inside = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
@@ -205,3 +212,187 @@ def test_a_sandbox_setting_other_than_on_or_off_is_refused_naming_it(
     config.write_text("gpu-class: cpu\nsandbox: 'no\\n'\nbuilds: {}\nsources: [x]\n")
     with pytest.raises(ConfigError, match=r"worker.yaml: sandbox: Input should be 'on' or 'off'"):
         load_worker_config(config, node_paths, gpu_class=None, devices=None)
+
+
+# Inside the sandbox: each syscall number given, called with zeros (harmless without
+# capabilities, even where a call is let through), and what it got; then the kernel's
+# seccomp mode, a nested user namespace, and a write past the /tmp size.
+WALLS = """
+import ctypes, os, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+got = []
+for nr in map(int, sys.argv[1:]):
+    ctypes.set_errno(0)
+    done = libc.syscall(nr, 0, 0, 0, 0, 0, 0)
+    got.append(f"{nr}:{ctypes.get_errno() if done == -1 else 'ok'}")
+print(" ".join(got))
+print([line for line in open("/proc/self/status") if line.startswith("Seccomp:")][0].split()[1])
+nested = subprocess.run(["unshare", "-U", "true"], capture_output=True, text=True)
+print(nested.returncode, nested.stderr.strip())
+try:
+    with open("/tmp/fill", "wb") as out:
+        out.write(bytes(2 << 20))
+    print("wrote 2 MiB")
+except OSError as exc:
+    print(os.strerror(exc.errno))
+"""
+
+
+def _walls(sandbox: Sandbox, numbers: list[int]) -> list[str]:
+    env = child_env(None)
+    argv = [PYTHON, "-c", WALLS, *map(str, numbers)]
+    done = subprocess.run(sandbox.command(argv, env, trusted=False), env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_the_sandbox_refuses_each_declared_syscall_nested_namespaces_and_a_full_tmp() -> None:
+    """Every call of REFUSED (those this machine has) fails with EPERM, ptrace and mount
+    among them; `unshare -U` is refused; a write past the private /tmp's size fails with
+    ENOSPC. Without the sandbox the same program gets through (keyctl and bpf answer
+    EINVAL to zeros, `unshare -U` works: the walls are the sandbox's)."""
+    import pyseccomp
+
+    numbers = {name: pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name)
+               for name in REFUSED}
+    here = {name: nr for name, nr in numbers.items() if nr >= 0}
+    assert {"ptrace", "mount", "unshare", "bpf", "keyctl"} <= set(here)
+    inside = _walls(Sandbox("on", SandboxBounds(tmp=1 << 20)), list(here.values()))
+    refused = dict(item.split(":") for item in inside[0].split())
+    assert refused == {str(nr): str(errno.EPERM) for nr in here.values()}, refused
+    assert inside[1] == "2"  # a seccomp filter
+    assert inside[2].startswith("1 ") and "Operation not permitted" in inside[2], inside
+    assert inside[3] == os.strerror(errno.ENOSPC), inside
+    outside = _walls(Sandbox("off"), [here["keyctl"], here["bpf"]])
+    assert outside[0] == f"{here['keyctl']}:{errno.EINVAL} {here['bpf']}:{errno.EINVAL}"
+    assert outside[1] == "0", outside
+    assert outside[2].startswith("0"), outside  # root here, or unprivileged namespaces
+
+
+@pytest.fixture
+def delegated() -> Iterator[str]:
+    """A cgroup of this test's own, as an operator delegates one: a child of this process's
+    cgroup in each hierarchy with the pids or memory controller (made here as root);
+    removed after, which fails if a sandbox left a cgroup or process in it."""
+    name = f"specfarm-test-{uuid.uuid4().hex[:8]}"
+    mounts, own = bounds_module._mounts(), bounds_module._own_cgroups()  # pylint: disable=protected-access
+    made: list[Path] = []
+    for key in ("cgroup2", "pids", "memory"):
+        mount = mounts.get(key)
+        folder = mount and bounds_module._folder(  # pylint: disable=protected-access
+            mount, own.get("" if key == "cgroup2" else key, "/"), name)
+        try:
+            if folder:
+                folder.mkdir()
+                made.append(folder)
+        except OSError:
+            pass
+    try:
+        if isinstance(find_cgroups(name), str):
+            pytest.skip(f"no cgroup this test may delegate here: {find_cgroups(name)}")
+        yield name
+    finally:
+        find_cgroups.cache_clear()
+        left = [leaf for folder in made for leaf in folder.glob("sandbox-*")]
+        for folder in [*left, *reversed(made)]:
+            folder.rmdir()
+        assert left == [], "a sandbox's cgroup outlived it"
+
+
+# A fork bomb bounded by itself too (200 forks), lest a broken pids bound let it loose on
+# the node: its children stay behind asleep, and the sandbox's end ends them.
+BOMB = """
+import os, time
+forked = 0
+while forked < 200:
+    try:
+        if os.fork() == 0:
+            time.sleep(120)
+            os._exit(0)
+    except OSError as exc:
+        print(f"forked {forked}, then {os.strerror(exc.errno)}", flush=True)
+        break
+    forked += 1
+else:
+    print(f"forked {forked}, all", flush=True)
+"""
+
+
+def test_a_fork_bomb_in_the_sandbox_is_capped_by_its_pids_bound(delegated: str) -> None:
+    """A fork bomb stops at the pids bound (64, bubblewrap's two processes included), the
+    node keeps forking, and everything it started is gone with its cgroup."""
+    sandbox = Sandbox("on", SandboxBounds(cgroup=delegated, pids=64))
+    assert "64 processes" in sandbox_status(sandbox)
+    marker = f"bomb-{delegated}"
+    env = child_env(None)
+    done = subprocess.run(sandbox.command([PYTHON, "-c", BOMB, marker], env, trusted=False),
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    forked = int(done.stdout.split()[1].rstrip(","))
+    assert 40 < forked < 64 and "Resource temporarily unavailable" in done.stdout, done.stdout
+    assert subprocess.run(["true"], check=False).returncode == 0  # the node forks on
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit()
+            and marker.encode() in _cmdline(pid)]
+    assert left == []
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_an_allocation_past_the_memory_bound_is_killed(delegated: str) -> None:
+    sandbox = Sandbox("on", SandboxBounds(cgroup=delegated, memory=64 << 20))
+    cgroups = find_cgroups(delegated)
+    assert isinstance(cgroups, Cgroups) and cgroups.memory is not None
+    grab = "b = bytearray(256 << 20); b[::4096] = b'x' * len(b[::4096]); print('allocated')"
+    env = child_env(None)
+    done = subprocess.run(sandbox.command([PYTHON, "-c", grab], env, trusted=False), env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert "allocated" not in done.stdout
+    assert done.returncode in (128 + 9, -9) or "MemoryError" in done.stderr, done
+
+
+def test_sandbox_bounds_that_are_not_numbers_or_a_cgroup_are_refused_naming_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in (("PIDS", "lots"), ("PIDS", "8"), ("MEMORY", "1KiB"),
+                        ("TMP", "-1"), ("CGROUP", "/specfarm\nx")):
+        monkeypatch.setenv(f"FARM_SANDBOX_{name}", value)
+        node_bounds.cache_clear()
+        with pytest.raises(ConfigError, match=f"^FARM_SANDBOX_{name}="):
+            Sandbox("on").wraps(trusted=True)  # before any sandboxed process starts
+        monkeypatch.delenv(f"FARM_SANDBOX_{name}")
+    node_bounds.cache_clear()
+    missing = Sandbox("on", SandboxBounds(cgroup="/specfarm-not-delegated"))
+    assert ("no pids or memory bound: FARM_SANDBOX_CGROUP=/specfarm-not-delegated: no cgroup"
+            in sandbox_status(missing))
+
+
+def _in_container(names: list[str]) -> subprocess.CompletedProcess[str]:
+    """A sandboxed program run under a seccomp filter refusing ``names`` with EPERM, as
+    Docker applies a container's profile to the worker."""
+    import pyseccomp
+
+    profile = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    for name in names:
+        profile.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+    env = child_env(None)
+    argv = Sandbox("on").command([PYTHON, "-c", "print('inside')"], env, trusted=False)
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60,
+                          check=False, preexec_fn=profile.load)
+
+
+def test_bubblewrap_builds_the_sandbox_under_the_containers_seccomp_profile() -> None:
+    """compose's profile is the sandbox's list less what bubblewrap needs to build it: the
+    sandbox starts under it, and not under the whole list."""
+    profile = json.loads(PROFILE.read_text())
+    assert profile == container_profile(), (
+        f"{PROFILE} differs from workers.job.runtime.seccomp.container_profile(): write "
+        "that as JSON there")
+    [refused] = profile["syscalls"]
+    done = _in_container(refused["names"])
+    assert done.returncode == 0 and done.stdout == "inside\n", done.stderr
+    assert _in_container(list(REFUSED)).returncode != 0

@@ -7,9 +7,13 @@ in a folder bound in), a cleared environment (the allow-list of ``child_env``, w
 ``HOME`` and ``TMPDIR`` on a private ``/tmp``), the system read-only (``/usr`` and the
 dynamic linker's files of ``/etc``), the folders a caller names bound read-only or
 writable, GPU device nodes only for a job that uses a GPU, no capabilities, its own
-process, IPC, UTS and cgroup namespaces, a new session, killed with the worker
-(``--die-with-parent``). Not inside: the worker's home, config, data, cache and model
-folders (except what is bound), its database URL, broker password, Hub token.
+process, IPC, UTS and cgroup namespaces, no user namespace of its own
+(``--disable-userns``), a seccomp filter refusing what a build or server never needs
+(``workers.job.runtime.seccomp``), a private ``/tmp`` of bounded size, the pids and memory
+bounds of a delegated cgroup where the node has one (``workers.job.runtime.bounds``), a new
+session, killed with the worker (``--die-with-parent``). Not inside: the worker's home,
+config, data, cache and model folders (except what is bound), its database URL, broker
+password, Hub token.
 
 An operator may turn it off per node (``FARM_SANDBOX=off``, ``sandbox: off`` in a worker
 config), never a job; every run records which. Where bubblewrap cannot run (macOS, a
@@ -22,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,6 +34,8 @@ from pathlib import Path
 
 from farm.errors import BuildUnavailable
 from farm.settings import SandboxMode
+from workers.job.runtime import confine, seccomp
+from workers.job.runtime.bounds import SandboxBounds, find_cgroups, node_bounds, size_text
 
 BWRAP = "bwrap"
 # The system a build or server needs, read-only: programs, libraries, compilers, CUDA
@@ -82,11 +89,30 @@ class Sandbox:
     """How this node runs a commit's code: in bubblewrap (``on``) or as the worker (``off``)."""
 
     mode: SandboxMode = "on"
+    # None: this node's (FARM_SANDBOX_*), read when a sandbox is first asked for, not when
+    # one is made (a module's default sandbox is made at import).
+    bounds: SandboxBounds | None = None
+
+    @property
+    def limits(self) -> SandboxBounds:
+        """The bounds of every sandboxed process: ``bounds`` or this node's."""
+        return self.bounds if self.bounds is not None else node_bounds()
 
     @property
     def on(self) -> bool:
         """Whether a commit's processes run sandboxed."""
         return self.mode == "on"
+
+    def describe(self) -> str:
+        """The walls and bounds of a sandboxed process here, in words: where no usable
+        cgroup bounds its pids and memory, why."""
+        limits = self.limits
+        cgroups = find_cgroups(limits.cgroup)
+        bounded = f"no pids or memory bound: {cgroups}" if isinstance(cgroups, str) else \
+            f"each process tree bounded to {cgroups.describe(limits)}"
+        return (f"bubblewrap: no network, no secrets, writes only to its build folder; a "
+                f"seccomp filter, no nested user namespaces, a {size_text(limits.tmp)} "
+                f"/tmp; {bounded}")
 
     def wraps(self, trusted: bool) -> bool:
         """Whether a process of a build runs in bubblewrap: always with the sandbox on and
@@ -95,6 +121,8 @@ class Sandbox:
         and a job's commit runs nowhere: BuildUnavailable naming why."""
         if not self.on:
             return False
+        # A FARM_SANDBOX_* bound it does not take fails here, before any sandboxed process.
+        _ = self.limits
         reason = _unavailable()
         if reason is None:
             return True
@@ -120,8 +148,12 @@ class Sandbox:
         environment: list[str] = []
         for name, value in {**env, "HOME": INSIDE_HOME, "TMPDIR": INSIDE_HOME}.items():
             environment += ["--setenv", name, value]
-        return [BWRAP, *_namespaces(), "--new-session", "--clearenv", *environment,
-                *(_gpu_binds() if gpu else []), "--tmpfs", INSIDE_HOME,
+        limits = self.limits
+        cgroups = find_cgroups(limits.cgroup)
+        bounded = cgroups.launcher_args(limits) if not isinstance(cgroups, str) else []
+        return [*_launcher(bounded), BWRAP, *_namespaces(), "--new-session", "--clearenv",
+                *environment, *(_gpu_binds() if gpu else []),
+                "--size", str(limits.tmp), "--tmpfs", INSIDE_HOME,
                 *_binds("--ro-bind", read), *_binds("--bind", write),
                 *_binds_at("--ro-bind", placed), *_binds_at("--bind", moved),
                 "--chdir", "/", "--", *argv]
@@ -134,8 +166,11 @@ def _unavailable() -> str | None:
     if shutil.which(BWRAP) is None:
         return ("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap; "
                 "Fedora: dnf install bubblewrap)")
+    reason = seccomp.unavailable()
+    if reason is not None:
+        return reason
     try:
-        argv = [BWRAP, *_namespaces(), "--", "/usr/bin/true"]
+        argv = [*_launcher([]), BWRAP, *_namespaces(), "--", "/usr/bin/true"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -143,13 +178,23 @@ def _unavailable() -> str | None:
     if done.returncode != 0:
         detail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return (f"bubblewrap cannot make its namespaces here ({detail}); a kernel without "
-                "user namespaces, or a systemd unit with RestrictNamespaces=yes, forbids it")
+                "user namespaces, a bubblewrap older than 0.8 (--disable-userns), or a "
+                "systemd unit with RestrictNamespaces=yes forbids it")
     return None
 
 
+def _launcher(bounded: list[str]) -> list[str]:
+    """What starts bubblewrap: ``confine`` (its own file, the standard library only),
+    handing it the seccomp filter and making the process tree's cgroups (``bounded``)."""
+    return [sys.executable, "-I", "-S", confine.__file__,
+            "--filter", seccomp.refusing_filter().hex(), *bounded, "--"]
+
+
 def _namespaces() -> list[str]:
-    """The namespaces and system every sandbox has (what the availability check runs)."""
-    return ["--unshare-all", "--die-with-parent", "--cap-drop", "ALL", *_system_binds(),
+    """The namespaces and system every sandbox has (what the availability check runs): no
+    user namespace may be made inside (bubblewrap makes a nested one that cannot)."""
+    return ["--unshare-all", "--unshare-user", "--disable-userns", "--assert-userns-disabled",
+            "--die-with-parent", "--cap-drop", "ALL", *_system_binds(),
             "--proc", "/proc", "--dev", "/dev"]
 
 
@@ -162,7 +207,7 @@ def sandbox_status(sandbox: Sandbox) -> str:
     if reason is not None:
         return (f"sandbox: on, but it cannot run here: {reason}; the operator's own builds "
                 "run unsandboxed and no job's commit is built")
-    return "sandbox: on (bubblewrap: no network, no secrets, writes only to its build folder)"
+    return f"sandbox: on ({sandbox.describe()})"
 
 
 def inner_pid(outer: int, binary: str) -> int:
