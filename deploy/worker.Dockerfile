@@ -14,7 +14,7 @@ ARG CUDA_ARCH=86;89;90
 
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv git cmake g++ ccache \
-    bubblewrap ca-certificates \
+    bubblewrap libseccomp2 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 
 # The same folders as compose.yaml and the systemd unit: data, cache (source builds,

@@ -12,8 +12,9 @@ user (uid 10001, the image's; the unit's ``User=``) with no capability (compose'
 ``cap_drop``; the unit grants none), the deployment's environment and command. In it the
 worker downloads the model from the tests' Hub stand-in, builds the commit from a git
 daemon, and runs both in its own sandbox (bubblewrap inside bubblewrap). Not reproduced:
-Docker's own seccomp and AppArmor profiles, which compose's ``security_opt`` turns off
-for the sandbox (checked here, as the sandbox needs it).
+compose's seccomp profile (deploy/worker-seccomp.json: tests/security/test_sandbox.py runs
+bubblewrap under it) and Docker's AppArmor profile, which compose turns off for the
+sandbox (both checked here, as the sandbox needs them).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def compose_view(tmp_path: Path) -> View:
     assert rendered.returncode == 0, rendered.stderr
     service = yaml.safe_load(rendered.stdout)["services"]["worker-gpu0"]
     # The sandbox needs namespaces and a fresh /proc, which Docker's defaults refuse.
-    assert {"seccomp=unconfined", "apparmor=unconfined",
+    assert {"seccomp:./worker-seccomp.json", "apparmor=unconfined",
             "systempaths=unconfined"} <= set(service.get("security_opt", []))
     assert service.get("read_only") is True, "the view below is a read-only root's"
     writable, read_only = [], []

@@ -49,13 +49,15 @@ def env_file_values(path: Path) -> dict[str, str]:
 
 
 def compose(env_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """docker-compose on deploy/compose.yaml, shielded from this shell's variables."""
+    """docker-compose on deploy/compose.yaml, shielded from this shell's variables, run
+    from deploy/ as its operators do (docker-compose 1.x reads the seccomp profile from
+    there)."""
     shadowed = set(env_file_values(ENV_EXAMPLE))
     env = {k: v for k, v in os.environ.items()
            if k not in shadowed and not k.startswith("COMPOSE_")}
     argv = [tool("docker-compose", "docker-compose"), "-f", str(COMPOSE),
             "--env-file", str(env_file), *args]
-    return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
+    return subprocess.run(argv, capture_output=True, text=True, cwd=DEPLOY, env=env, timeout=120,
                           check=False)
 
 
