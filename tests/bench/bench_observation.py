@@ -53,7 +53,7 @@ from farm.settings import load_settings
 from farm.stats.busy import BUSY_CORES
 from farm.stats.intervals import t_margin
 from workers.job.runtime.client import ServerClient
-from workers.job.runtime.sandbox import Sandbox
+from workers.job.runtime.sandbox import Sandbox, sandbox_status
 from workers.job.runtime.server import LOG_VERBOSITY, LlamaServer
 from workers.job.telemetry.node import NodeWatch
 from workers.paths import NodePaths
@@ -214,6 +214,9 @@ def main() -> None:
     if args.per == "block":
         args.blocks = 1
     provisioned = provision(NodePaths.of(load_settings()))
+    # What the sandboxed arms run in (its filter, /tmp size and cgroup bounds, from the
+    # FARM_SANDBOX_* settings), as the worker's start line says it.
+    print(sandbox_status(Sandbox("on")), flush=True)
     model, user = provisioned.models[args.model], ARMS[args.model][args.arm]
     names = [args.against, *args.additions.split(",")]
     # Log ratios by unit: each round, or (several blocks) each block of rounds.
