@@ -19,6 +19,7 @@ from farm.errors import ConfigError
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec
 from farm.report import kinds
+from farm.report.cells import clean
 from farm.settings import Settings, load_settings
 from farm.stats.bisect import ALPHA, MIN_CHANGE, ROUNDS, Measure, Outcome, Plan, bisect
 from farm.stats.intervals import log_interval
@@ -76,9 +77,11 @@ def _target(path: Path, good: str, bad: str, job: str | None,
     listing = source.git if clone is None else require_repository(clone, "--clone")
     bad_commit = _commit(listing, bad, "--bad")
     good_commit = _commit(listing, good, "--good")
-    commits = first_parent_commits(listing, good_commit, bad_commit, f"{path}: build")
+    # A commit's subject is its author's text: cleaned once, here, for every output.
+    commits = [(commit, clean(subject)) for commit, subject in
+               first_parent_commits(listing, good_commit, bad_commit, f"{path}: build")]
     spec = _pick_job(path, load_matrix(path, frozenset(), bad_commit)[1], job)
-    good_subject = commit_subject(listing, good_commit, f"{path}: build")
+    good_subject = clean(commit_subject(listing, good_commit, f"{path}: build"))
     return Target(path, matrix.campaign, spec.comparable_key, (good_commit, good_subject),
                   tuple(commits)), spec
 

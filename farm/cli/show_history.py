@@ -14,6 +14,7 @@ import click
 
 from farm.errors import ConfigError
 from farm.report import kinds
+from farm.report.cells import clean
 from farm.settings import Settings
 from farm.store.db import open_store
 
@@ -50,9 +51,9 @@ def fail_on(regressed: pd.DataFrame, what: str) -> None:
     if regressed.empty:
         return
     for row in regressed.to_dict(orient="records"):
-        click.echo(f"regression: {what} {str(row['key'])[:12]} {row['series']} "
-                   f"{(float(row['change']) - 1) * 100:+.1f}% ({row['build_a']} -> "
-                   f"{row['build_b']}, q {float(row['q_value']):.3g})", err=True)
+        click.echo(clean(f"regression: {what} {str(row['key'])[:12]} {row['series']} "
+                         f"{(float(row['change']) - 1) * 100:+.1f}% ({row['build_a']} -> "
+                         f"{row['build_b']}, q {float(row['q_value']):.3g})"), err=True)
     raise click.exceptions.Exit(REGRESSION_EXIT)
 
 
@@ -103,9 +104,9 @@ def _differs(gated: pd.DataFrame) -> None:
     tests the newest build as its own family; the history's calls are LORD++ over every
     tracked build: docs/history.md)."""
     for row in gated[gated["gate_verdict"] != gated["verdict"]].to_dict(orient="records"):
-        click.echo(f"note: {str(row['key'])[:12]} {row['series']} {row['build_a']} -> "
-                   f"{row['build_b']}: the gate calls it {row['gate_verdict']}, the "
-                   f"history's running calls {row['verdict']}", err=True)
+        click.echo(clean(f"note: {str(row['key'])[:12]} {row['series']} {row['build_a']} -> "
+                         f"{row['build_b']}: the gate calls it {row['gate_verdict']}, the "
+                         f"history's running calls {row['verdict']}"), err=True)
 
 
 def gate_comparison(frame: pd.DataFrame, gates: tuple[str, ...]) -> None:

@@ -13,6 +13,7 @@ import click
 from farm.peers.figures import with_given
 from farm.peers.read import read_peer_file
 from farm.report import kinds
+from farm.report.cells import clean
 from farm.settings import Settings
 from farm.store.campaigns import latest_campaign
 from farm.store.db import connected, open_store, require_current_schema, upgrade
@@ -38,12 +39,12 @@ def import_files(settings: Settings, files: Sequence[Path], fmt: str | None,
             require_current_schema(engine)
         done = store_peer_files(engine, uploads, note)
     for upload, imported in zip(uploads, done, strict=True):
-        peer = upload.peer
+        peer, name = upload.peer, clean(upload.file_name)  # a file from anyone
         if imported.already:
-            click.echo(f"{upload.file_name}: already imported (import {imported.import_id}, "
+            click.echo(f"{name}: already imported (import {imported.import_id}, "
                        f"{imported.figures} figures); nothing new stored")
             continue
-        click.echo(f"{upload.file_name}: {imported.figures} figures from {peer.tool} "
+        click.echo(f"{name}: {imported.figures} figures from {peer.tool} "
                    f"({peer.format}) stored as import {imported.import_id}, kind imported")
         for key, option in (("build_commit", "--build-commit or --build-number"),
                             ("model_file", "--model-file")):

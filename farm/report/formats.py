@@ -18,6 +18,7 @@ from typing import Any
 
 from farm.errors import ConfigError
 from farm.report import kinds
+from farm.report.cells import clean
 from farm.report.output import Folder, emit
 from farm.report.sheet import markdown, table_text, terminal_colour, terminal_width
 
@@ -92,14 +93,17 @@ def _job_report_text(report: kinds.JobReport, target: Target, fmt: str) -> str:
 
 def _wrapped(lines: list[str], width: int | None, *, whole_brackets: bool = False
              ) -> list[str]:
-    """Each line wrapped at spaces to ``width`` (none: as they are); ``whole_brackets``:
-    never inside a bracket, so an interval such as "[1.50, 1.53]" stays on one line."""
+    """Each line cleaned of control characters (it names models, variants and failures:
+    a stranger's text, as a table's cells are) and wrapped at spaces to ``width`` (none:
+    as they are); ``whole_brackets``: never inside a bracket, so an interval such as
+    "[1.50, 1.53]" stays on one line."""
     import re
     import textwrap
 
     def held(line: str) -> str:
         return re.sub(r"\[[^\]]*\]", lambda found: found[0].replace(" ", "\0"), line)
 
+    lines = [clean(line) for line in lines]
     return [textwrap.fill(held(line) if whole_brackets else line, width,
                           subsequent_indent="  ", break_long_words=False).replace("\0", " ")
             if width else line for line in lines]

@@ -170,7 +170,8 @@ def history_sheets(history: HistoryFrames, title: str, *,
 def history_markdown(history: HistoryFrames, title: str, *,
                      every_position: bool = True) -> str:
     """The history as markdown: a table per job, then its changes as a list; the
-    acceptance legend last."""
+    acceptance legend last. Each line is cleaned of control characters (the store's
+    names), as a table's cells are."""
     out = [f"# {title}", "", f"Changes marked {MARKS['regression']} (regression) and "
            f"{MARKS['improvement']} (improvement) by the difference test, false discovery "
            "rate 5% across every series and build.", ""]
@@ -184,7 +185,7 @@ def history_markdown(history: HistoryFrames, title: str, *,
         out += ["", *(f"- {sentence}" for sentence in _sentences(history.described, key)),
                 ""]
     legend = acceptance_legend(history, every_position=every_position)
-    return "\n".join([*out, legend, ""] if legend else out)
+    return "\n".join(cells.clean(line) for line in ([*out, legend, ""] if legend else out))
 
 
 def history_json(history: HistoryFrames) -> str:

@@ -7,6 +7,7 @@ from typing import Protocol
 
 from rich.console import Console
 
+from farm.report.cells import clean
 from farm.report.sheet import plain_sheet, table_text, terminal_width
 from farm.words import plural
 
@@ -48,8 +49,9 @@ def render_status(status: CampaignStatus, console: Console) -> None:
     total = sum(status.counts.values())
     summary = ", ".join(f"{n} {state}" for state, n in status.counts.items() if n)
     eta = (f"; about {status.eta_seconds / 60:.0f} min left" if status.eta_seconds else "")
-    console.print(f"campaign {status.campaign}: {plural(total, 'job')}: {summary or 'none'}{eta}",
-                  markup=False)
+    # The campaign's name is the store's: cleaned as every table cell is.
+    console.print(clean(f"campaign {status.campaign}: {plural(total, 'job')}: "
+                        f"{summary or 'none'}{eta}"), markup=False)
     if status.unposted:
         console.print(f"{status.unposted} waiting for reconciliation (message lost or "
                       "overdue; a live worker re-posts them, or run `farm submit` again)",

@@ -5,6 +5,7 @@ makes git run none of the programs it names."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def _hostile_clone(tmp_path: Path) -> tuple[Path, str, str, Path]:
     tree = git(clone, "rev-parse", "HEAD^{tree}")
     signed = (f"tree {tree}\nparent {good}\nauthor t <t@t> 1700000000 +0000\n"
               "committer t <t@t> 1700000000 +0000\ngpgsig -----BEGIN PGP SIGNATURE-----\n"
-              " \n iQEzBAABCAAdFiEE\n -----END PGP SIGNATURE-----\n\nsigned\n")
+              " \n iQEzBAABCAAdFiEE\n -----END PGP SIGNATURE-----\n\nsigned\x1b]0;x\x07\x1b[2J\n")
     (tmp_path / "commit.txt").write_text(signed)
     bad = git(clone, "hash-object", "-t", "commit", "-w", str(tmp_path / "commit.txt"))
     git(clone, "update-ref", "refs/heads/master", bad)
@@ -78,7 +79,9 @@ def test_a_clones_own_config_runs_no_program_of_it(tmp_path: Path) -> None:
     result = run_cli("bisect", str(matrix), "--good", good, "--bad", bad,
                      f"--clone={clone}", "--dry-run")
     assert result.exit_code == 0, result.output
-    assert f"{bad[:12]} signed" in result.stdout
+    # Its subject's terminal escapes (a window title, clear screen) are not printed.
+    assert f"{bad[:12]} signed]0;x[2J" in result.stdout
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f]", result.output), result.output
     assert sorted(path.name for path in ran.iterdir()) == []
 
 
