@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Literal
 
-from farm.errors import BuildUnavailable, ConfigError, RuntimeFarmError
+from farm.errors import BuildFailed, BuildUnavailable, ConfigError, RuntimeFarmError
 from farm.matrix.cuda_arch import CudaArch
 from farm.matrix.files import under
 from farm.matrix.sources import check_cmake_option
@@ -34,10 +34,11 @@ from farm.words import plural
 from workers.job.resolve import NodeFiles
 from workers.job.runtime.probe import probe_binary
 from workers.job.runtime.sandbox import Sandbox
-from workers.job.runtime.server import child_env
+from workers.job.runtime.untrusted_files import copy_file, remove_folder
 from workers.paths import NodePaths, file_sha256
+from workers.setup.ccache import CCACHE_LOG, build_env, ccache_counts, ccache_dir
 from workers.setup.gitfetch import clear_stale_locks, clone, missing_commit, remote_git
-from workers.setup.steps import compile_step, say
+from workers.setup.steps import FILE_BYTES, compile_step, say
 
 Backend = Literal["cpu", "cuda", "metal", "vulkan"]
 BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
@@ -48,8 +49,6 @@ BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
 }
 _PYPI = re.compile(r"^pypi:(?P<package>[A-Za-z0-9_.-]+)==(?P<version>[A-Za-z0-9_.+-]+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-# ccache's record of one build's compiles (CCACHE_STATSLOG), in its build folder.
-CCACHE_LOG = "ccache.stats"
 # Where a sandboxed build sees its source tree (its build folder inside it).
 INSIDE_TREE = Path("/src/llama.cpp")
 
@@ -294,34 +293,6 @@ def build_key(request: BuildRequest, source: SourceTree) -> str:
     return _sha256({"source": source.identity, **_configuration(request)})
 
 
-def ccache_dir(paths: NodePaths) -> Path:
-    """The node's ccache: ``CCACHE_DIR``, else in the node's cache dir."""
-    return Path(os.environ.get("CCACHE_DIR", str(paths.cache_dir / "ccache")))
-
-
-def build_env(paths: NodePaths, tree: Path, build: Path, trusted: bool) -> dict[str, str]:
-    """The compile steps' whole environment: the allow-list llama-server gets (no farm
-    setting, URL or token), and ccache keyed on paths relative to the tree, counting its
-    hits in the build folder (``ccache_counts``). The operator's builds write the node's
-    ccache; a job's commit only reads it (it is bound read-only too), so that no commit
-    changes what another build compiles to."""
-    env = {**child_env(None), "CCACHE_BASEDIR": str(tree), "CCACHE_NOHASHDIR": "1",
-           "CCACHE_DIR": str(ccache_dir(paths)), "CCACHE_STATSLOG": str(build / CCACHE_LOG)}
-    if not trusted:
-        env |= {"CCACHE_READONLY": "1", "CCACHE_TEMPDIR": str(build / "ccache-tmp")}
-    return env
-
-
-def ccache_counts(build: Path) -> tuple[int, int]:
-    """The hits and misses ccache logged for the compiles of one build folder."""
-    try:
-        lines = (build / CCACHE_LOG).read_text().splitlines()
-    except OSError:
-        return 0, 0
-    hits = sum(line in ("direct_cache_hit", "preprocessed_cache_hit") for line in lines)
-    return hits, lines.count("cache_miss")
-
-
 def manifest_path(name: str, paths: NodePaths) -> Path:
     """Where the build called ``name`` keeps its manifest."""
     return under(paths.builds_dir, name, "build.json", what="build")
@@ -354,8 +325,9 @@ def _write_manifest(manifest: BuildManifest, binaries: list[Path], paths: NodePa
         partial = home / "bin.partial"
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()
-        for binary in binaries:
-            shutil.copy2(binary, partial / binary.name)
+        for binary in binaries:  # from a build folder: not through a link, bounded
+            copy_file(binary, partial / binary.name, FILE_BYTES, error=BuildFailed,
+                      what=f"the build's {binary.name}")
         shutil.rmtree(link, ignore_errors=True)
         partial.rename(link)
     else:
@@ -412,7 +384,7 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
         # A job's commit builds in a fresh folder of its own, removed once its binaries are
         # copied out: nothing one commit's build wrote is read by another's.
         build_dir = source.path / f"build-specfarm-{key[:12]}"
-        shutil.rmtree(build_dir, ignore_errors=True)
+        _remove_build_folder(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     (build_dir / CCACHE_LOG).unlink(missing_ok=True)
     inside = tree / build_dir.name
@@ -445,9 +417,18 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
         cache_types=list(probe.choices("cache-type-k")), tree=str(source.path))
     _write_manifest(manifest, binaries, paths)
     if not request.trusted:
-        shutil.rmtree(build_dir, ignore_errors=True)
+        _remove_build_folder(build_dir)
     say(f"{request.name}: {probe.version.splitlines()[0]}")
     return manifest
+
+
+def _remove_build_folder(folder: Path) -> None:
+    """Remove a job's build folder, whatever modes its commit's code left inside (never
+    following a link out of it); BuildUnavailable where this node cannot."""
+    try:
+        remove_folder(folder)
+    except OSError as exc:
+        raise BuildUnavailable(f"cannot remove the build folder {folder}: {exc}") from exc
 
 
 def built_here(paths: NodePaths, matrix_dir: Path | None, *,

@@ -13,11 +13,13 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 from farm.errors import BuildFailed, BuildUnavailable
 from workers.job.runtime.sandbox import Sandbox
+from workers.job.runtime.untrusted_files import TooDeep, folder_bytes
 
 # Lines of a failed compile step kept for the job's error: the compiler's message.
 TAIL_LINES = 30
@@ -42,25 +44,22 @@ def compile_step(argv: list[str], env: dict[str, str], what: str, log: Path, *,
     say("$ " + " ".join(argv))
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     status = sys.stderr.isatty()
-    lines = 0
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("a", encoding="utf-8") as out, subprocess.Popen(
+        # Not through a link a checkout left at the log's name.
+        descriptor = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o644)
+        with os.fdopen(descriptor, "ab") as out, subprocess.Popen(
                 sandbox.command(argv, env, trusted=trusted, read=read, write=write,
                                 placed=placed, moved=moved), env=env,
-                text=True,
-                errors="replace", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=_bounded_files) as process:
             assert process.stdout is not None  # piped above
-            out.write("$ " + " ".join(argv) + "\n")
+            out.write(("$ " + " ".join(argv) + "\n").encode())
             with _Watch(process, bound) as watch:
-                for line in process.stdout:
-                    out.write(line)
-                    tail.append(line.rstrip())
-                    lines += 1
-                    if status:
-                        sys.stderr.write(f"\r\033[K[build] {what}: {line.strip()[:70]}")
+                lines = _to_log(StepOutput(process.stdout.fileno()), out, tail,
+                                what if status else None, watch)
         code = process.returncode
     except FileNotFoundError as exc:
         raise BuildUnavailable(f"{argv[0]} is not installed on this node: {exc}") from exc
@@ -99,20 +98,87 @@ def _bounded_files() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_BYTES, FILE_BYTES))
 
 
-def _size(folder: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, name)).st_size
-    return total
+# A step's output, as the worker reads it: lines cut at LINE_BYTES (the rest counted, and
+# said at the line's end in the log, never held), OUTPUT_BYTES in all, past which the step
+# is stopped. A CUDA build of every architecture prints a few MB; one endless line, or
+# output without end, is a build gone wrong or a hostile one. The log holds at most what
+# was read, so each step adds at most OUTPUT_BYTES (and a mark per cut line) to it.
+LINE_BYTES = 64 << 10
+OUTPUT_BYTES = 64 << 20
+CUT_MARK = b" [the farm cut this line here: %d more bytes]"
+_READ_BYTES = 64 << 10
+
+
+class StepOutput:
+    """A step's output pipe (its descriptor) read in chunks, as lines of at most
+    LINE_BYTES: ``over`` once more than OUTPUT_BYTES came (no more is read)."""
+
+    def __init__(self, pipe: int) -> None:
+        self._pipe = pipe
+        self.read = 0
+        self.over = False
+
+    def lines(self) -> Iterator[tuple[bytes, int]]:
+        """Each line (without its newline) cut at LINE_BYTES, and how many bytes of it were
+        left out."""
+        kept, left_out = bytearray(), 0
+        while chunk := os.read(self._pipe, _READ_BYTES):
+            self.read += len(chunk)
+            start = 0
+            while (end := chunk.find(b"\n", start)) != -1:
+                left_out += _keep(kept, chunk[start:end])
+                yield bytes(kept), left_out
+                kept, left_out, start = bytearray(), 0, end + 1
+            left_out += _keep(kept, chunk[start:])
+            if self.read > OUTPUT_BYTES:
+                self.over = True
+                break
+        if kept or left_out:
+            yield bytes(kept), left_out
+
+
+def _to_log(output: StepOutput, log: IO[bytes], tail: deque[str], status: str | None,
+            watch: _Watch) -> int:
+    """Write a step's output to its log, its last lines to ``tail``, each to the terminal's
+    status line (for the step ``status`` names, where one is shown); stop the step once
+    it printed over OUTPUT_BYTES. How many lines it printed."""
+    lines = 0
+    for raw, left_out in output.lines():
+        log.write(raw + (CUT_MARK % left_out if left_out else b"") + b"\n")
+        line = raw.decode(errors="replace")
+        tail.append(line.rstrip())
+        lines += 1
+        if status:
+            sys.stderr.write(f"\r\033[K[build] {status}: {line.strip()[:70]}")
+    if output.over:
+        watch.stop(f"it printed over {OUTPUT_BYTES >> 20} MiB")
+    return lines
+
+
+def _keep(kept: bytearray, piece: bytes) -> int:
+    """Add to ``kept`` what fits in LINE_BYTES; how many bytes did not."""
+    room = max(0, LINE_BYTES - len(kept))
+    kept += piece[:room]
+    return max(0, len(piece) - room)
+
+
+def over_bound(folder: Path) -> str:
+    """Why a build folder is over its bound (BUILD_BYTES, as ``folder_bytes`` counts it;
+    "" while it is not)."""
+    try:
+        held = folder_bytes(folder)
+    except TooDeep as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"the farm cannot measure its build folder ({exc})"
+    return f"its build folder holds over {BUILD_BYTES >> 30} GiB" if held > BUILD_BYTES else ""
 
 
 class _Watch:
     """Kills a build step's process group past STEP_SECONDS or when its build folder holds
     over BUILD_BYTES; ``stopped`` says why."""
 
-    def __init__(self, process: subprocess.Popen[str], bound: Path | None) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], bound: Path | None) -> None:
         self.process, self.bound = process, bound
         self.stopped = ""
         self._done = threading.Event()
@@ -122,11 +188,12 @@ class _Watch:
         deadline = time.monotonic() + STEP_SECONDS
         while not self._done.wait(_WATCH_EVERY):
             if time.monotonic() > deadline:
-                self._stop(f"it ran past {STEP_SECONDS} s")
-            elif self.bound is not None and _size(self.bound) > BUILD_BYTES:
-                self._stop(f"its build folder holds over {BUILD_BYTES >> 30} GiB")
+                self.stop(f"it ran past {STEP_SECONDS} s")
+            elif self.bound is not None and (why := over_bound(self.bound)):
+                self.stop(why)
 
-    def _stop(self, why: str) -> None:
+    def stop(self, why: str) -> None:
+        """Kill the step's process group; ``why`` is what its error says."""
         self.stopped = why
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
