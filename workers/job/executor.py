@@ -231,9 +231,9 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
                          parallel=width, env=cuda_env(gpus) if gpus else None,
                          offline=checked.probe(arm.role).option("offline") is not None,
                          sandbox=sandbox, trusted=arm.build.source is None, gpu=bool(gpus),
-                         reads=flag_files(arm))
+                         reads=flag_files(arm), requests=(len(block.todo) + 1) * width)
     with server, ServerClient(server.http_transport()) as client, \
-            Sampler(gpus, server.pid) as sampler:
+            Sampler(gpus, server.pid) as sampler, server.output_bounded():
         argv = server.argv
         speculative = client.slot_speculative()
         started_log = server.log_text()

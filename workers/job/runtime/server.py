@@ -3,26 +3,27 @@ group, in the node's sandbox (``workers.job.runtime.sandbox``)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO
 
 import httpx
 
-from farm.errors import ProcessNotStarted, ServerStartError
+from farm.errors import BenchmarkError, ProcessNotStarted, ServerStartError
 from farm.matrix.schema import split_shards
 from workers.job.runtime import server_log
 from workers.job.runtime.sandbox import Sandbox, inner_pid
+from workers.job.runtime.server_output import OutputToLog
+from workers.job.runtime.untrusted_files import HeldSocket, read_file, remove_folder
 
 # The server answers HTTP on a UNIX socket in a folder of its own: with the sandbox on,
 # in a network namespace with nothing but loopback, nothing else can reach it; a path
@@ -41,6 +42,14 @@ _NOT_STARTABLE = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENO
 # logs every drafted candidate.
 LOG_VERBOSITY = 4
 _PR_SET_PDEATHSIG = 1
+# The server's output (its log) as the farm writes it (``server_output``): at most
+# OUTPUT_BYTES per start and OUTPUT_BYTES_PER_REQUEST more per request it is started for,
+# then the server is stopped. At LOG_VERBOSITY b11434 logs 15-30 kB while starting and
+# 3-4 kB per request. What the farm reads of it back is bounded too (START_LOG_BYTES
+# here, server_log's reads).
+OUTPUT_BYTES = 64 << 20
+OUTPUT_BYTES_PER_REQUEST = 64 << 10
+START_LOG_BYTES = 16 << 20
 _LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform == "linux" else None
 
 
@@ -60,6 +69,15 @@ def _die_with_parent() -> None:
 # llama.cpp's LLAMA_ARG_* variables, each of which sets an option no job may set.
 _INHERITED = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH")
 _INHERITED_PREFIXES = ("LC_", "CUDA_", "GGML_", "NVIDIA_", "HIP_", "ROCR_", "HSA_")
+
+
+def _healthy(client: httpx.Client) -> bool:
+    """Whether the server answers /health with 200 (its body is not read)."""
+    try:
+        with client.stream("GET", "/health") as answer:
+            return answer.status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def child_env(extra: dict[str, str] | None) -> dict[str, str]:
@@ -85,7 +103,7 @@ class LlamaServer:
                  *, parallel: int = 1, startup_timeout: float = 180.0,
                  env: dict[str, str] | None = None, offline: bool = True,
                  sandbox: Sandbox = SANDBOXED, trusted: bool = False, gpu: bool = False,
-                 reads: Sequence[Path] = ()) -> None:
+                 reads: Sequence[Path] = (), requests: int = 0) -> None:
         self.binary, self.model, self.arm_argv = binary, model, arm_argv
         self.parallel = parallel  # slots: one per simultaneous stream
         self.offline = offline  # --offline, where the build knows it
@@ -98,16 +116,21 @@ class LlamaServer:
         self.sandbox, self.trusted, self.gpu = sandbox, trusted, gpu
         # What the server reads besides its binary and model (draft models, LoRAs...).
         self.reads = tuple(reads)
+        # Its output's bound: OUTPUT_BYTES, and more for the ``requests`` it is started for.
+        self.output_bytes = OUTPUT_BYTES + OUTPUT_BYTES_PER_REQUEST * requests
         self.log_offset = 0  # where the running server's output begins in its log
         self._socket_dir: Path | None = None
+        self._socket: HeldSocket | None = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._output: OutputToLog | None = None
         self._pid: int | None = None
 
     def log_text(self) -> str:
-        """What the running server has logged so far (not an earlier start's output)."""
-        with self.log_path.open("rb") as log:
-            log.seek(self.log_offset)
-            return log.read().decode(errors="replace")
+        """What the running server has logged so far (not an earlier start's output), up to
+        START_LOG_BYTES: what it logged while starting, where its memory lines are."""
+        return read_file(self.log_path, START_LOG_BYTES, what="the server's log",
+                         error=BenchmarkError, offset=self.log_offset,
+                         cut=True).decode(errors="replace")
 
     @property
     def socket_path(self) -> Path:
@@ -116,8 +139,11 @@ class LlamaServer:
         return self._socket_dir / SOCKET_NAME
 
     def http_transport(self) -> httpx.HTTPTransport:
-        """An httpx transport to the started server (base URL ``http://localhost``)."""
-        return httpx.HTTPTransport(uds=str(self.socket_path))
+        """An httpx transport to the started server's socket (base URL
+        ``http://localhost``): the socket it made, held since ``start`` (``HeldSocket``),
+        whatever is put at its name later."""
+        assert self._socket is not None, "the server is not started"
+        return httpx.HTTPTransport(uds=self._socket.address)
 
     @property
     def socket_arg(self) -> str:
@@ -169,29 +195,65 @@ class LlamaServer:
         with self.log_path.open("ab") as log:
             self.log_offset = log.tell()
             log.write(("$ " + " ".join(self.argv) + "\n").encode(errors="replace"))
-            log.flush()
-            self._process = self._popen(log)
+        self._process = self._popen()
+        assert self._process.stdout is not None  # piped
+        self._output = OutputToLog(self._process.stdout, self.log_path, self.output_bytes,
+                                   self._kill)
         deadline = time.monotonic() + self.startup_timeout
-        with httpx.Client(transport=self.http_transport(), base_url="http://localhost",
-                          timeout=2.0) as client:
+        with contextlib.ExitStack() as closing:
+            client: httpx.Client | None = None
             while time.monotonic() < deadline:
                 code = self._process.poll()
                 if code is not None:
                     self._process = None
+                    self._output.finish()  # its last lines, into the log
                     raise self._failed(f"llama-server exited with code {code} while starting")
-                try:
-                    if client.get("/health").status_code == 200:
-                        # The server's own process, inside the sandbox's process tree.
-                        self._pid = inner_pid(self._process.pid, self.binary) \
-                            if self.sandboxed else self._process.pid
-                        return
-                except httpx.TransportError:
-                    pass
+                if client is None and self._hold_socket():
+                    client = closing.enter_context(httpx.Client(
+                        transport=self.http_transport(), base_url="http://localhost",
+                        timeout=2.0))
+                if client is not None and _healthy(client):
+                    # The server's own process, inside the sandbox's process tree.
+                    self._pid = inner_pid(self._process.pid, self.binary) \
+                        if self.sandboxed else self._process.pid
+                    return
                 time.sleep(0.1)
         raise self._failed(f"llama-server did not answer /health within "
                            f"{self.startup_timeout:.0f} s", timed_out=True)
 
-    def _popen(self, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    def _hold_socket(self) -> bool:
+        """Hold the server's socket once it made one (``HeldSocket``: the farm connects to
+        that socket only); False while there is none, ``ServerStartError`` for anything but
+        a socket of this worker's user at its name."""
+        assert self._socket_dir is not None
+        try:
+            self._socket = HeldSocket.of(self._socket_dir / SOCKET_NAME,
+                                         what="llama-server's socket", error=ServerStartError)
+        except FileNotFoundError:
+            return False
+        except ServerStartError as exc:
+            raise self._failed(str(exc)) from None
+        return True
+
+    def _kill(self) -> None:
+        """Stop the server at once (its output passed its bound)."""
+        process = self._process
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+
+    @contextlib.contextmanager
+    def output_bounded(self) -> Iterator[None]:
+        """Where a request fails because the server was stopped for its output (``_kill``),
+        the error says so."""
+        try:
+            yield
+        except BenchmarkError as exc:
+            if self._output is None or not self._output.over:
+                raise
+            raise BenchmarkError(self._output.why(self.log_path)) from exc
+
+    def _popen(self) -> subprocess.Popen[bytes]:
         """Start the process; a command line or binary that cannot start is the job's
         fault (``config``), never an exception that leaves a job running."""
         if self.sandboxed and not os.access(self.binary, os.X_OK):
@@ -200,7 +262,7 @@ class LlamaServer:
                                     f"{os.strerror(errno.EACCES)}")
         try:
             return subprocess.Popen(
-                self.command(), stdin=subprocess.DEVNULL, stdout=log,
+                self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, start_new_session=True, env=self.env,
                 # Only a prctl call on an already loaded libc: safe between fork and exec.
                 preexec_fn=_die_with_parent)
@@ -216,6 +278,8 @@ class LlamaServer:
     def _failed(self, message: str, tail: str | None = None, *,
                 timed_out: bool = False) -> ServerStartError:
         """The start failure, its log's failure lines, and where the whole log is."""
+        if self._output is not None and self._output.over:
+            message = self._output.why(self.log_path)
         return server_log.start_error(
             f"{message} (server log: {self.log_path})",
             server_log.tail(self.log_path) if tail is None else tail, timed_out=timed_out)
@@ -239,8 +303,15 @@ class LlamaServer:
                 process.wait()
             except ProcessLookupError:
                 pass
+        if self._output is not None:
+            self._output.finish()
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
         if self._socket_dir is not None:
-            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            # The server wrote there: whatever modes it left, nothing stays behind.
+            with contextlib.suppress(OSError):
+                remove_folder(self._socket_dir)
             self._socket_dir = None
 
     @property

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from farm.errors import (
+    BenchmarkError,
     ServerBadFlag,
     ServerModelUnreadable,
     ServerNoMtpHeads,
@@ -21,6 +22,7 @@ from farm.errors import (
     ServerStartTimeout,
     ServerUnsupportedByBuild,
 )
+from workers.job.runtime.untrusted_files import read_file, read_tail
 
 # Why a start failed, in lower case, most specific first (first match wins): llama.cpp
 # names a speculative or cache type it lacks inside its generic "error while handling
@@ -41,11 +43,20 @@ _START_FAILURES: tuple[tuple[type[ServerStartError], tuple[str, ...]], ...] = (
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 
 
+# What the farm reads of a server's log at once (its writer is bounded too:
+# ``server_output``): the end of a failed start's log, and each new part of a running
+# server's log for its statistics.
+TAIL_BYTES = 64 << 10
+READ_BYTES = 16 << 20
+
+
 def tail(path: Path, lines: int = 30) -> str:
-    """The last ``lines`` lines of a server log ("" when it cannot be read)."""
+    """The last ``lines`` lines of a server log, within its last TAIL_BYTES ("" when it
+    cannot be read)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        text = read_tail(path, TAIL_BYTES, what="the server's log",
+                         error=ServerStartError).decode(errors="replace")
+    except (OSError, ServerStartError):
         return ""
     return "\n".join(text.splitlines()[-lines:])
 
@@ -163,10 +174,12 @@ def spec_methods(log_text: str) -> list[str]:
     return _SPEC_METHOD.findall(log_text)
 
 
-def spec_stats_prints(log_text: str) -> list[dict[str, SpecStats]]:
+def spec_stats_prints(log_text: str, prints: list[dict[str, SpecStats]] | None = None
+                      ) -> list[dict[str, SpecStats]]:
     """Every print of the speculative statistics in a server's log, in order: per method,
-    cumulative since the server started. A print ends where a method comes again."""
-    prints: list[dict[str, SpecStats]] = []
+    cumulative since the server started. A print ends where a method comes again.
+    ``prints`` are those of the log's text before ``log_text``, extended in place."""
+    prints = [] if prints is None else prints
     for match in _SPEC_STATS.finditer(log_text):
         if not prints or match["method"] in prints[-1]:
             prints.append({})
@@ -184,16 +197,31 @@ class SpecStatsLog:
 
     ``start`` is where that server's output begins in the log (a retried block appends to
     the same file). llama.cpp logs from a thread of its own, so a print can land a moment
-    after the response it follows: ``request`` waits up to ``wait`` s for it.
+    after the response it follows: ``request`` waits up to ``wait`` s for it. The log is
+    read once, as it grows: each time its whole lines that came since, READ_BYTES at most
+    (a longer line is no print, and is passed over).
     """
 
     def __init__(self, path: Path, start: int, *, wait: float = 2.0) -> None:
         self.path, self.start, self.wait = path, start, wait
+        self._at = start  # what was read: whole lines up to here
+        self._methods: set[str] = set()
+        self._prints: list[dict[str, SpecStats]] = []
 
-    def _text(self) -> str:
-        with self.path.open("rb") as log:
-            log.seek(self.start)
-            return log.read().decode("utf-8", errors="replace")
+    def _read(self) -> None:
+        """Take in the log's whole lines since the last read."""
+        while True:
+            new = read_file(self.path, READ_BYTES, what="the server's log", offset=self._at,
+                            error=BenchmarkError, cut=True)
+            lines = new[:new.rfind(b"\n") + 1] or (new if len(new) == READ_BYTES else b"")
+            if not lines:
+                return
+            self._at += len(lines)
+            text = lines.decode("utf-8", errors="replace")
+            self._methods.update(spec_methods(text))
+            spec_stats_prints(text, self._prints)
+            if len(new) < READ_BYTES:
+                return
 
     def request(self, index: int, count: int = 1) -> SpecStats | None:
         """The statistics of the server's ``index``-th finished request (0 is the first),
@@ -203,11 +231,10 @@ class SpecStatsLog:
         last = index + count - 1
         deadline = time.monotonic() + self.wait
         while True:
-            text = self._text()
-            methods = set(spec_methods(text))
+            self._read()
+            methods, prints = self._methods, self._prints
             if not methods:
                 return None
-            prints = spec_stats_prints(text)
             if len(prints) > last and set(prints[last]) == methods:
                 break
             if time.monotonic() >= deadline:
