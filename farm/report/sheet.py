@@ -22,7 +22,7 @@ import io
 import os
 import sys
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from farm.report.cells import clean
@@ -70,9 +70,12 @@ class Sheet:
     texts: list[list[str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        # Cells, title and caption may hold a stranger's text (a bundle's GPU name, a
-        # flag): each is cleaned of control characters once, here, for every format.
+        # Cells, headers, title and caption may hold a stranger's text (a bundle's GPU
+        # name, a flag, a campaign's name): each is cleaned of control characters once,
+        # here, for every format.
         object.__setattr__(self, "title", clean(self.title))
+        object.__setattr__(self, "columns", [replace(column, header=clean(column.header))
+                                             for column in self.columns])
         if self.caption is not None:
             object.__setattr__(self, "caption", "\n".join(
                 clean(line) for line in self.caption.split("\n")))

@@ -203,11 +203,11 @@ def test_markdown_has_every_column_numbers_right_aligned_and_pipes_escaped() -> 
 
 def test_a_strangers_control_characters_never_reach_a_table_in_any_format() -> None:
     """ESC sequences (an OSC 8 link, clear screen, a window title), a one-byte CSI (C1) and
-    a bidirectional override in a cell, the title or the caption are removed once, in the
-    Sheet, for the terminal, a pipe and markdown alike."""
+    a bidirectional override in a cell, a header, the title or the caption are removed
+    once, in the Sheet, for the terminal, a pipe and markdown alike."""
     hostile = ("\x1b]8;;https://evil.example/\x07gpu\x1b]8;;\x07\x1b[2J\x1b]0;title\x07"
                "\x9b31m\u202eA\x00")
-    sheet = plain_sheet(f"board {hostile}", ("name", "value"), [(hostile, "1")],
+    sheet = plain_sheet(f"board {hostile}", (f"speedup {hostile}", "value"), [(hostile, "1")],
                         caption=f"first {hostile}\nsecond line")
     assert sheet.title == "board ]8;;https://evil.example/gpu]8;;[2J]0;title31mA"
     assert sheet.caption == ("first ]8;;https://evil.example/gpu]8;;[2J]0;title31mA\n"
