@@ -27,9 +27,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from farm.errors import BenchmarkError, BuildFailed, ServerStartError
-from workers.job.runtime import client
+from farm.errors import BenchmarkError, BuildFailed, ConfigError, ServerStartError
+from workers.job.runtime import client, probe
 from workers.job.runtime.client import ServerClient
+from workers.job.runtime.probe import PROBE_BYTES, probe_binary
 from workers.job.runtime.sandbox import Sandbox
 from workers.job.runtime.server import OUTPUT_BYTES, LlamaServer
 from workers.job.runtime.untrusted_files import copy_file
@@ -144,6 +145,43 @@ def test_an_endless_build_line_stops_the_step_with_the_memory_flat(tmp_path: Pat
     assert len(text) < LINE_BYTES + 4096
     assert re.search(rb"x{%d} \[the farm cut this line here: \d+ more bytes\]\n" % LINE_BYTES,
                      text)
+
+
+# --- what a commit's binary prints when probed -------------------------------------------
+
+
+def _binary(tmp_path: Path, body: str) -> Path:
+    """A commit's "llama-server": a script doing ``body`` whatever its flag."""
+    binary = tmp_path / "llama-server"
+    binary.write_text(f"#!{sys.executable}\n{body}")
+    binary.chmod(0o755)
+    return binary
+
+
+def test_a_probe_of_a_binary_printing_without_end_is_refused_with_the_memory_flat(
+        tmp_path: Path) -> None:
+    binary = _binary(tmp_path, ENDLESS_LINE)
+    error, growth = _refused("probe: --version without end", ConfigError,
+                             lambda: probe_binary(binary, Sandbox("off"), trusted=True))
+    assert str(error) == (f"{binary} --version printed over {PROBE_BYTES} bytes, the farm's "
+                          "bound for a probe: is this a llama-server binary?")
+    assert growth < 16
+
+
+def test_a_probe_that_never_ends_is_stopped_at_its_bound_with_its_daemon(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A binary that forks a child holding the pipes and sleeps: the probe gives up at its
+    time bound (here 2 s) and kills the whole process group."""
+    monkeypatch.setattr(probe, "_PROBE_SECONDS", 2)
+    marker = f"probe-sleeper-{os.getpid()}"
+    binary = _binary(tmp_path, f"import os, time\nos.fork()\ntime.sleep(300)  # {marker}\n")
+    started = time.monotonic()
+    error = _within(30, lambda: probe_binary(binary, Sandbox("off"), trusted=True))
+    assert isinstance(error, ConfigError)
+    assert str(error) == f"{binary} --version did not finish within 2 s"
+    assert time.monotonic() - started < 10
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, check=False)
+    assert left.stdout == b""
 
 
 def test_a_long_build_line_is_cut_and_marked_and_the_build_goes_on(tmp_path: Path) -> None:

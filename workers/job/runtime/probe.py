@@ -7,9 +7,13 @@ cached per (path, size, mtime), so a rebuilt binary is probed again.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import selectors
+import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -84,19 +88,74 @@ class BinaryProbe:
         return option.choices if option else ()
 
 
-def _run(path: str, flag: str, sandbox: Sandbox,
-         trusted: bool) -> subprocess.CompletedProcess[str]:
-    """``path flag`` in the node's sandbox (a probe runs the build's code too)."""
+# What a probe keeps of each stream: b11434's --help is about 40 kB, its --version a few
+# lines. A commit's binary that prints more is not a llama-server (and must not fill the
+# worker's memory within the timeout).
+PROBE_BYTES = 1 << 20
+_PROBE_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class _Probed:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _run(path: str, flag: str, sandbox: Sandbox, trusted: bool) -> _Probed:
+    """``path flag`` in the node's sandbox (a probe runs the build's code too), each stream
+    read to ``PROBE_BYTES`` within ``_PROBE_SECONDS``."""
     env = child_env(None)
+    argv = sandbox.command([path, flag], env, trusted=trusted, read=[Path(path)])
     try:
-        return subprocess.run(sandbox.command([path, flag], env, trusted=trusted,
-                                              read=[Path(path)]),
-                              capture_output=True, text=True, timeout=60, check=False, env=env,
-                              stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot execute llama-server: {exc.strerror}") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise ConfigError(f"{path} {flag} did not finish within 60 s") from exc
+    try:
+        streams = _read_bounded(process, path, flag)
+    finally:
+        _stop(process)
+    return _Probed(process.returncode, *(kept.decode(errors="replace") for kept in streams))
+
+
+def _read_bounded(process: subprocess.Popen[bytes], path: str,
+                  flag: str) -> tuple[bytes, bytes]:
+    """Both streams until they close, each to ``PROBE_BYTES`` and ``_PROBE_SECONDS``."""
+    assert process.stdout is not None and process.stderr is not None
+    out, err = process.stdout.fileno(), process.stderr.fileno()
+    kept = {out: bytearray(), err: bytearray()}
+    deadline = time.monotonic() + _PROBE_SECONDS
+    with selectors.DefaultSelector() as selector:
+        for descriptor in kept:
+            selector.register(descriptor, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ConfigError(f"{path} {flag} did not finish within {_PROBE_SECONDS} s")
+            for key, _ in selector.select(left):
+                piece = os.read(key.fd, 64 << 10)
+                if not piece:
+                    selector.unregister(key.fd)
+                    continue
+                kept[key.fd] += piece
+                if len(kept[key.fd]) > PROBE_BYTES:
+                    raise ConfigError(f"{path} {flag} printed over {PROBE_BYTES} bytes, the "
+                                      "farm's bound for a probe: is this a llama-server "
+                                      "binary?")
+    process.wait(max(deadline - time.monotonic(), 1.0))
+    return bytes(kept[out]), bytes(kept[err])
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """The probe's process group killed if it is still there, and its pipes closed."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
 
 
 def _hint_choices(hint: str) -> tuple[str, ...]:
