@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from farm.matrix.sources import GIT_ENV, git_command
+from farm.settings import load_settings
 from tests.helpers import git, matrix_dict, new_repository, run_cli, write_matrix
+from workers.paths import NodePaths
+from workers.setup.builds import BuildRequest, resolve_source
 
 
 @pytest.mark.parametrize("clone", ["--upload-pack=touch pwned", "-c", "not-a-repository"])
@@ -96,4 +99,17 @@ def test_the_farms_git_runs_no_program_a_repositorys_config_names(tmp_path: Path
                  ["checkout", "-q", good]):
         subprocess.run(git_command("-C", str(clone), *args), env=GIT_ENV, check=True,
                        capture_output=True)
+    assert sorted(path.name for path in ran.iterdir()) == []
+
+
+def test_a_local_build_source_runs_no_program_its_config_names(tmp_path: Path) -> None:
+    """`farm build --source DIR` reads DIR's commit and whether it is dirty with the same
+    config-free git: DIR's fsmonitor (run by a status) and hooks do not run."""
+    clone, _, bad, ran = _hostile_clone(tmp_path)
+    (clone / "CMakeLists.txt").write_text("project(x)\n")
+    git(clone, "add", "CMakeLists.txt")
+    for program in ran.iterdir():
+        program.unlink()
+    tree = resolve_source(BuildRequest(name="local", source=str(clone)), NodePaths.of(load_settings()))
+    assert tree.identity.startswith(f"git:{bad}+dirty:")
     assert sorted(path.name for path in ran.iterdir()) == []

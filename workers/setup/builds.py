@@ -29,7 +29,7 @@ from typing import Literal
 from farm.errors import BuildFailed, BuildUnavailable, ConfigError, RuntimeFarmError
 from farm.matrix.cuda_arch import CudaArch
 from farm.matrix.files import under
-from farm.matrix.sources import check_cmake_option
+from farm.matrix.sources import GIT_ENV, check_cmake_option, git_command
 from farm.words import plural
 from workers.job.resolve import NodeFiles
 from workers.job.runtime.probe import probe_binary
@@ -167,7 +167,9 @@ def download(package: str, version: str, *, sdist: bool, paths: NodePaths) -> Pa
 
 
 def _git(repo: Path, *args: str) -> str:
-    return run_command(["git", "-C", str(repo), *args], capture=True)
+    # Config-free: ``farm build --source DIR`` names a tree whose config anyone may have
+    # written (an fsmonitor runs on status), and the farm's own clones need none.
+    return run_command(git_command("-C", str(repo), *args), env=GIT_ENV, capture=True)
 
 
 def _git_tree(url: str, ref: str, paths: NodePaths) -> SourceTree:
