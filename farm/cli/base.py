@@ -10,6 +10,7 @@ from typing import IO, Any
 import click
 
 from farm.errors import FarmError
+from farm.report.cells import clean_lines
 from farm.unreachable import service_error
 
 
@@ -66,7 +67,8 @@ class FarmGroup(click.Group):
             with _one_prefix():
                 return super().invoke(ctx)
         except FarmError as exc:
-            click.echo(f"error: {exc}", err=True)
+            # A job's error may quote a server's or a build's own lines.
+            click.echo(f"error: {clean_lines(str(exc))}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted: servers stopped, finished runs kept; run the same "

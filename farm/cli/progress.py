@@ -18,6 +18,7 @@ from farm.cli.dry_run import design_totals
 from farm.cli.forecast import JobRuns, RunForecast
 from farm.errors import FarmError
 from farm.matrix.spec import JobSpec
+from farm.report.cells import clean_lines
 from farm.runner import run_range, runs_per_pair
 from farm.stats.design import StopDecision
 from farm.words import plural
@@ -105,7 +106,7 @@ class RunProgress:
         self._flush()
         # Styled as Text: the error is shown as written (a "[...]" in it is no markup).
         self.console.print(Text.assemble((f"job {spec.job_key[:10]} failed:", "red"),
-                                         f" {error}"))
+                                         f" {clean_lines(str(error))}"))
 
     def close(self) -> None:
         """Stop drawing the bar."""

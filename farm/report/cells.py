@@ -30,6 +30,11 @@ def clean(value: str) -> str:
     return _CONTROLS.sub("", value)
 
 
+def clean_lines(value: str) -> str:
+    """``value``'s lines each ``clean``: a message of several lines keeps its line breaks."""
+    return "\n".join(clean(line) for line in value.split("\n"))
+
+
 def missing(value: Any) -> bool:
     """None, NaN or pandas' NA."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from farm.report.cells import clean
+from farm.report.cells import clean, clean_lines
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,8 +77,7 @@ class Sheet:
         object.__setattr__(self, "columns", [replace(column, header=clean(column.header))
                                              for column in self.columns])
         if self.caption is not None:
-            object.__setattr__(self, "caption", "\n".join(
-                clean(line) for line in self.caption.split("\n")))
+            object.__setattr__(self, "caption", clean_lines(self.caption))
         object.__setattr__(self, "texts", [[clean(column.cell(row)) for row in self.rows]
                                            for column in self.columns])
 

@@ -11,9 +11,13 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import text
 
+from farm.cli.base import FarmGroup
+from farm.errors import BenchmarkError
 from farm.report.cells import clean
 from farm.store.db import make_engine, upgrade
 from tests.fixtures.nights import store_nights
@@ -80,3 +84,19 @@ def test_no_control_character_of_the_store_reaches_the_terminal(
     assert not found, (sorted(set(found)), result.output)
     if fmt != "json":
         assert SHOWN in result.stdout, result.stdout
+
+
+def test_a_failed_jobs_error_prints_its_lines_without_their_escapes() -> None:
+    """A job's error may quote a hostile server's or build's own lines: the one ``error:``
+    a command ends with keeps their text and line breaks, not their escapes."""
+    @click.group(cls=FarmGroup)
+    def group() -> None:
+        """A group like ``farm``'s."""
+
+    @group.command()
+    def fail() -> None:
+        raise BenchmarkError(f"llama-server crashed:\n{HOSTILE}\nlast line")
+
+    result = CliRunner().invoke(group, ["fail"])
+    assert result.exit_code == 1
+    assert result.output == f"error: llama-server crashed:\n{SHOWN}\nlast line\n"
