@@ -58,6 +58,10 @@ _ORDER = (
     "warmup_effect", "warmup_low", "warmup_high", "warmup_blocks", "warmup_flag",
     # What the drift test was made against (issue 38), from summary version 8.
     "drift_earlier_jobs",
+    # The server's timings against the client's clock (issue 55, farm.stats.clock), from
+    # summary version 9.
+    "speed_clock", "clock_ratio_baseline", "clock_ratio_variant", "clock_disagreement",
+    "clock_flag",
     # Where and with what it was measured (issue 29), from its runs: the llama-server
     # version line, the host (or how many), GPU name or CPU, the first run's start (UTC).
     "server_version", "hosts", "device", "measured_at")
@@ -251,8 +255,8 @@ JOB_TABLE = (
     TableColumn("state", ("state",), rank=5, places=("text",)),
     TableColumn("baseline tok/s", ("baseline_tok_s",), rank=3, html_rank=1, numeric=True),
     TableColumn("variant tok/s", ("variant_tok_s",), rank=3, html_rank=1, numeric=True),
-    TableColumn("speedup [95% CI]", ("speedup", "ci_low", "ci_high", "speculation"),
-                numeric=True),
+    TableColumn("speedup [95% CI]", ("speedup", "ci_low", "ci_high", "speculation",
+                                     "clock_flag", "speed_clock"), numeric=True),
     TableColumn("aggregate [95% CI]", ("aggregate_speedup", "aggregate_ci_low",
                                        "aggregate_ci_high", "concurrency"),
                 rank=13, places=("text",), numeric=True),
@@ -279,7 +283,8 @@ JOB_TABLE = (
     TableColumn("TPOT p99 ms (base/var)", ("tpot_p99_ms_baseline", "tpot_p99_ms_variant"),
                 rank=16, places=("text",), numeric=True),
     TableColumn("flags", ("speculation", "agreement_suspect", "drift_flag", "failure_class",
-                          "throttled_runs", "spilled_runs", "stop_mismatch", "best_of"),
+                          "throttled_runs", "spilled_runs", "stop_mismatch", "best_of",
+                          "clock_flag", "speed_clock"),
                 places=("text",)),
 )
 

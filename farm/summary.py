@@ -21,19 +21,36 @@ they had one, by the frozen rules written there.
                runs, its interval, the blocks compared and the flag (unknown before)
     version 8  + the machine's earlier jobs the drift test was made against (unknown
                before: those summaries tested drift from the job's own blocks)
+    version 9  + the client's clock as the witness of the server's timings: each arm's
+               ratio of the two decode speeds, how far the server's speedup exceeds the
+               client's, the flag, and whose clock the speeds are from (unknown before:
+               those summaries took every speed from the server)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-SUMMARY_VERSION: Final = 8
+SUMMARY_VERSION: Final = 9
 # What a job measures (farm.matrix.spec.JobSpec.kind), kept in its summary.
 JobKind = Literal["variant", "control", "synthetic", "builds"]
+# Whose clock a job's decode speeds and speedup are from (farm.stats.clock): the server's
+# timings, or the client's stream for a job on a commit's build (its server is its code).
+SpeedClock = Literal["server", "client"]
+
+
+def speed_clock(spec: Mapping[str, Any]) -> SpeedClock:
+    """Whose clock a job's speeds are from, by its stored spec (``JobSpec`` as JSON): the
+    client's where either arm's build is made from a source (a commit: ``BuildRef.source``),
+    the server's for the operator's builds by name."""
+    arms = [spec.get(role) for role in ("baseline", "variant")]
+    builds = [arm.get("build") for arm in arms if isinstance(arm, Mapping)]
+    return "client" if any(isinstance(build, Mapping) and build.get("source")
+                           for build in builds) else "server"
 
 
 def _finite(value: Any) -> Any:
@@ -76,7 +93,7 @@ class RunFacts(_Fields):
 class JobSummary(_Fields):
     """A finished job's statistics (``farm.stats``), its run facts and its kind."""
 
-    version: Literal[8] = SUMMARY_VERSION
+    version: Literal[9] = SUMMARY_VERSION
     kind: JobKind | None = Field(None, description="What the job measures (JobSpec.kind); "
                                  "None in summaries stored before it was kept.")
     speedup: Measure = Field(None, description="Variant over baseline decode tok/s: the "
@@ -132,6 +149,20 @@ class JobSummary(_Fields):
                                       "repeats its first prompt).")
     warmup_flag: bool | None = Field(None, description="The first runs are slower: the "
                                      "whole interval below 0 (farm.stats.warmup).")
+    speed_clock: SpeedClock | None = Field(None, description="Whose clock the decode "
+                                           "speeds and the speedup are from: the server's "
+                                           "timings, or the client's stream (a job on a "
+                                           "commit's build); None before it was kept.")
+    clock_ratio_baseline: Measure = Field(None, description="The baseline's decode tok/s as "
+                                          "its server reported it over the client's clock's "
+                                          "(geometric mean over runs; 1: they agree).")
+    clock_ratio_variant: Measure = Field(None, description="The same for the variant.")
+    clock_disagreement: Measure = Field(None, description="How many times the server's "
+                                        "speedup exceeds the client's: the variant's ratio "
+                                        "over the baseline's.")
+    clock_flag: bool | None = Field(None, description="Server timings disagree with the "
+                                    "client's clock beyond the honest builds' noise "
+                                    "(farm.stats.clock).")
     acceptance_low: Measure = Field(None, description="Acceptance rate's 95% interval, low "
                                     "end (prompts as clusters).")
     acceptance_high: Measure = Field(None, description="Its high end.")
@@ -212,8 +243,13 @@ def _from_v7(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "version": 8}
 
 
+def _from_v8(summary: dict[str, Any]) -> dict[str, Any]:
+    """Version 8 did not hold the server's timings against the client's clock: unknown."""
+    return {**summary, "version": 9}
+
+
 UPGRADES: dict[int, Upgrade] = {1: _from_v1, 2: _from_v2, 3: _from_v3, 4: _from_v4,
-                                5: _from_v5, 6: _from_v6, 7: _from_v7}
+                                5: _from_v5, 6: _from_v6, 7: _from_v7, 8: _from_v8}
 
 
 class SummaryError(ValueError):

@@ -6,6 +6,11 @@ from __future__ import annotations
 # How a stop reason starts when max pairs left an assured job's interval wider than its
 # target (``farm.stats.twostage.stop_decision``); reports show that reason among its flags.
 NOT_REACHABLE = "target not reachable"
+# What reports say of a job whose server's timings the client's clock contradicts
+# (``farm.stats.clock``: the summary's ``clock_flag``), and of one whose speeds are the
+# client's (``speed_clock``: a job on a commit's build).
+CLOCKS_DISAGREE = "server timings disagree with the client's clock"
+CLIENT_CLOCK = "speeds by the client's clock"
 
 
 def plural(count: int, noun: str, many: str | None = None) -> str:

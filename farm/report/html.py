@@ -19,6 +19,7 @@ from farm.columns import table_columns
 from farm.report import cells, plots
 from farm.report.headline import headlines, provenance
 from farm.report.sheet import Sheet
+from farm.words import CLIENT_CLOCK, CLOCKS_DISAGREE
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
@@ -50,6 +51,8 @@ code { font-size: 0.95em; }
          font-weight: 600; margin-left: 0.3em; }
 .badge.suspect { background: #fde2e1; color: #a4161a; }
 .badge.drift { background: #ffedd5; color: #9a3412; }
+.badge.clock { background: #fde2e1; color: #a4161a; }
+.badge.client { background: #e0f2fe; color: #075985; }
 .notes { background: #fffbea; border-left: 4px solid #f0c000; padding: 0.5em 1em; }
 figure { margin: 1em 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
@@ -114,6 +117,16 @@ def _drift_cell(row: Mapping[Any, Any]) -> str:
     return _badge("drift", "drift") if cells.flag(row.get("drift_flag")) else ""
 
 
+def _speedup_cell(row: Mapping[Any, Any]) -> str:
+    """The speedup with its interval; a badge where the server's timings disagree with the
+    client's clock, a note where the speeds are the client's."""
+    notes = [_badge("clock", CLOCKS_DISAGREE)] if cells.flag(row.get("clock_flag")) else []
+    if row.get("speed_clock") == "client":
+        notes.append(_badge("client", CLIENT_CLOCK))
+    return escape(cells.interval(row.get("speedup"), row.get("ci_low"),
+                                 row.get("ci_high"))) + "".join(notes)
+
+
 def _busy_cell(row: Mapping[Any, Any]) -> str:
     return escape("; ".join(cells.block_notes(row)))
 
@@ -132,8 +145,7 @@ JOB_CELLS: dict[str, _Cell] = {
     "varying flags": _flags_cell,
     "baseline tok/s": _number("baseline_tok_s", cells.number),
     "variant tok/s": _number("variant_tok_s", cells.number),
-    "speedup [95% CI]": lambda row: escape(cells.interval(row.get("speedup"), row.get("ci_low"),
-                                                          row.get("ci_high"))),
+    "speedup [95% CI]": _speedup_cell,
     "pairs": _number("pairs", cells.count),
     "stop reason": _plain("stop_reason"),
     "accept": _number("acceptance_rate", cells.percent),

@@ -26,7 +26,7 @@ from farm.columns import (
 )
 from farm.report import cells
 from farm.report.sheet import Column, Row, Sheet, frame_sheet
-from farm.words import NOT_REACHABLE
+from farm.words import CLIENT_CLOCK, CLOCKS_DISAGREE, NOT_REACHABLE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -122,6 +122,7 @@ def _flags(row: Row) -> str:
         flags.append("outputs diverge")
     if cells.flag(row["drift_flag"]):
         flags.append("drift")
+    flags += _clock_flags(row)
     if (stopped := cells.text(row.get("stop_reason"))).startswith(NOT_REACHABLE):
         flags.append(stopped)
     flags += cells.block_notes(row)
@@ -138,6 +139,14 @@ def _flags(row: Row) -> str:
         flags.append(f"best of {int(row['best_of'])}: "
                      f"{cells.bracket(row['best_low'], row['best_high'])} together")
     return ", ".join(flags)
+
+
+def _clock_flags(row: Row) -> list[str]:
+    """Where the server's timings disagree with the client's clock, and where the speeds
+    are the client's (a job on a commit's build)."""
+    return [note for note, holds in ((CLOCKS_DISAGREE, cells.flag(row.get("clock_flag"))),
+                                     (CLIENT_CLOCK, row.get("speed_clock") == "client"))
+            if holds]
 
 
 # Below this share of their decode window together, simultaneous streams were not really

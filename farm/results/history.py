@@ -27,6 +27,7 @@ from farm.errors import ConfigError
 from farm.matrix.flags import varying_text
 from farm.matrix.spec import JobSpec
 from farm.stats.changes import PAIRED_COLUMNS, POINT_COLUMNS, describe, find_changes
+from farm.stats.clock import on_client_clock
 from farm.stats.difference import ratio_p_value
 from farm.stats.history import (
     BASELINE,
@@ -42,9 +43,10 @@ from farm.summary import JobSummary, SummaryError, read_summary
 from farm.versions import parse_version
 
 # What the series read of each run (farm.stats.history.block_values), and the build's.
-_RUN_COLUMNS = ("job_id", "arm", "block", "pair", "decode_tok_s", "generated_tokens", "spec_drafts",
-                "spec_accepted", "spec_accepted_per_pos", "spec_draft_ms", "spec_accept_ms",
-                "build_commit", "server_version", "started_at")
+_RUN_COLUMNS = ("job_id", "arm", "block", "pair", "decode_tok_s", "client_decode_tok_s",
+                "generated_tokens", "spec_drafts", "spec_accepted", "spec_accepted_per_pos",
+                "spec_draft_ms", "spec_accept_ms", "build_commit", "server_version",
+                "started_at")
 BUILD_COLUMNS = ["order", "build", "commit", "build_number", "build_name", "first_run"]
 
 
@@ -131,12 +133,19 @@ def _summary(job: dict[str, Any]) -> JobSummary | None:
         raise ConfigError(f"job {job['id']}: {exc}") from exc
 
 
+def _timed(runs: pd.DataFrame, summary: JobSummary | None) -> pd.DataFrame:
+    """A job's runs with its decode speeds by the clock its summary took them from: the
+    client's for a job on a commit's build (``farm.stats.clock``), else the server's."""
+    return on_client_clock(runs) if summary and summary.speed_clock == "client" else runs
+
+
 def _series(runs: pd.DataFrame, summary: JobSummary | None) -> dict[str, Estimate]:
-    """A job's series: the speedup as its summary keeps it, the others from its runs."""
+    """A job's series: the speedup as its summary keeps it, the others from its runs (on
+    the summary's clock)."""
     if summary is None:
         return job_series(runs, math.nan, math.nan, math.nan)
-    return job_series(runs, _number(summary.speedup), _number(summary.log_se),
-                      _number(summary.df))
+    return job_series(_timed(runs, summary), _number(summary.speedup),
+                      _number(summary.log_se), _number(summary.df))
 
 
 def _number(value: float | None) -> float:
@@ -197,9 +206,10 @@ def finished_job(engine: Engine, job_key: str) -> JobSeries | None:
     if found is None:
         return None
     job = dict(found)
-    runs, spec = _runs(engine, [job["id"]]), _spec(job["spec"])
-    return JobSeries(_series(runs, _summary(job)),
-                     cross_series(runs) if spec is not None and spec.cross_build else {},
+    runs, spec, summary = _runs(engine, [job["id"]]), _spec(job["spec"]), _summary(job)
+    return JobSeries(_series(runs, summary),
+                     cross_series(_timed(runs, summary))
+                     if spec is not None and spec.cross_build else {},
                      job["pairs"] or 0, _seconds(job["started_at"], job["finished_at"]))
 
 

@@ -40,7 +40,15 @@ from farm.matrix.flags import varying_text
 from farm.results.sql import MOVING_STATES, job_report_sql, run_facts_sql
 from farm.stats.intervals import best_of_interval
 from farm.store.campaigns import campaign_id
-from farm.summary import FACTS, STATISTICS, SUMMARY_VERSION, RunFacts, upgraded
+from farm.summary import (
+    FACTS,
+    STATISTICS,
+    SUMMARY_VERSION,
+    RunFacts,
+    SpeedClock,
+    speed_clock,
+    upgraded,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -236,9 +244,10 @@ def job_report(engine: Engine, campaign: str | None) -> pd.DataFrame:
     return report_frame(job_rows(engine, campaign))
 
 
-def run_facts(engine: Engine, job_id: int) -> RunFacts:
-    """The run facts of one job, from its runs (what its summary keeps)."""
-    query = text(run_facts_sql("job.id = :job_id", engine.dialect.name))
+def run_facts(engine: Engine, job_id: int, clock: SpeedClock = "server") -> RunFacts:
+    """The run facts of one job, from its runs (what its summary keeps), its decode speeds
+    by ``clock``."""
+    query = text(run_facts_sql("job.id = :job_id", engine.dialect.name, clock))
     with engine.connect() as connection:
         row = connection.execute(query, {"job_id": job_id}).mappings().one()
     return RunFacts.model_validate({name: row[name] for name in FACTS})
@@ -249,16 +258,28 @@ def run_facts(engine: Engine, job_id: int) -> RunFacts:
 _IDS_PER_QUERY = 10_000
 
 
+_SPECS = text("SELECT id, CAST(spec AS TEXT) FROM job WHERE id IN :ids").bindparams(
+    bindparam("ids", expanding=True))
+
+
 def _run_facts(connection: Connection, dialect: str, job_ids: list[int]) -> dict[int, Row]:
-    """The run facts of ``job_ids`` from their runs, by job id."""
-    query = text(run_facts_sql("job.id IN :ids", dialect)).bindparams(
-        bindparam("ids", expanding=True))
-    # The ids are listed, not selected by a condition, so the planner knows how many jobs
-    # it aggregates: an estimate of one job for thousands turns its joins quadratic.
-    facts: dict[int, Row] = {}
+    """The run facts of ``job_ids`` from their runs, by job id, each job's decode speeds by
+    its clock (``farm.summary.speed_clock``: a commit's build is timed by the client)."""
+    clocks: dict[SpeedClock, list[int]] = {"server": [], "client": []}
     for start in range(0, len(job_ids), _IDS_PER_QUERY):
         batch = {"ids": job_ids[start:start + _IDS_PER_QUERY]}
-        facts |= {row["job_id"]: dict(row) for row in connection.execute(query, batch).mappings()}
+        for job_id, spec in connection.execute(_SPECS, batch):
+            clocks[speed_clock(json.loads(spec or "{}"))].append(job_id)
+    facts: dict[int, Row] = {}
+    for clock, ids in clocks.items():
+        query = text(run_facts_sql("job.id IN :ids", dialect, clock)).bindparams(
+            bindparam("ids", expanding=True))
+        # The ids are listed, not selected by a condition, so the planner knows how many
+        # jobs it aggregates: an estimate of one job for thousands turns its joins quadratic.
+        for start in range(0, len(ids), _IDS_PER_QUERY):
+            batch = {"ids": ids[start:start + _IDS_PER_QUERY]}
+            facts |= {row["job_id"]: dict(row)
+                      for row in connection.execute(query, batch).mappings()}
     return facts
 
 

@@ -21,19 +21,20 @@ if TYPE_CHECKING:
     from farm.stats.design import Design
 
 # What a job's statistics read of each run (farm.stats): its place in the design, the
-# prompt, the measures and the speculative counters; its start, for its order in a block.
+# prompt, the measures (the decode speed by the server's and by the client's clock) and
+# the speculative counters; its start, for its order in a block.
 STATS_COLUMNS = ("job_id", "arm", "block", "pair", "position", "prompt_id", "prompt_category",
-                 "repetition", "decode_tok_s", "generated_tokens", "ttft_ms", "e2e_ms",
-                 "tpot_ms", "spec_drafts", "spec_drafted", "spec_accepted",
-                 "spec_accepted_per_pos", "text", "tokens", "concurrency", "aggregate_tok_s",
-                 "overlap", "prompt_tokens", "prompt_tok_s", "node_other_cores",
-                 "gpu_other_processes", "busy_wait_s", "started_at")
+                 "repetition", "decode_tok_s", "client_decode_tok_s", "generated_tokens",
+                 "ttft_ms", "e2e_ms", "tpot_ms", "spec_drafts", "spec_drafted",
+                 "spec_accepted", "spec_accepted_per_pos", "text", "tokens", "concurrency",
+                 "aggregate_tok_s", "overlap", "prompt_tokens", "prompt_tok_s",
+                 "node_other_cores", "gpu_other_processes", "busy_wait_s", "started_at")
 # The latest earlier jobs of a job's machine and model that its drift test looks through
 # for ``farm.stats.drift.EARLIER_MAX`` alike (the same prompts and repetitions), and what
 # it reads of their runs.
 EARLIER_LOOKED = 64
 DRIFT_COLUMNS = ("job_id", "arm", "block", "position", "prompt_id", "repetition",
-                 "decode_tok_s")
+                 "decode_tok_s", "client_decode_tok_s")
 
 
 def _runs(engine: Engine, columns: Sequence[ColumnElement[Any]],

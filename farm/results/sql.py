@@ -11,10 +11,16 @@ them), so a change here reaches them only through a new migration with new view 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from farm.summary import SpeedClock
+
 
 def median_select(source: str, keys: str, dialect: str = "sqlite") -> str:
     """``SELECT keys, median_tok_s, runs`` of ``source`` grouped by ``keys``: the middle
-    decode tok/s, or the mean of the two middle ones, and the number of runs.
+    decode tok/s, or the mean of the two middle ones, and the number of runs with one (a
+    run has none by the client's clock under two tokens).
 
     The same value on both databases; PostgreSQL's ``percentile_cont`` computes it without
     ranking every row (a 1,000,000-run report in half the time), SQLite has no such
@@ -22,14 +28,14 @@ def median_select(source: str, keys: str, dialect: str = "sqlite") -> str:
     if dialect == "postgresql":
         return f"""SELECT {keys},
        percentile_cont(0.5) WITHIN GROUP (ORDER BY decode_tok_s) AS median_tok_s,
-       COUNT(*) AS runs
+       COUNT(decode_tok_s) AS runs
 FROM {source}
 GROUP BY {keys}"""
     return f"""SELECT {keys}, AVG(decode_tok_s) AS median_tok_s, MAX(n) AS runs
 FROM (SELECT {keys}, decode_tok_s,
              ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY decode_tok_s) AS rn,
              COUNT(*) OVER (PARTITION BY {keys}) AS n
-      FROM {source}) ranked
+      FROM {source} WHERE decode_tok_s IS NOT NULL) ranked
 WHERE rn IN ((n + 1) / 2, (n + 2) / 2)
 GROUP BY {keys}"""
 
@@ -67,18 +73,23 @@ RUN_FACTS = ("baseline_tok_s", "variant_tok_s", "median_speedup", "sd_log_speedu
              "peak_vram_mb_variant", "draft_context_mib")
 
 
-def run_facts_sql(jobs: str, dialect: str) -> str:
+# Each clock's decode speed column of a run (farm.summary.SpeedClock).
+CLOCK_COLUMNS = {"server": "decode_tok_s", "client": "client_decode_tok_s"}
+
+
+def run_facts_sql(jobs: str, dialect: str, clock: SpeedClock = "server") -> str:
     """``job_id`` and the ``RUN_FACTS`` of each job meeting ``jobs`` (a condition on
     ``job``): medians, the geometric-mean speedup of per-prompt medians with its spread,
-    counters and counts."""
+    counters and counts; decode speeds by ``clock`` (a run without the client's has none)."""
+    speed = f"run.{CLOCK_COLUMNS[clock]}"
     # Runs are narrowed first, so a few jobs cost their own runs, not the store's.
     return f"""
 WITH r AS (
-    SELECT run.job_id, run.arm, run.prompt_id, run.decode_tok_s, run.spec_drafted,
+    SELECT run.job_id, run.arm, run.prompt_id, {speed} AS decode_tok_s, run.spec_drafted,
            run.spec_accepted, run.gpu_name, run.model_size, run.throttled,
            run.weights_spilled, run.spec_draft_ms, run.spec_accept_ms, run.rss_mb,
            run.max_vram_used_mb, run.draft_context_mib,
-           CASE WHEN run.spec_draft_ms IS NOT NULL AND run.decode_tok_s > 0
+           CASE WHEN run.spec_draft_ms IS NOT NULL AND {speed} > 0
                 THEN run.generated_tokens - 1 END AS timed_tokens
     FROM run JOIN job ON job.id = run.job_id WHERE {jobs}),
 prompt_med AS ({median_select("r", "job_id, arm, prompt_id", dialect)}),

@@ -9,6 +9,7 @@ import pandas as pd
 from farm.stats.acceptance import acceptance
 from farm.stats.agreement import agreement, stop_mismatches
 from farm.stats.busy import busy_blocks
+from farm.stats.clock import clock_check, on_client_clock
 from farm.stats.design import Design
 from farm.stats.drift import drift
 from farm.stats.frame import valid_runs
@@ -16,7 +17,7 @@ from farm.stats.prompt_speed import prompt_figures
 from farm.stats.speedup import ZERO_SPREAD, job_estimate, pair_log_ratios
 from farm.stats.traffic import latency, stream_figures
 from farm.stats.warmup import warmup
-from farm.summary import JobKind, JobSummary, RunFacts
+from farm.summary import JobKind, JobSummary, RunFacts, SpeedClock
 
 # The latency percentiles a summary keeps, per arm (farm.stats.traffic.latency has more).
 LATENCY_KEPT = ("tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
@@ -24,7 +25,8 @@ LATENCY_KEPT = ("tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
 
 def summarize(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, design: Design | None,
               no_agreement: str | None = None, streams: pd.DataFrame | None = None,
-              earlier: Sequence[pd.DataFrame] = ()) -> JobSummary:
+              earlier: Sequence[pd.DataFrame] = (), clock: SpeedClock = "server"
+              ) -> JobSummary:
     """The job's summary from its runs (the tidy frame of ``farm.results.runs.job_runs``)
     and their ``facts``.
 
@@ -32,8 +34,13 @@ def summarize(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, design: Des
     ``no_agreement`` says why output agreement does not apply to it
     (``farm.stats.agreement``); ``streams`` are its runs' simultaneous streams, if any;
     ``earlier`` the runs of the machine's earlier jobs, latest first, that its drift test
-    may be made against (``farm.results.runs.earlier_runs``).
+    may be made against (``farm.results.runs.earlier_runs``); ``clock`` whose clock the
+    statistics read the decode speeds of (``facts`` come on the same clock): the client's
+    for a job on a commit's build, whose server is its code (``farm.stats.clock``).
     """
+    witness = clock_check(runs)
+    if clock == "client":
+        runs, earlier = on_client_clock(runs), [on_client_clock(job) for job in earlier]
     ratios = pair_log_ratios(runs)
     found = job_estimate(runs, design)
     speedup = found.speedup
@@ -91,6 +98,12 @@ def summarize(runs: pd.DataFrame, facts: RunFacts, *, kind: JobKind, design: Des
         "warmup_high": warmed.high,
         "warmup_blocks": warmed.blocks,
         "warmup_flag": warmed.flag,
+        # The server's decode speeds against the client's clock (farm.stats.clock).
+        "speed_clock": clock,
+        "clock_ratio_baseline": witness.ratio_baseline,
+        "clock_ratio_variant": witness.ratio_variant,
+        "clock_disagreement": witness.disagreement,
+        "clock_flag": witness.flag,
         "acceptance_low": accepted.rate_low,
         "acceptance_high": accepted.rate_high,
         "mean_accepted_length": accepted.mean_accepted_length,

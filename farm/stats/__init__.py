@@ -13,6 +13,7 @@ another package of the farm but ``farm.words`` (a phrase the reports read back).
     agreement      variant outputs against the baseline's, against the baseline's repeats
     drift          the machine's trend over a job's blocks (autocorrelated blocks allowed)
     warmup         a block's first run against its later ones: was the warm-up enough
+    clock          the server's decode speeds against the client's clock: the witness
     difference     a change between two measurements, false discovery rate across many
     history        a job's series on one build (blocks as units), each with its interval
     changes        a history's changes between builds, in words, and the regression gate

@@ -301,10 +301,12 @@ SUMMARY_6 = ("measured_blocks", "busy_blocks", "busy_blocks_baseline", "busy_blo
              "busy_cores", "busy_wait_s")
 
 
-# What version 7 added (the warm-up check) and version 8 (what the drift test was made
-# against); no migration writes them back.
+# What version 7 added (the warm-up check), version 8 (what the drift test was made
+# against) and version 9 (the client's clock as the witness); no migration writes them back.
 SUMMARY_7 = ("warmup_effect", "warmup_low", "warmup_high", "warmup_blocks", "warmup_flag")
 SUMMARY_8 = ("drift_earlier_jobs",)
+SUMMARY_9 = ("speed_clock", "clock_ratio_baseline", "clock_ratio_variant",
+             "clock_disagreement", "clock_flag")
 
 
 def _without(summary: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -314,10 +316,10 @@ def _without(summary: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 def test_a_version_6_summary_reads_and_downgrades_to_version_5(engine: Engine) -> None:
     from farm.summary import JobSummary, RunFacts, read_summary
 
-    # A version 6 summary as that farm stored it: today's less what versions 7 and 8 added.
+    # A version 6 summary as that farm stored it: today's less what versions 7-9 added.
     summary = {**_without(JobSummary(speedup=1.2, busy_blocks=3, measured_blocks=8,
                                      facts=RunFacts(drafted=8)).model_dump(mode="json"),
-                          SUMMARY_7 + SUMMARY_8), "version": 6}
+                          SUMMARY_7 + SUMMARY_8 + SUMMARY_9), "version": 6}
     _upgrade_without_farm(engine, "0017")
     with engine.begin() as connection:
         connection.execute(_campaign.insert().values(id=1, name="v", matrix_path="m.yaml"))
@@ -326,9 +328,10 @@ def test_a_version_6_summary_reads_and_downgrades_to_version_5(engine: Engine) -
             variant_name="v", state="done", attempt=1, varying={}, spec={}, summary=summary))
     [stored] = _summaries(engine)
     typed = read_summary(stored)
-    assert typed is not None and (typed.version, typed.busy_blocks) == (8, 3)
+    assert typed is not None and (typed.version, typed.busy_blocks) == (9, 3)
     assert typed.warmup_flag is None  # version 6 did not check the warm-up
     assert typed.drift_earlier_jobs is None  # nor say what its drift test was made against
+    assert typed.speed_clock is None and typed.clock_flag is None  # nor witness its clocks
     downgrade(engine, "0016")
     [older] = _summaries(engine)
     assert older == {**_without(summary, SUMMARY_6), "version": 5}

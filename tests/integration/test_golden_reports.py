@@ -53,6 +53,9 @@ ADDED_COLUMNS: tuple[str, ...] = (
     "warmup_effect", "warmup_low", "warmup_high", "warmup_blocks", "warmup_flag",
     # What the drift test was made against (issue 38): summary version 8.
     "drift_earlier_jobs",
+    # The server's timings against the client's clock (issue 55): summary version 9.
+    "speed_clock", "clock_ratio_baseline", "clock_ratio_variant", "clock_disagreement",
+    "clock_flag",
     # Where each job was measured (issue 29): provenance in every format.
     "server_version", "hosts", "device", "measured_at",
     # The report's answer on every row (issue 29): its campaign x model x GPU class's.

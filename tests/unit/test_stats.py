@@ -471,13 +471,15 @@ def test_latency_percentiles_per_arm() -> None:
 def test_the_summary_is_typed_versioned_and_json_friendly() -> None:
     summary = summarize(make_runs(constant(10.0, 15.0), pairs=3), RunFacts(drafted=4),
                         kind="variant", design=None)
-    assert summary.version == 8 and summary.facts == RunFacts(drafted=4)
+    assert summary.version == 9 and summary.facts == RunFacts(drafted=4)
     # Identical pairs: a zero spread is flagged, with no interval (never a zero-width one).
     assert summary.speedup == pytest.approx(1.5) and summary.interval_method == ZERO_SPREAD
     assert summary.degenerate is True and summary.ci_low is None and summary.log_se is None
     assert summary.agreement == 1.0 and summary.agreement_suspect is False
     assert summary.drift_flag is False and summary.mean_accepted_length == pytest.approx(3.0)
     assert summary.drift_earlier_jobs == 0  # no earlier jobs given: the job's own blocks
+    # No client speeds in these runs: the clocks are not compared, the server's is used.
+    assert summary.speed_clock == "server" and summary.clock_flag is None
     stored = json.loads(json.dumps(summary.model_dump(mode="json")))
     assert set(stored) == set(JobSummary.model_fields) and stored["order_effect"] is None
     assert JobSummary.model_validate(stored) == summary
