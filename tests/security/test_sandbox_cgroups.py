@@ -1,24 +1,29 @@
 """The sandbox's cgroup bounds (workers/job/runtime/bounds.py, confine.py), for real, in a
 cgroup each test delegates to itself: a fork bomb capped, an allocation past the memory
-bound killed. Skipped where no cgroup can be delegated here."""
+bound killed, a sandboxed server whose process group the worker kills with SIGKILL leaves
+no process behind and its cgroup is removed by the next launcher, and a launcher whose
+worker is gone stops bubblewrap at once. Skipped where no cgroup can be delegated here."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from farm.errors import ServerStartError
 from workers.job.runtime import bounds as bounds_module
 from workers.job.runtime.bounds import Cgroups, SandboxBounds, find_cgroups
 from workers.job.runtime.sandbox import Sandbox, sandbox_status
-from workers.job.runtime.server import child_env
+from workers.job.runtime.server import LlamaServer, child_env
 
 # The system's Python (under /usr, which the sandbox binds): the test's own is in .venv.
 PYTHON = "/usr/bin/python3"
+HOSTILE_SERVER = Path(__file__).with_name("hostile_server.py")
 
 
 @pytest.fixture
@@ -105,3 +110,53 @@ def test_an_allocation_past_the_memory_bound_is_killed(delegated: str) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert "allocated" not in done.stdout
     assert done.returncode in (128 + 9, -9) or "MemoryError" in done.stderr, done
+
+
+
+
+def _leaves(delegated: str) -> list[Path]:
+    cgroups = find_cgroups(delegated)
+    assert isinstance(cgroups, Cgroups)
+    return [leaf for folder in {cgroups.pids, cgroups.memory} if folder is not None
+            for leaf in folder.glob("sandbox-*")]
+
+
+def test_a_sandboxed_server_killed_with_its_group_leaves_nothing_and_its_cgroup_goes_next(
+        delegated: str, tmp_path: Path) -> None:
+    """A server printing without end is stopped by SIGKILL to its process group (the
+    launcher, bubblewrap): everything inside dies with them; the launcher could not remove
+    its cgroup, the next one does."""
+    marker = f"/tmp/decoy-{uuid.uuid4().hex}.sock"  # in every command line of the tree
+    binary = tmp_path / "llama-server"
+    binary.write_text(f'#!/bin/sh\nexec {PYTHON} "{HOSTILE_SERVER}" "$@"\n')
+    binary.chmod(0o755)
+    (tmp_path / "model.gguf").touch()
+    sandbox = Sandbox("on", SandboxBounds(cgroup=delegated))
+    server = LlamaServer(str(binary), str(tmp_path / "model.gguf"),
+                         ["--hostile", "print", "--decoy", marker], tmp_path / "server.log",
+                         sandbox=sandbox, reads=[HOSTILE_SERVER], startup_timeout=30)
+    with pytest.raises(ServerStartError, match="printed over"):
+        server.start()
+    deadline = time.monotonic() + 5
+    while left := [pid for pid in os.listdir("/proc") if pid.isdigit()
+                   and marker.encode() in _cmdline(pid)]:
+        assert time.monotonic() < deadline, f"left behind: {left}"
+        time.sleep(0.05)
+    assert _leaves(delegated) != []  # SIGKILL: its launcher could not remove it
+    env = child_env(None)
+    done = subprocess.run(sandbox.command(["/usr/bin/true"], env, trusted=False), env=env,
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert _leaves(delegated) == []
+
+
+def test_a_launcher_whose_worker_is_gone_stops_bubblewrap_at_once() -> None:
+    """Its worker died before the launcher could ask to die with it (here: it names another
+    process as the worker): bubblewrap is stopped at once, not left running."""
+    env = child_env(None)
+    argv = Sandbox("on").command(["/bin/sleep", "60"], env, trusted=False)
+    parent = argv.index("--parent")
+    argv[parent + 1] = str(os.getppid())
+    started = time.monotonic()
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=30, check=False)
+    assert done.returncode == -15 and time.monotonic() - started < 10, done

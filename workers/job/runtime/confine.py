@@ -7,7 +7,9 @@ exits kills whatever is left there and removes the cgroup.
 
 A signal that ends it (SIGTERM, SIGINT, SIGHUP, the worker's death) ends bubblewrap first,
 and it exits as bubblewrap did. It fails closed: a bound it cannot set is an exit 125 with
-one line saying why, never a process tree run without it.
+one line saying why, never a process tree run without it. Killed itself with SIGKILL (the
+worker stopping a server at once), it cannot remove its cgroup: the next launcher in that
+folder does (``_sweep``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ _PR_SET_PDEATHSIG = 1
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     split = argv.index("--")
     parser = argparse.ArgumentParser(prog="confine")
+    parser.add_argument("--parent", type=int, required=True,
+                        help="the pid of the process that starts this one (the worker)")
     parser.add_argument("--filter", help="the seccomp BPF program, in hex")
     parser.add_argument("--cgroup", action="append", default=[], type=Path,
                         help="a delegated cgroup folder to make this tree's cgroup in")
@@ -41,19 +45,22 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def _sweep(folder: Path) -> None:
-    """Remove cgroups left by launchers that were killed before they could (a cgroup with
-    a process in it cannot be removed, so a live one stays)."""
+    """Remove cgroups left by launchers that were killed before they could: those of a pid
+    that is gone, or is this one's (its cgroup is not made yet: another launcher had the
+    pid before). A live launcher's stays, and a cgroup with a process in it cannot be
+    removed."""
     for child in folder.glob(PREFIX + "*"):
-        pid = child.name.removeprefix(PREFIX)
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        pid = child.name.removeprefix(PREFIX).partition("-")[0]
+        if pid.isdigit() and (int(pid) == os.getpid() or not Path(f"/proc/{pid}").exists()):
             with contextlib.suppress(OSError):
                 child.rmdir()
 
 
 def _make(folder: Path, pids: int | None, memory: int | None) -> Path:
-    """This tree's cgroup in ``folder`` with the bounds its controllers there take."""
+    """This tree's cgroup in ``folder`` with the bounds its controllers there take: named
+    by this pid (``_sweep``) and a random part, which no stale cgroup holds."""
     _sweep(folder)
-    leaf = folder / f"{PREFIX}{os.getpid()}"
+    leaf = folder / f"{PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
     leaf.mkdir()
     bounds = {"pids.max": pids} if pids is not None else {}
     if memory is not None:  # v2 (no swap either), or v1 (memory and swap together)
@@ -127,7 +134,7 @@ def main(argv: list[str]) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, stop)
-    if os.getppid() == 1:  # the worker died before the death signal was asked for
+    if os.getppid() != options.parent:  # the worker died before the death signal was asked
         stop(signal.SIGTERM, None)
     code = child.wait()
     for leaf in leaves:

@@ -185,8 +185,9 @@ def _unavailable() -> str | None:
 
 def _launcher(bounded: list[str]) -> list[str]:
     """What starts bubblewrap: ``confine`` (its own file, the standard library only),
-    handing it the seccomp filter and making the process tree's cgroups (``bounded``)."""
-    return [sys.executable, "-I", "-S", confine.__file__,
+    handing it the seccomp filter and making the process tree's cgroups (``bounded``);
+    started by this process, which it outlives by no more than bubblewrap does."""
+    return [sys.executable, "-I", "-S", confine.__file__, "--parent", str(os.getpid()),
             "--filter", seccomp.refusing_filter().hex(), *bounded, "--"]
 
 
