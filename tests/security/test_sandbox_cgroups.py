@@ -1,8 +1,9 @@
 """The sandbox's cgroup bounds (workers/job/runtime/bounds.py, confine.py), for real, in a
 cgroup each test delegates to itself: a fork bomb capped, an allocation past the memory
-bound killed, a sandboxed server whose process group the worker kills with SIGKILL leaves
-no process behind and its cgroup is removed by the next launcher, and a launcher whose
-worker is gone stops bubblewrap at once. Skipped where no cgroup can be delegated here."""
+bound killed (a build step so killed is the build's failure, not the node's), a sandboxed
+server whose process group the worker kills with SIGKILL leaves no process behind and its
+cgroup is removed by the next launcher, and a launcher whose worker is gone stops
+bubblewrap at once. Skipped where no cgroup can be delegated here."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from farm.errors import ServerStartError
+from farm.errors import BuildFailed, ServerStartError
 from workers.job.runtime import bounds as bounds_module
 from workers.job.runtime.bounds import Cgroups, SandboxBounds, find_cgroups
 from workers.job.runtime.sandbox import Sandbox, sandbox_status
 from workers.job.runtime.server import LlamaServer, child_env
+from workers.setup.steps import compile_step
 
 # The system's Python (under /usr, which the sandbox binds): the test's own is in .venv.
 PYTHON = "/usr/bin/python3"
@@ -119,6 +121,21 @@ def _leaves(delegated: str) -> list[Path]:
     assert isinstance(cgroups, Cgroups)
     return [leaf for folder in {cgroups.pids, cgroups.memory} if folder is not None
             for leaf in folder.glob("sandbox-*")]
+
+
+def test_a_build_step_killed_at_the_memory_bound_is_the_builds_failure(
+        delegated: str, tmp_path: Path) -> None:
+    """The kernel's kill in the sandbox's cgroup, not this node's lack of memory: the build
+    fails (BuildFailed, not handed to another node) with a line naming the bound."""
+    sandbox = Sandbox("on", SandboxBounds(cgroup=delegated, memory=64 << 20))
+    grab = "b = bytearray(256 << 20); b[::4096] = b'x' * len(b[::4096]); print('allocated')"
+    log = tmp_path / "build.log"
+    with pytest.raises(BuildFailed, match=r"^the build was killed at the sandbox's memory "
+                       r"bound \(sandbox: out of memory at its bound: the kernel killed \d+ "
+                       r"of its processes past 64 MiB \(FARM_SANDBOX_MEMORY\)\)"):
+        compile_step([PYTHON, "-c", grab], child_env(None), "the build", log, sandbox=sandbox)
+    assert "\nallocated\n" not in log.read_text()
+    assert _leaves(delegated) == []
 
 
 def test_a_sandboxed_server_killed_with_its_group_leaves_nothing_and_its_cgroup_goes_next(

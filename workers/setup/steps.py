@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from farm.errors import BuildFailed, BuildUnavailable
+from workers.job.runtime import confine
 from workers.job.runtime.sandbox import Sandbox
 from workers.job.runtime.untrusted_files import TooDeep, folder_bytes
 
@@ -70,15 +71,29 @@ def compile_step(argv: list[str], env: dict[str, str], what: str, log: Path, *,
     if watch.stopped:
         raise BuildFailed(f"{what} was stopped: {watch.stopped} (log: {log})")
     if code != 0:
-        text = "\n".join(tail)
-        if "No space left on device" in text:
-            raise BuildUnavailable(f"{what}: no space left on device (log: {log})\n{text}")
-        if code < 0 or code in _KILLED or "Killed signal terminated program" in text:
-            # Out of memory, or stopped from outside: this node's failure, not the code's.
-            raise BuildUnavailable(f"{what} was killed (exit {code}: out of memory on this "
-                                   f"node, or stopped; log: {log})\n{text}")
-        raise BuildFailed(f"{what} failed (exit {code}); its last lines (all in {log}):\n{text}")
+        raise _failure(what, code, list(tail), log)
     say(f"{what}: done, {lines} lines in {log}")
+
+
+def _failure(what: str, code: int, tail: list[str], log: Path) -> BuildFailed | BuildUnavailable:
+    """Why a step that exited ``code`` failed: the build's fault (BuildFailed), or this
+    node's (BuildUnavailable: another node, or later, may build it). The sandbox's launcher
+    (``confine``) says the last word where the failure was its own or its bound's."""
+    text, last = "\n".join(tail), (tail or [""])[-1]
+    if last.startswith(confine.OUT_OF_MEMORY):
+        # Killed in the sandbox's cgroup at its bound: the build asked for more than any
+        # build may, wherever it runs.
+        return BuildFailed(f"{what} was killed at the sandbox's memory bound ({last}); its "
+                           f"last lines (all in {log}):\n{text}")
+    if code == confine.NOT_CONFINED and last.startswith(confine.CANNOT_CONFINE):
+        return BuildUnavailable(f"{what}: {last} (log: {log})")
+    if "No space left on device" in text:
+        return BuildUnavailable(f"{what}: no space left on device (log: {log})\n{text}")
+    if code < 0 or code in _KILLED or "Killed signal terminated program" in text:
+        # Out of memory on this node, or stopped from outside: not the code's failure.
+        return BuildUnavailable(f"{what} was killed (exit {code}: out of memory on this "
+                                f"node, or stopped; log: {log})\n{text}")
+    return BuildFailed(f"{what} failed (exit {code}); its last lines (all in {log}):\n{text}")
 
 
 # A build step's bounds: its time, the most its build folder may hold, and the largest

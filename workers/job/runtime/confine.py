@@ -7,9 +7,11 @@ exits kills whatever is left there and removes the cgroup.
 
 A signal that ends it (SIGTERM, SIGINT, SIGHUP, the worker's death) ends bubblewrap first,
 and it exits as bubblewrap did. It fails closed: a bound it cannot set is an exit 125 with
-one line saying why, never a process tree run without it. Killed itself with SIGKILL (the
-worker stopping a server at once), it cannot remove its cgroup: the next launcher in that
-folder does (``_sweep``).
+one line saying why (``CANNOT_CONFINE``), never a process tree run without it. Where the
+kernel killed a process of the tree at its memory bound, its last line says so
+(``OUT_OF_MEMORY``): the tree's own failure, not the node's. Killed itself with SIGKILL
+(the worker stopping a server at once), it cannot remove its cgroup: the next launcher in
+that folder does (``_sweep``).
 """
 
 from __future__ import annotations
@@ -25,8 +27,12 @@ import time
 from pathlib import Path
 from types import FrameType
 
-# Exit status when the sandbox could not be set up (as `env` and `timeout` use it).
+# Exit status when the sandbox could not be set up (as `env` and `timeout` use it), and
+# the start of the one line that then says why.
 NOT_CONFINED = 125
+CANNOT_CONFINE = "sandbox: cannot start bubblewrap confined"
+# The start of the last line when the kernel killed a process of the tree at its bound.
+OUT_OF_MEMORY = "sandbox: out of memory at its bound"
 PREFIX = "sandbox-"
 _PR_SET_PDEATHSIG = 1
 
@@ -82,6 +88,18 @@ def _enter(leaves: list[Path]) -> None:
         (leaf / "cgroup.procs").write_text(str(os.getpid()))
 
 
+def _oom_kills(leaf: Path) -> int:
+    """How many processes the kernel killed in ``leaf`` at its memory bound (v2's
+    memory.events, v1's memory.oom_control: ``oom_kill N``)."""
+    for name in ("memory.events", "memory.oom_control"):
+        with contextlib.suppress(OSError, ValueError):
+            for line in (leaf / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    return 0
+
+
 def _empty(leaf: Path) -> None:
     """Kill what is left in ``leaf`` (bubblewrap's PID namespace ends with it, so this is
     only a process that left it) and remove it."""
@@ -98,6 +116,17 @@ def _empty(leaf: Path) -> None:
             with contextlib.suppress(OSError):
                 os.kill(int(pid), signal.SIGKILL)
         time.sleep(0.01)
+
+
+def _clean_up(leaves: list[Path], memory: int | None) -> None:
+    """Once bubblewrap exited: say whether the kernel killed a process at the memory bound
+    (``OUT_OF_MEMORY``, the last line), then empty and remove the tree's cgroups."""
+    killed = sum(_oom_kills(leaf) for leaf in leaves)
+    for leaf in leaves:
+        _empty(leaf)
+    if killed and memory is not None:
+        print(f"{OUT_OF_MEMORY}: the kernel killed {killed} of its processes past "
+              f"{memory >> 20} MiB (FARM_SANDBOX_MEMORY)", file=sys.stderr, flush=True)
 
 
 def _filter_fd(program: str) -> int:
@@ -123,7 +152,7 @@ def main(argv: list[str]) -> int:
             leaves.append(_make(folder, options.pids, options.memory))
         child = subprocess.Popen(command, pass_fds=fds, preexec_fn=lambda: _enter(leaves))
     except (OSError, subprocess.SubprocessError) as exc:
-        print(f"sandbox: cannot start bubblewrap confined ({exc})", file=sys.stderr)
+        print(f"{CANNOT_CONFINE} ({exc})", file=sys.stderr)
         for leaf in leaves:
             _empty(leaf)
         return NOT_CONFINED
@@ -137,8 +166,7 @@ def main(argv: list[str]) -> int:
     if os.getppid() != options.parent:  # the worker died before the death signal was asked
         stop(signal.SIGTERM, None)
     code = child.wait()
-    for leaf in leaves:
-        _empty(leaf)
+    _clean_up(leaves, options.memory)
     if code < 0:  # killed: so is this, that the caller sees the same signal
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
