@@ -150,9 +150,11 @@ def test_an_endless_build_line_stops_the_step_with_the_memory_flat(tmp_path: Pat
 # --- what a commit's binary prints when probed -------------------------------------------
 
 
-def _binary(tmp_path: Path, body: str) -> Path:
-    """A commit's "llama-server": a script doing ``body`` whatever its flag."""
-    binary = tmp_path / "llama-server"
+def _binary(tmp_path: Path, body: str, folder: str = "") -> Path:
+    """A commit's "llama-server": a script doing ``body`` whatever its flag (in ``folder``,
+    which its command line names)."""
+    binary = tmp_path / folder / "llama-server"
+    binary.parent.mkdir(exist_ok=True)
     binary.write_text(f"#!{sys.executable}\n{body}")
     binary.chmod(0o755)
     return binary
@@ -168,13 +170,15 @@ def test_a_probe_of_a_binary_printing_without_end_is_refused_with_the_memory_fla
     assert growth < 16
 
 
+@pytest.mark.parametrize("fork", ["os.fork()", "os.fork() and os._exit(0)"])
 def test_a_probe_that_never_ends_is_stopped_at_its_bound_with_its_daemon(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A binary that forks a child holding the pipes and sleeps: the probe gives up at its
-    time bound (here 2 s) and kills the whole process group."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fork: str) -> None:
+    """A binary that forks a child holding the pipes and sleeps, or exits and leaves that
+    child: the probe gives up at its time bound (here 2 s) and kills the whole process
+    group (the marker is in the binary's path: in both processes' command lines)."""
     monkeypatch.setattr(probe, "_PROBE_SECONDS", 2)
     marker = f"probe-sleeper-{os.getpid()}"
-    binary = _binary(tmp_path, f"import os, time\nos.fork()\ntime.sleep(300)  # {marker}\n")
+    binary = _binary(tmp_path, f"import os, time\n{fork}\ntime.sleep(300)\n", marker)
     started = time.monotonic()
     error = _within(30, lambda: probe_binary(binary, Sandbox("off"), trusted=True))
     assert isinstance(error, ConfigError)

@@ -143,16 +143,20 @@ def _read_bounded(process: subprocess.Popen[bytes], path: str,
                     raise ConfigError(f"{path} {flag} printed over {PROBE_BYTES} bytes, the "
                                       "farm's bound for a probe: is this a llama-server "
                                       "binary?")
-    process.wait(max(deadline - time.monotonic(), 1.0))
+    try:  # both streams closed: it exits now, unless it closed them and went on
+        process.wait(max(deadline - time.monotonic(), 1.0))
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"{path} {flag} did not finish within {_PROBE_SECONDS} s") from None
     return bytes(kept[out]), bytes(kept[err])
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """The probe's process group killed if it is still there, and its pipes closed."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    """The probe's process group killed, whatever is left of it (a child holding the pipes
+    after the probe itself exited too), and its pipes closed. The group's id is not
+    reused while a process of it is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
     for stream in (process.stdout, process.stderr):
         if stream is not None:
             stream.close()
