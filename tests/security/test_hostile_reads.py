@@ -33,7 +33,7 @@ from workers.job.runtime.client import ServerClient
 from workers.job.runtime.probe import PROBE_BYTES, probe_binary
 from workers.job.runtime.sandbox import Sandbox
 from workers.job.runtime.server import OUTPUT_BYTES, LlamaServer
-from workers.job.runtime.untrusted_files import copy_file
+from workers.job.runtime.untrusted_files import copy_file, file_below
 from workers.setup.ccache import CCACHE_LOG, CCACHE_LOG_BYTES, ccache_counts
 from workers.setup.steps import CUT_MARK, LINE_BYTES, compile_step
 from workers.setup.steps import OUTPUT_BYTES as STEP_OUTPUT
@@ -123,6 +123,29 @@ def test_a_binary_left_as_a_link_or_fifo_is_not_copied_out(tmp_path: Path, kind:
                                          what="the build's llama-server", error=BuildFailed))
     assert isinstance(error, BuildFailed) and "refused" in str(error)
     assert not (tmp_path / "copy").exists()
+
+
+def test_a_bin_folder_or_binary_that_is_a_link_is_refused_before_it_is_probed(
+        tmp_path: Path) -> None:
+    """What a build leaves at bin/TARGET is copied out (and probed) only as a regular file
+    in a folder of the build's own: a link at bin, or at the binary, is refused by name."""
+    build = tmp_path / "build"
+    build.mkdir()
+    assert file_below(build, "bin/llama-server", what="x", error=BuildFailed) is None
+    (build / "bin").symlink_to(tmp_path)
+    (tmp_path / "llama-server").write_text("the operator's")
+    with pytest.raises(BuildFailed, match=r"^the build's llama-server \(\S+/build/bin\) is a "
+                       "symbolic link, not a folder: refused"):
+        file_below(build, "bin/llama-server", what="the build's llama-server", error=BuildFailed)
+    (build / "bin").unlink()
+    (build / "bin").mkdir()
+    (build / "bin" / "llama-server").symlink_to(tmp_path / "llama-server")
+    with pytest.raises(BuildFailed, match="is a symbolic link, not a regular file: refused"):
+        file_below(build, "bin/llama-server", what="the build's llama-server", error=BuildFailed)
+    (build / "bin" / "llama-server").unlink()
+    (build / "bin" / "llama-server").write_text("built")
+    assert file_below(build, "bin/llama-server", what="x", error=BuildFailed) == \
+        build / "bin" / "llama-server"
 
 
 # --- what a build prints ---------------------------------------------------------------------

@@ -34,7 +34,7 @@ from farm.words import plural
 from workers.job.resolve import NodeFiles
 from workers.job.runtime.probe import probe_binary
 from workers.job.runtime.sandbox import Sandbox
-from workers.job.runtime.untrusted_files import copy_file, remove_folder
+from workers.job.runtime.untrusted_files import copy_file, file_below, remove_folder
 from workers.paths import NodePaths, file_sha256
 from workers.setup.ccache import CCACHE_LOG, build_env, ccache_counts, ccache_dir
 from workers.setup.gitfetch import clear_stale_locks, clone, missing_commit, remote_git
@@ -404,8 +404,8 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
     log.unlink(missing_ok=True)
     step(configure, env, "cmake configure", log)
     step(build_argv(inside, request.targets), env, "the build", log)
-    binaries = [build_dir / "bin" / target for target in request.targets
-                if (build_dir / "bin" / target).is_file()]
+    binaries = [path for target in request.targets if (path := file_below(
+        build_dir, f"bin/{target}", what=f"the build's {target}", error=BuildFailed))]
     hits, misses = ccache_counts(build_dir)
     say(f"ccache: {plural(hits, 'hit')}, {plural(misses, 'miss', 'misses')}")
     probe = probe_binary(build_dir / "bin" / "llama-server", sandbox, trusted=request.trusted)

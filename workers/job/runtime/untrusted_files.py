@@ -124,6 +124,27 @@ def copy_file(source: Path, target: Path, most: int, *, what: str,
     target.chmod(0o755)
 
 
+def file_below(folder: Path, relative: str, *, what: str,
+               error: type[FarmError]) -> Path | None:
+    """``folder / relative`` where it is a regular file reached through folders, none of
+    its parts a link (each checked by ``lstat``); None where nothing is there, ``error``
+    naming anything else. For a folder no process writes any more (a build's, once its
+    sandbox ended), so that what is checked stays so."""
+    path, parts = folder, Path(relative).parts
+    for index, part in enumerate(parts, start=1):
+        path = path / part
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            return None
+        wanted = "a regular file" if index == len(parts) else "a folder"
+        if not (stat.S_ISREG(mode) if index == len(parts) else stat.S_ISDIR(mode)):
+            found = "a file" if stat.S_ISREG(mode) else kind_of(mode)
+            raise error(f"{what} ({path}) is {found}, not {wanted}: refused; the farm copies "
+                        "out only a regular file in the build's own folders")
+    return path
+
+
 class HeldSocket:
     """The UNIX socket a server made in its folder, held by a path descriptor, so that
     ``address`` (``/proc/self/fd/N``) reaches that very socket whatever is put at its name
