@@ -33,7 +33,12 @@ from workers.job.runtime.client import ServerClient
 from workers.job.runtime.probe import PROBE_BYTES, probe_binary
 from workers.job.runtime.sandbox import Sandbox
 from workers.job.runtime.server import OUTPUT_BYTES, LlamaServer
-from workers.job.runtime.untrusted_files import copy_file, file_below
+from workers.job.runtime.untrusted_files import (
+    ENTRY_BYTES,
+    copy_file,
+    file_below,
+    folder_bytes,
+)
 from workers.setup.ccache import CCACHE_LOG, CCACHE_LOG_BYTES, ccache_counts
 from workers.setup.steps import CUT_MARK, LINE_BYTES, compile_step
 from workers.setup.steps import OUTPUT_BYTES as STEP_OUTPUT
@@ -146,6 +151,13 @@ def test_a_bin_folder_or_binary_that_is_a_link_is_refused_before_it_is_probed(
     (build / "bin" / "llama-server").write_text("built")
     assert file_below(build, "bin/llama-server", what="x", error=BuildFailed) == \
         build / "bin" / "llama-server"
+
+
+def test_empty_files_count_towards_the_disk_bound(tmp_path: Path) -> None:
+    """A million empty files fill a disk's inodes: each entry counts a block."""
+    for index in range(1000):
+        (tmp_path / str(index)).touch()
+    assert folder_bytes(tmp_path) >= 1000 * ENTRY_BYTES
 
 
 # --- what a build prints ---------------------------------------------------------------------

@@ -35,6 +35,9 @@ _CHUNK = 1 << 20
 # holds more than this many descriptors at once.
 MAX_DEPTH = 128
 _OWNER_ALL = stat.S_IRWXU
+# The least an entry counts towards a folder's size (``folder_bytes``): a block, as an
+# inode and its name take room that no file size shows.
+ENTRY_BYTES = 4096
 
 
 def kind_of(mode: int) -> str:
@@ -56,7 +59,8 @@ def open_regular(path: Path, *, what: str, error: type[FarmError]) -> int:
     except OSError as exc:
         if exc.errno == errno.ENOENT:
             raise
-        found = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        found = "a symbolic link" if exc.errno == errno.ELOOP else \
+            f"not to be opened ({exc.strerror})"
         raise error(f"{what} ({path}) is {found}: refused; the farm reads only a regular "
                     "file there") from None
     mode = os.fstat(descriptor).st_mode
@@ -90,9 +94,13 @@ def read_file(path: Path, most: int, *, what: str, error: type[FarmError],
     finally:
         os.close(descriptor)
     if len(data) > most and not cut:
-        raise error(f"{what} ({path}) holds more than {most} bytes, the farm's bound for "
-                    "it: refused")
+        raise _over(what, path, most, error)
     return data[:most]
+
+
+def _over(what: str, path: Path, most: int, error: type[FarmError]) -> FarmError:
+    return error(f"{what} ({path}) holds more than {most} bytes, the farm's bound for it: "
+                 "refused")
 
 
 def read_tail(path: Path, most: int, *, what: str, error: type[FarmError]) -> bytes:
@@ -116,8 +124,7 @@ def copy_file(source: Path, target: Path, most: int, *, what: str,
             while chunk := os.read(descriptor, _CHUNK):
                 written += len(chunk)
                 if written > most:
-                    raise error(f"{what} ({source}) holds more than {most} bytes, the farm's "
-                                "bound for it: refused")
+                    raise _over(what, source, most, error)
                 out.write(chunk)
     finally:
         os.close(descriptor)
@@ -189,24 +196,33 @@ class TooDeep(Exception):
 
 def _open_folder(name: str | Path, parent: int | None) -> int:
     """A readable descriptor of the folder ``name`` (relative to the descriptor ``parent``),
-    never through a link; a folder whose mode keeps its owner out is given ``u+rwx`` first,
-    through a path descriptor of that very folder (``/proc/self/fd``), so that no link
-    swapped in meanwhile is followed."""
+    never through a link; a folder whose mode keeps its owner out is given ``u+rwx`` first
+    (``_open_as_owner``)."""
     try:
         descriptor = os.open(name, _DIRECTORY, dir_fd=parent)
     except PermissionError:
-        handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         dir_fd=parent)
-        try:
-            own = f"/proc/self/fd/{handle}"
-            os.chmod(own, stat.S_IMODE(os.fstat(handle).st_mode) | _OWNER_ALL)
-            descriptor = os.open(own, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        finally:
-            os.close(handle)
+        descriptor = _open_as_owner(name, parent)
     mode = os.fstat(descriptor).st_mode
     if mode & _OWNER_ALL != _OWNER_ALL:  # readable, but entries cannot be looked up
         os.fchmod(descriptor, stat.S_IMODE(mode) | _OWNER_ALL)
     return descriptor
+
+
+def _open_as_owner(name: str | Path, parent: int | None) -> int:
+    """The folder ``name``, given ``u+rwx`` first through a path descriptor of that very
+    folder (``/proc/self/fd``), so that no link swapped in meanwhile is followed."""
+    if not hasattr(os, "O_PATH"):  # macOS: no /proc; a mode set on a link is the link's own
+        mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+        os.chmod(name, stat.S_IMODE(mode) | _OWNER_ALL, dir_fd=parent, follow_symlinks=False)
+        return os.open(name, _DIRECTORY, dir_fd=parent)
+    handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=parent)
+    try:
+        own = f"/proc/self/fd/{handle}"
+        os.chmod(own, stat.S_IMODE(os.fstat(handle).st_mode) | _OWNER_ALL)
+        return os.open(own, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    finally:
+        os.close(handle)
 
 
 def _entries(descriptor: int) -> Iterator[tuple[str, os.stat_result]]:
@@ -226,7 +242,8 @@ def _vanished(exc: OSError) -> bool:
 
 def folder_bytes(folder: Path) -> int:
     """What ``folder`` holds on disk: every file's size or allocated blocks, whichever is
-    more (a sparse file counts its size), folders' blocks too; folders of any mode are
+    more (a sparse file counts its size), folders' blocks too, and every entry at least
+    ENTRY_BYTES (its inode: millions of empty files fill a disk too); folders of any mode are
     entered (``u+rwx`` given where needed), links are counted as links, never followed;
     ``TooDeep`` past MAX_DEPTH. 0 when it is no folder."""
     try:
@@ -245,7 +262,7 @@ def _count(descriptor: int, depth: int) -> int:
     total = 0
     for name, status in _entries(descriptor):
         folder = stat.S_ISDIR(status.st_mode)
-        total += max(0 if folder else status.st_size, status.st_blocks * 512)
+        total += max(0 if folder else status.st_size, status.st_blocks * 512, ENTRY_BYTES)
         if not folder:
             continue
         if depth + 1 >= MAX_DEPTH:
