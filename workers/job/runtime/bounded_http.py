@@ -101,7 +101,7 @@ def sse_events(response: httpx.Response, bounds: StreamBounds,
     """The JSON events of a server-sent stream, within ``bounds``."""
     deadline = time.monotonic() + bounds.most_seconds
     read = events = 0
-    pending = b""
+    pending = bytearray()  # the line being read: joined once it ends, not at every chunk
     for chunk in response.iter_raw():
         read += len(chunk)
         past = (f"over {bounds.most_bytes} bytes" if read > bounds.most_bytes else
@@ -109,7 +109,11 @@ def sse_events(response: httpx.Response, bounds: StreamBounds,
         if past:
             raise BenchmarkError(f"{what}: the server streamed {past} for "
                                  f"{plural(bounds.n_predict, 'token')}, the farm's bound: refused")
-        *lines, pending = (pending + chunk).split(b"\n")
+        pending += chunk
+        lines: list[bytes] = []
+        if b"\n" in chunk:
+            *lines, rest = bytes(pending).split(b"\n")
+            pending = bytearray(rest)
         if len(pending) > LINE_BYTES:
             raise BenchmarkError(f"{what}: a line of the server's stream is over {LINE_BYTES} "
                                  "bytes, the farm's bound: refused")
