@@ -36,14 +36,44 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
-    ValidationError,
     model_validator,
 )
 
 import farm
+from farm.board.bounds import (
+    MAX_ARGV,
+    MAX_POSITIONS,
+    MAX_TOKENS,
+    Celsius,
+    Cores,
+    Count,
+    Count64,
+    Int64,
+    Joules,
+    JsonTree,
+    Load,
+    MHz,
+    MiB,
+    Millis,
+    RunText,
+    Seconds,
+    ServerVersion,
+    Share,
+    StatedSummary,
+    Text40,
+    Text50,
+    Text100,
+    Text200,
+    Text255,
+    Text400,
+    Text1000,
+    Text4096,
+    TokPerS,
+    Watts,
+)
 from farm.board.keys import public_bytes, sign
 from farm.errors import ConfigError
-from farm.matrix.schema import ClassName, Name
+from farm.matrix.schema import MAX_CONCURRENCY, ClassName, Name
 from farm.matrix.spec import ArmRole
 from farm.summary import SUMMARY_VERSION
 
@@ -64,16 +94,6 @@ Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 MachineId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 Base64 = Annotated[str, StringConstraints(max_length=200, pattern=r"^[A-Za-z0-9+/]*={0,2}$")]
 DataMember = Literal["jobs.jsonl", "runs.jsonl"]
-Count = Annotated[int, Field(ge=0)]
-
-
-# Strings no longer than the store's column.
-Text40 = Annotated[str, StringConstraints(max_length=40)]
-Text50 = Annotated[str, StringConstraints(max_length=50)]
-Text100 = Annotated[str, StringConstraints(max_length=100)]
-Text200 = Annotated[str, StringConstraints(max_length=200)]
-Text255 = Annotated[str, StringConstraints(max_length=255)]
-Text400 = Annotated[str, StringConstraints(max_length=400)]
 
 
 class _Record(BaseModel):
@@ -133,15 +153,15 @@ class JobRecord(_Record):
     model_name: Text200
     build_name: Text200
     variant_name: Text400
-    varying: dict[str, Any] = Field(description="What differs between the campaign's jobs.")
-    spec: dict[str, Any] = Field(description="The stored JobSpec, paths as roles.")
+    varying: JsonTree = Field(description="What differs between the campaign's jobs.")
+    spec: JsonTree = Field(description="The stored JobSpec, paths as roles.")
     gpu_class: ClassName
     state: Literal["done"] = Field(description="Only finished jobs are shared.")
     pairs: Count = Field(description="Block pairs run.")
-    stop_reason: str | None
+    stop_reason: Text1000 | None
     speculation: Literal["ok", "none", "not-requested"] | None
-    summary: dict[str, Any] = Field(description="The job summary as the contributor's farm "
-                                    "stated it, at the manifest's summary version.")
+    summary: StatedSummary = Field(description="The job summary as the contributor's farm "
+                                   "stated it, at the manifest's summary version.")
     started_at: AwareDatetime | None
     finished_at: AwareDatetime | None
 
@@ -165,72 +185,72 @@ class RunRecord(_Record):
     repetition: Count
     prompt_tokens: Count
     generated_tokens: Count
-    prompt_tok_s: float | None
-    decode_tok_s: float
-    client_decode_tok_s: float | None
-    ttft_ms: float
-    e2e_ms: float
-    tpot_ms: float | None
+    prompt_tok_s: TokPerS | None
+    decode_tok_s: TokPerS
+    client_decode_tok_s: TokPerS | None
+    ttft_ms: Millis
+    e2e_ms: Millis
+    tpot_ms: Millis | None
     draft_n: Count
     draft_accepted: Count
     spec_drafts: Count
     spec_drafted: Count
     spec_accepted: Count
-    spec_accepted_per_pos: list[Count]
+    spec_accepted_per_pos: Annotated[list[Count], Field(max_length=MAX_POSITIONS)]
     spec_draft_calls: Count | None
     spec_accept_calls: Count | None
     spec_gen_drafts: Count | None
     spec_acc_drafts: Count | None
     spec_gen_tokens: Count | None
     spec_acc_tokens: Count | None
-    spec_begin_ms: float | None
-    spec_draft_ms: float | None
-    spec_accept_ms: float | None
-    text: str
-    server_version: str
+    spec_begin_ms: Millis | None
+    spec_draft_ms: Millis | None
+    spec_accept_ms: Millis | None
+    text: RunText
+    server_version: ServerVersion
     build_name: Text200
     build_commit: Text40 | None
-    model_source: str | None
-    model_file: str
-    model_size: Count
+    model_source: Text4096 | None
+    model_file: Text1000
+    model_size: Count64
     model_sha256: Hex64
-    host: Text255
-    argv: list[str]
+    host: Text200
+    argv: Annotated[list[Text4096], Field(max_length=MAX_ARGV)]
     sandboxed: bool | None
     slot_speculative: bool | None
-    tokens: list[int] | None
-    seed: int | None
-    chunk_gap_p50_ms: float | None
-    chunk_gap_max_ms: float | None
+    tokens: Annotated[list[Count], Field(max_length=MAX_TOKENS)] | None
+    seed: Int64 | None
+    chunk_gap_p50_ms: Millis | None
+    chunk_gap_max_ms: Millis | None
     gpu_name: Text200 | None
-    gpu_memory_mb: float | None
+    gpu_memory_mb: MiB | None
     machine_class: Text100 | None
-    rss_mb: float | None
-    cpu_seconds: float | None
-    energy_j: float | None
-    joules_per_token: float | None
-    mean_power_w: float | None
-    max_vram_used_mb: float | None
-    mean_sm_clock_mhz: float | None
-    max_temperature_c: int | None
+    rss_mb: MiB | None
+    cpu_seconds: Seconds | None
+    energy_j: Joules | None
+    joules_per_token: Joules | None
+    mean_power_w: Watts | None
+    max_vram_used_mb: MiB | None
+    mean_sm_clock_mhz: MHz | None
+    max_temperature_c: Celsius | None
     throttled: bool | None
-    throttle_reasons: list[str] | None
+    throttle_reasons: Annotated[list[Text100], Field(max_length=64)] | None
     weights_spilled: bool | None
-    node_other_cores: float | None
+    node_other_cores: Cores | None
     # The busiest other processes (name, pid, cores): only in a bundle made with hosts.
-    node_top: list[tuple[Text100, Count, float]] | None
-    node_load_1m: float | None
+    node_top: Annotated[list[tuple[Text100, Count, Cores]], Field(max_length=64)] | None
+    node_load_1m: Load | None
     cpu_governor: Text100 | None
-    cpu_freq_mhz: float | None
+    cpu_freq_mhz: MHz | None
     gpu_other_processes: Count | None
-    busy_wait_s: float | None
-    kv_mib: float | None
-    draft_context_mib: float | None
-    concurrency: Annotated[int, Field(ge=1)]
-    aggregate_tok_s: float | None
-    overlap: float | None
+    busy_wait_s: Seconds | None
+    kv_mib: MiB | None
+    draft_context_mib: MiB | None
+    concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
+    aggregate_tok_s: TokPerS | None
+    overlap: Share | None
     worker_name: Text255 | None
-    attempt: Annotated[int, Field(ge=1)]
+    attempt: Annotated[int, Field(ge=1, le=1000)]
     started_at: AwareDatetime
 
 
@@ -240,15 +260,6 @@ def run_identity(machine_id: str, job_key: str, arm: str, block: int, prompt_id:
     takes a run once however often its bundle is shared again."""
     parts = (machine_id, job_key, arm, str(block), prompt_id, str(repetition))
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
-def first_error(exc: ValidationError) -> str:
-    """A record's validation error as one line: the first problem, where, and how many
-    others."""
-    errors = exc.errors(include_url=False)
-    where = ".".join(str(part) for part in errors[0]["loc"]) or "the record"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where}: {errors[0]['msg'].lower()}{more}"
 
 
 def encode_lines(records: Iterable[BaseModel]) -> bytes:

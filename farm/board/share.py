@@ -12,7 +12,9 @@ username, local path or secret:
   prints them: ``BUILD:<name>`` for the llama-server binary, ``MODELS_DIR/<file>`` (or
   ``DOWNLOADS_DIR/<file>``) for a file there, ``PATH`` for any other absolute path;
 - a model file is named by its base name; passwords and tokens in URLs and the values of
-  secret flags (``--api-key``, ``--hf-token``) become ``***``.
+  secret flags (``--api-key``, ``--hf-token``) become ``***``;
+- a control character other than a tab or line break in a run's generated text becomes
+  U+FFFD (a bundle holds none: ``farm.board.bounds``).
 
 Summaries are shared in this farm's summary version (``farm.summary.upgraded``), which the
 manifest states.
@@ -35,11 +37,11 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Engine, func, select
 
+from farm.board.bounds import as_prose, first_error
 from farm.board.bundle import (
     DROPPED_RUN_COLUMNS,
     JobRecord,
     RunRecord,
-    first_error,
     run_identity,
     write_bundle,
 )
@@ -173,6 +175,7 @@ def _run_record(values: dict[str, Any], machine_id: str, places: Places, with_ho
         values["node_top"] = [tuple(process) for process in values["node_top"]]
     values["argv"] = anonymous_argv(values["argv"] or [], values["build_name"], places)
     values["model_file"] = posixpath.basename(values["model_file"])
+    values["text"] = as_prose(values["text"])
     if values["model_source"] is not None:
         values["model_source"] = redact_url(values["model_source"])
     values["started_at"] = _utc(values["started_at"])

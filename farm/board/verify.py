@@ -7,15 +7,22 @@ The checks, in order:
 - the file: a regular file of at most ``MAX_BUNDLE_BYTES``, a zip that opens;
 - its members' names: only the bundle's own (``farm.board.bundle.MEMBERS``), each once; a
   name with a folder, a ``..`` or a drive is a path, refused before anything is read;
-- their sizes, as the zip declares them: at most ``MAX_MEMBER_BYTES`` each (the manifest
-  and signature ``MAX_SMALL_BYTES``), and none that inflates more than ``MAX_RATIO`` times
-  (a zip bomb); reading stops at the declared size whatever the stream yields;
+- their sizes, as the zip declares them: at most ``MAX_MEMBER_BYTES`` for the runs,
+  ``MAX_JOBS_BYTES`` for the jobs, ``MAX_SMALL_BYTES`` for the manifest and signature,
+  and none that inflates more than ``MAX_RATIO`` times (a zip bomb); reading stops at the
+  declared size whatever the stream yields;
 - the manifest: JSON of the bundle format, a version this farm reads (a newer one asks for
   an upgrade), job summaries of a version it knows;
 - each data member's sha256 and size against the manifest;
 - the signature, if any, over the manifest's exact bytes;
-- every line a valid record (its line number named), every run of a job of the bundle,
-  every run's identity its own and held once.
+- every line a valid record (its line number named; its types bound every string and
+  number, ``farm.board.bounds``), at most ``MAX_JOBS`` jobs and ``MAX_RUNS`` runs of at
+  most ``MAX_LINE_BYTES`` each, every run of a job of the bundle, every run's identity its
+  own and held once.
+
+The runs are never held together: ``read_bundle`` checks them as a stream, and a taken
+bundle's ``runs`` read them again the same way, every check made again and the member's
+digest held against the manifest at the end (a file changed in between is refused then).
 """
 
 from __future__ import annotations
@@ -32,11 +39,13 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import count
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from farm.board.bounds import first_error
 from farm.board.bundle import (
     DATA_MEMBERS,
     FORMAT,
@@ -51,22 +60,28 @@ from farm.board.bundle import (
     MemberDigest,
     RunRecord,
     Signature,
-    first_error,
     run_identity,
 )
 from farm.board.keys import fingerprint, verify
 from farm.errors import ConfigError
 from farm.summary import SUMMARY_VERSION
 
-# The largest bundle read at all, the largest data member, the largest manifest or
-# signature (a few hundred bytes when honest), and how many times a member may inflate.
+# The largest bundle read at all, the largest runs and jobs members, the largest manifest
+# or signature (a few hundred bytes when honest), and how many times a member may inflate.
 MAX_BUNDLE_BYTES = 1 << 30
 MAX_MEMBER_BYTES = 512 << 20
+MAX_JOBS_BYTES = 64 << 20
 MAX_SMALL_BYTES = 1 << 20
 MAX_RATIO = 100
 # Below this size a member cannot be a bomb, whatever its ratio: an honest small member may
 # compress better than MAX_RATIO (a run file of one repeated line), and is read at no risk.
 RATIO_FLOOR = 1 << 20
+# Records: jobs and runs a bundle may hold (a campaign of 100 jobs of 10 pairs and 20 runs
+# per block is 40,000 runs), and the longest line (a run's text is at most 1,000,000
+# characters, its token ids 65,536).
+MAX_JOBS = 10_000
+MAX_RUNS = 100_000
+MAX_LINE_BYTES = 8 << 20
 # The zip's directory: entries and bytes (a bundle has four members; room for a few more so
 # that duplicates and strangers are named as such), and its end record.
 MAX_ENTRIES = 16
@@ -91,13 +106,33 @@ class BundleError(ConfigError):
 
 
 @dataclass(frozen=True)
+class Runs:
+    """A checked bundle's runs, read from its file each time they are iterated (so that
+    memory stays flat in the bundle's size): every check of ``read_bundle`` made again
+    on each run, and a BundleError, after the last, if the member is not the one the
+    manifest hashed."""
+
+    path: Path
+    manifest: Manifest
+    jobs: frozenset[str]
+    count: int
+
+    def __iter__(self) -> Iterator[RunRecord]:
+        """Each run, checked."""
+        return _runs(self.path, self.manifest, self.jobs)
+
+    def __len__(self) -> int:
+        return self.count
+
+
+@dataclass(frozen=True)
 class Bundle:
     """A checked bundle: its manifest, jobs and runs, the fingerprint of the key that signed
     it (None if unsigned) and the sha256 of the file's bytes."""
 
     manifest: Manifest
     jobs: tuple[JobRecord, ...]
-    runs: tuple[RunRecord, ...]
+    runs: Runs
     signer: str | None
     sha256: str
 
@@ -109,21 +144,21 @@ def read_bundle(path: Path) -> Bundle:
         manifest_bytes = _read(path, archive, infos[MANIFEST])
         manifest = _manifest(path, manifest_bytes)
         _known_members(path, infos)
-        data = {name: _read(path, archive, infos[name]) for name in DATA_MEMBERS}
+        jobs_bytes = _read(path, archive, infos[JOBS])
         signature = _read(path, archive, infos[SIGNATURE]) if SIGNATURE in infos else None
-    for name in DATA_MEMBERS:
-        _check_digest(path, name, data[name], manifest.members[name])
+    _check_digest(path, JOBS, jobs_bytes, manifest.members[JOBS])
     signer = None if signature is None else _signer(path, signature, manifest_bytes)
-    jobs = _records(path, JOBS, data[JOBS], JobRecord)
+    jobs = _records(path, JOBS, jobs_bytes, JobRecord)
     _check_jobs(path, jobs, manifest)
-    runs = _records(path, RUNS, data[RUNS], RunRecord)
-    _check_runs(path, runs, jobs, manifest)
-    return Bundle(manifest, tuple(jobs), tuple(runs), signer, sha256)
+    keys = frozenset(job.job_key for job in jobs)
+    checked = sum(1 for _ in _runs(path, manifest, keys))
+    return Bundle(manifest, tuple(jobs), Runs(path, manifest, keys, checked), signer, sha256)
 
 
 @contextmanager
-def _archive(path: Path) -> Iterator[tuple[zipfile.ZipFile, str]]:
-    """The open zip at ``path`` and the sha256 of its bytes, read through one descriptor."""
+def _archive(path: Path, digest: bool = True) -> Iterator[tuple[zipfile.ZipFile, str]]:
+    """The open zip at ``path`` and the sha256 of its bytes (with ``digest``), read through
+    one descriptor."""
     try:
         # Without blocking: a FIFO given as a bundle is refused, not waited on.
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -140,7 +175,7 @@ def _archive(path: Path) -> Iterator[tuple[zipfile.ZipFile, str]]:
                               f"({MAX_BUNDLE_BYTES})", "share fewer campaigns per bundle")
         _check_directory(path, file, status.st_size)
         file.seek(0)  # the whole file, wherever the directory check left it
-        digest = hashlib.file_digest(file, "sha256").hexdigest()
+        sha256 = hashlib.file_digest(file, "sha256").hexdigest() if digest else ""
         file.seek(0)
         try:
             archive = zipfile.ZipFile(file)
@@ -148,7 +183,7 @@ def _archive(path: Path) -> Iterator[tuple[zipfile.ZipFile, str]]:
             raise BundleError(path, f"not a zip file, or a truncated or damaged one ({exc})",
                               _DAMAGED) from None
         with archive:
-            yield archive, digest
+            yield archive, sha256
 
 
 def _check_directory(path: Path, file: IO[bytes], size: int) -> None:
@@ -204,7 +239,7 @@ def _is_path(name: str) -> bool:
 def _check_size(path: Path, info: zipfile.ZipInfo) -> None:
     """A member's declared size, compression and inflation within bounds."""
     name = info.filename
-    most = MAX_MEMBER_BYTES if name in DATA_MEMBERS else MAX_SMALL_BYTES
+    most = {RUNS: MAX_MEMBER_BYTES, JOBS: MAX_JOBS_BYTES}.get(name, MAX_SMALL_BYTES)
     if info.flag_bits & 0x1:
         raise BundleError(path, f"member {name} is encrypted", _HOSTILE)
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
@@ -319,6 +354,9 @@ def _check_jobs(path: Path, jobs: list[JobRecord], manifest: Manifest) -> None:
     """Jobs of the manifest's campaigns, each once, with summaries of its version."""
     if not jobs:
         raise BundleError(path, "it holds no job", "share a campaign with finished jobs")
+    if len(jobs) > MAX_JOBS:
+        raise BundleError(path, f"{JOBS}: {len(jobs)} jobs, more than a bundle may hold "
+                          f"({MAX_JOBS})", "share fewer campaigns per bundle")
     seen: set[str] = set()
     for number, job in enumerate(jobs, start=1):
         where = f"{JOBS} line {number}"
@@ -334,25 +372,70 @@ def _check_jobs(path: Path, jobs: list[JobRecord], manifest: Manifest) -> None:
                               f"{manifest.summary_version}", _DAMAGED)
 
 
-def _check_runs(path: Path, runs: list[RunRecord], jobs: list[JobRecord],
-                manifest: Manifest) -> None:
-    """Runs of the bundle's jobs, each its own identity once, on the manifest's machine
-    unless the bundle kept hosts."""
-    keys = {job.job_key for job in jobs}
-    seen: set[str] = set()
-    for number, run in enumerate(runs, start=1):
-        where = f"{RUNS} line {number}"
-        if run.job_key not in keys:
-            raise BundleError(path, f"{where}: a run of job {run.job_key[:12]}, which the "
-                              "bundle does not hold", _DAMAGED)
-        identity = run_identity(manifest.machine_id, run.job_key, run.arm, run.block,
-                                run.prompt_id, run.repetition)
-        if run.identity != identity:
-            raise BundleError(path, f"{where}: identity {run.identity[:12]} is not the run's "
-                              f"({identity[:12]})", _DAMAGED)
-        if identity in seen:
-            raise BundleError(path, f"{where}: the same run given twice", _DAMAGED)
-        seen.add(identity)
-        if not manifest.with_host and run.host != manifest.machine_id:
-            raise BundleError(path, f"{where}: host {run.host!r} in a bundle made without "
-                              "hosts", _HOSTILE)
+def _runs(path: Path, manifest: Manifest, jobs: frozenset[str]) -> Iterator[RunRecord]:
+    """Each line of runs.jsonl as a checked run (``_checked_run``), read as a stream from the
+    file at ``path``. The member's digest is held against the manifest once it is read
+    whole: a member changed after it was made is refused as such even where a line of it
+    fails first (the line's problem is named only when the member is the one hashed)."""
+    with _archive(path, digest=False) as (archive, _):
+        info = _checked_infos(path, archive).get(RUNS)
+        if info is None:
+            raise BundleError(path, f"no {RUNS}", _DAMAGED)
+        digest, size, seen = hashlib.sha256(), 0, set[str]()
+        problem: str | None = None
+        try:
+            with archive.open(info) as stream:
+                for number in count(1):
+                    line = stream.readline(MAX_LINE_BYTES + 1)
+                    if not line:
+                        break
+                    digest.update(line)
+                    size += len(line)
+                    if problem is None:
+                        run, problem = _checked_run(number, line, jobs, manifest, seen)
+                        if run is not None:
+                            yield run
+        except (zipfile.BadZipFile, EOFError, OSError, RuntimeError, ValueError,
+                struct.error, zlib.error) as exc:
+            raise BundleError(path, f"member {RUNS} is damaged ({exc})", _DAMAGED) from None
+    expected = manifest.members[RUNS]
+    if size != expected.bytes or digest.hexdigest() != expected.sha256:
+        raise BundleError(path, f"{RUNS} does not match the manifest ({size} bytes, sha256 "
+                          f"{digest.hexdigest()[:12]}; the manifest says {expected.bytes} "
+                          f"bytes, sha256 {expected.sha256[:12]}): it was changed after it "
+                          "was made", _DAMAGED)
+    if problem is not None:
+        # A host in a bundle made without hosts is a forgery; anything else, damage.
+        raise BundleError(path, problem, _HOSTILE if "made without hosts" in problem
+                          else _DAMAGED)
+
+
+def _checked_run(number: int, line: bytes, jobs: frozenset[str], manifest: Manifest,
+                 seen: set[str]) -> tuple[RunRecord, None] | tuple[None, str]:
+    """runs.jsonl's line ``number`` as a run, or what is wrong with it: too many runs, too
+    long a line, an invalid record, a run of a job the bundle lacks, an identity not its
+    own or held twice, a host other than the manifest's machine in a bundle made without
+    hosts."""
+    where = f"{RUNS} line {number}"
+    if number > MAX_RUNS:
+        return None, f"{RUNS}: more than {MAX_RUNS} runs; share fewer campaigns per bundle"
+    if len(line) > MAX_LINE_BYTES:
+        return None, f"{where} is longer than {MAX_LINE_BYTES} bytes"
+    if not line.endswith(b"\n"):
+        return None, f"{RUNS} does not end with a newline"
+    try:
+        run = RunRecord.model_validate_json(line)
+    except ValidationError as exc:
+        return None, f"{where}: {first_error(exc)}"
+    if run.job_key not in jobs:
+        return None, f"{where}: a run of job {run.job_key[:12]}, which the bundle does not hold"
+    identity = run_identity(manifest.machine_id, run.job_key, run.arm, run.block,
+                            run.prompt_id, run.repetition)
+    if run.identity != identity:
+        return None, f"{where}: identity {run.identity[:12]} is not the run's ({identity[:12]})"
+    if identity in seen:
+        return None, f"{where}: the same run given twice"
+    seen.add(identity)
+    if not manifest.with_host and run.host != manifest.machine_id:
+        return None, f"{where}: host {run.host!r} in a bundle made without hosts"
+    return run, None

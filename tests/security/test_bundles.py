@@ -297,7 +297,103 @@ def test_random_damage_is_refused_as_a_bundle_error_or_harmless(
         damaged.write_bytes(bytes(mutated[:rng.choice([len(mutated), rng.randrange(
             len(mutated))])]))
         try:
-            outcomes.add(read_bundle(damaged).runs == read_bundle(good).runs)
+            outcomes.add(list(read_bundle(damaged).runs) == list(read_bundle(good).runs))
         except BundleError as refusal:
             outcomes.add(str(refusal).startswith(f"{damaged}: "))
     assert outcomes == {True}
+
+
+# --- typed, bounded records (farm.board.bounds) ------------------------------------------
+
+OSC8_LINK = "\x1b]8;;https://evil.example/\x1b\\NVIDIA H100\x1b]8;;\x1b\\"
+CLEAR_SCREEN = "\x1b[2J\x1b[H"
+SET_TITLE = "\x1b]0;pwned\x07"
+
+
+@pytest.mark.parametrize(("field", "value", "pattern"), [
+    ("decode_tok_s", 1e300, "decode_tok_s: input should be less than or equal to 1000000"),
+    ("decode_tok_s", 1e-9, "decode_tok_s: value error, a speed of 1e-09 tok/s"),
+    ("decode_tok_s", float("nan"), "decode_tok_s: input should be a finite number"),
+    ("ttft_ms", -5.0, "ttft_ms: input should be greater than or equal to 0"),
+    ("gpu_memory_mb", -1.0, "gpu_memory_mb: input should be greater than or equal to 0"),
+    ("energy_j", -1.0, "energy_j: input should be greater than or equal to 0"),
+    ("prompt_tokens", 2**70, "prompt_tokens: input should be less than or equal to 2147483647"),
+    ("seed", 2**70, "seed: input should be less than or equal to 9223372036854775807"),
+    ("server_version", "version: " + "9" * 400 + " (abc1234)",
+     "server_version: value error, names a build number of more digits than any build has"),
+    ("gpu_name", OSC8_LINK, "gpu_name: value error, holds a control character u+001b at 0"),
+    ("argv", ["BUILD:cpu", "--n-gpu-layers", "99" + CLEAR_SCREEN],
+     "argv.2: value error, holds a control character u+001b at 2"),
+    ("argv", ["BUILD:cpu", SET_TITLE], "argv.1: value error, holds a control character"),
+    ("text", "red \x9b31m text", "text: value error, holds a control character u+009b"),
+    ("prompt_id", "p" * 201, "prompt_id: string should have at most 200 characters"),
+    ("tokens", list(range(70_000)), "tokens: list should have at most 65536 items"),
+])
+def test_a_run_value_out_of_its_bounds_is_refused(good: Path, refused: Any, field: str,
+                                                  value: Any, pattern: str) -> None:
+    crafted = edited(good, RUNS, line_edit(2, lambda run: run.update({field: value})),
+                     rehash=True)
+    refused(crafted, re.escape(f"runs.jsonl line 2: {pattern}"))
+
+
+def _flag(flag: list[Any]) -> Callable[[dict[str, Any]], None]:
+    def change(job: dict[str, Any]) -> None:
+        job["spec"] = {"variant": {"flags": [["spec-type", "ngram-simple"], flag]}}
+    return change
+
+
+def _nested(job: dict[str, Any]) -> None:
+    deep: dict[str, Any] = {}
+    for _ in range(20):
+        deep = {"x": deep}
+    job["varying"] = deep
+
+
+@pytest.mark.parametrize(("change", "pattern"), [
+    (lambda job: job["summary"].update(speedup="fast"),
+     "summary: value error, not a job summary (speedup: input should be a valid number, "
+     "unable to parse string as a number)"),
+    (lambda job: job["summary"].update(speedup=float("inf")),
+     "summary: value error, a number out of range (inf; finite"),
+    (lambda job: job["summary"].update(df=2**70), "summary: value error, a number out of range"),
+    (lambda job: job["summary"].pop("version"),
+     "summary: value error, not a job summary (job summary of version none"),
+    (_flag([SET_TITLE, "1"]), "spec: value error, holds a control character u+001b at 0"),
+    (_flag(["spec-draft-n-max", "4" + CLEAR_SCREEN]),
+     "spec: value error, holds a control character u+001b at 1"),
+    (_flag(["spec-draft-n-max", 2**70]), "spec: value error, a number out of range"),
+    (_nested, "varying: value error, more than 20000 values, or nested deeper than 16"),
+    (lambda job: job.update(stop_reason="s" * 1001),
+     "stop_reason: string should have at most 1000 characters"),
+])
+def test_a_job_value_out_of_its_bounds_is_refused(
+        good: Path, refused: Any, change: Callable[[dict[str, Any]], None],
+        pattern: str) -> None:
+    refused(edited(good, JOBS, line_edit(1, change), rehash=True),
+            re.escape(f"jobs.jsonl line 1: {pattern}"))
+
+
+def test_runs_jobs_and_lines_past_their_caps_are_refused(
+        good: Path, refused: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verify, "MAX_RUNS", 15)  # the sample holds 16
+    refused(good, r"runs.jsonl: more than 15 runs; share fewer campaigns per bundle")
+    monkeypatch.setattr(verify, "MAX_LINE_BYTES", 1000)
+    refused(good, r"runs.jsonl line 1 is longer than 1000 bytes")
+    monkeypatch.setattr(verify, "MAX_JOBS", 1)
+    refused(good, r"jobs.jsonl: 2 jobs, more than a bundle may hold \(1\); share fewer")
+
+
+def test_a_changed_member_is_named_as_changed_even_where_a_line_fails_first(
+        good: Path, refused: Any) -> None:
+    crafted = edited(good, RUNS, line_edit(1, lambda run: run.update(generated_tokens="x")))
+    refused(crafted, "runs.jsonl does not match the manifest .*changed after it was made")
+
+
+def test_runs_changed_on_disk_after_the_check_are_refused_when_read_again(
+        good: Path, tmp_path: Path) -> None:
+    bundle = read_bundle(good)
+    crafted = edited(good, RUNS, line_edit(1, lambda run: run.update(decode_tok_s=999.0)),
+                     rehash=True)
+    crafted.replace(good)  # the file swapped between the check and the board's read
+    with pytest.raises(BundleError, match=r"runs\.jsonl does not match the manifest"):
+        list(bundle.runs)

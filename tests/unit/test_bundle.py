@@ -338,7 +338,7 @@ def test_farm_share_writes_a_signed_bundle_and_its_dry_run_writes_nothing(
 
 def test_farm_share_never_leaves_a_bundle_boards_would_refuse(
         store: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(verify_module, "MAX_MEMBER_BYTES", 100)
+    monkeypatch.setattr(verify_module, "MAX_JOBS_BYTES", 100)
     settings = load_settings(database_url=f"sqlite:///{tmp_path / 'farm.db'}",
                              models_dir=tmp_path / "models")
     output = tmp_path / "me.bundle"
