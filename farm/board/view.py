@@ -1,6 +1,7 @@
 """What ``farm board show`` and ``farm board site`` read of a board's store: one row per
-job on the board (refused jobs left out) with the figures the board computed itself and
-where the job ran, and one row per bundle with who signed it."""
+job on the board (refused jobs, and jobs not recomputed yet, left out) with the figures
+the board computed itself and where the job ran, and one row per bundle with who signed
+it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from farm.matrix.options import long_name
 from farm.matrix.spec import JobSpec
 from farm.stats.history import mean_estimate
 from farm.store.board import BoardBundle, BoardJob, BoardKey, BoardRun
-from farm.store.models import Job, Run
+from farm.store.models import Job, JobState, Run
 from farm.summary import JobSummary, RunFacts, read_summary
 from farm.versions import parse_version
 
@@ -69,7 +70,8 @@ def _runs(engine: Engine) -> dict[int, dict[str, Any]]:
     the GPU and its memory and the build (the baseline's runs), the variant's mean energy
     per token and its decode tok/s per block (the unit of a job's series,
     ``farm.stats.history``)."""
-    on_board = select(BoardJob.job_id).where(BoardJob.refused.is_(None))
+    on_board = (select(BoardJob.job_id).join(Job, Job.id == BoardJob.job_id)
+                .where(BoardJob.refused.is_(None), Job.state == JobState.DONE))
     baseline = (select(Run.job_id, func.min(Run.model_sha256), func.min(Run.gpu_name),
                        func.max(Run.gpu_memory_mb), func.max(Run.server_version),
                        func.min(Run.build_commit))
@@ -132,7 +134,7 @@ def board_jobs(engine: Engine) -> pd.DataFrame:
                     BoardJob.source_key, BoardBundle.sha256)
              .join(BoardJob, BoardJob.job_id == Job.id)
              .join(BoardBundle, BoardBundle.id == BoardJob.bundle_id)
-             .where(BoardJob.refused.is_(None)).order_by(Job.id))
+             .where(BoardJob.refused.is_(None), Job.state == JobState.DONE).order_by(Job.id))
     with engine.connect() as connection:
         jobs = [(dict(row), JobSpec.model_validate(row["spec"]))
                 for row in connection.execute(query).mappings()]

@@ -86,6 +86,7 @@ def board_add(bundles: tuple[Path, ...], board_url: str | None, require_signed: 
     """Check BUNDLES and take their new jobs and runs onto the board, every figure
     recomputed; a bundle that fails any check changes nothing."""
     from farm.board.add import add_bundle
+    from farm.report.cells import clean
 
     console = Console(stderr=True)
     with _board_store(load_settings(), board_url) as engine:
@@ -95,12 +96,13 @@ def board_add(bundles: tuple[Path, ...], board_url: str | None, require_signed: 
                 click.echo(f"{path}: on the board already; nothing added")
                 continue
             click.echo(f"{path}: {added.jobs} new jobs, {added.runs} new runs")
+            # A reason may quote a stranger's spec: shown without control characters.
             for key, why in added.refused:
-                click.echo(f"  refused job {key[:12]}: {why}")
+                click.echo(f"  refused job {key[:12]}: {clean(why)}")
             for line in added.differences:
-                click.echo(f"  differs from its stated summary: {line}")
+                click.echo(f"  differs from its stated summary: {clean(line)}")
             for line in added.notes:
-                console.print(f"  note: {line}", markup=False, soft_wrap=True)
+                console.print(f"  note: {clean(line)}", markup=False, soft_wrap=True)
 
 
 @board.command("show")

@@ -8,16 +8,18 @@ What each frame holds is ``farm.stats.board``'s (``ROW_COLUMNS``, ``BEST_COLUMNS
 recomputes a figure. Two settings, two model files or two GPUs are rows apart already;
 builds are a range column, never a key that averages rows together.
 
-Everything a bundle carries (model names, settings, campaigns) comes from strangers: the
-markdown escapes HTML in it, the site escapes every string.
+Everything a bundle carries (model names, settings, campaigns) comes from strangers: every
+output removes control characters from it (``farm.report.cells.clean``: the text tables
+through their sheets, the markdown and the site through ``escape``), the markdown escapes
+HTML in it, the site escapes every string.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from html import escape
 from typing import TYPE_CHECKING, Any
 
 from farm.report import cells
@@ -284,13 +286,18 @@ def board_text(board: Board, width: int | None) -> str:
     return table_text(board_sheets(board), width)
 
 
-# --- markdown ----------------------------------------------------------------------------
+# --- markdown and HTML -------------------------------------------------------------------
+
+def escape(text: str, quote: bool = True) -> str:
+    """Text that may come from a bundle as HTML text: control characters removed (a page
+    or a README shown in a terminal acts on none), then HTML escaped."""
+    return html.escape(cells.clean(text), quote)
+
 
 def md(text: str) -> str:
-    """Text from a bundle as a markdown table cell: HTML escaped (a README renders inline
-    HTML), pipes and asterisks escaped, one line."""
-    return (escape(text, quote=False).replace("|", "\\|").replace("*", "\\*")
-            .replace("\n", " "))
+    """Text from a bundle as a markdown table cell: control characters removed, HTML
+    escaped (a README renders inline HTML), pipes and asterisks escaped, one line."""
+    return escape(text, quote=False).replace("|", "\\|").replace("*", "\\*")
 
 
 def _md_table(columns: Sequence[Column], rows: Sequence[Row]) -> list[str]:

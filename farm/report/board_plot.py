@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
+
+from farm.report.board import escape
 
 # Okabe-Ito: told apart with the common colour-vision deficiencies; yellow left out (too
 # pale on white).

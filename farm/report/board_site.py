@@ -15,7 +15,6 @@ import hashlib
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from html import escape
 from typing import TYPE_CHECKING, Any
 
 from farm.report import board_plot, cells
@@ -29,6 +28,7 @@ from farm.report.board import (
     decode_cell,
     draft_cell,
     energy_cell,
+    escape,
     gpu_cell,
     machines_cell,
     ordered_best,

@@ -1,7 +1,8 @@
 """Tables of a board (``farm board``, docs/board.md): the bundles it took, the keys it
-knows, and for each job and run a bundle brought, where it came from. The jobs and runs
-themselves are ordinary ``job`` and ``run`` rows of the board's store, so that every
-figure the board shows is the farm's own statistics over them."""
+knows, the key each machine id belongs to, and for each job and run a bundle brought,
+where it came from. The jobs and runs themselves are ordinary ``job`` and ``run`` rows of
+the board's store, so that every figure the board shows is the farm's own statistics over
+them."""
 
 from __future__ import annotations
 
@@ -43,6 +44,18 @@ class BoardBundle(Base):
     campaigns: Mapped[list[Any]] = mapped_column()
     with_host: Mapped[bool] = mapped_column(Boolean)
     added_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
+                                               server_default=func.now())
+
+
+class BoardMachine(Base):
+    """A machine id a key has signed for: the first key that signs a bundle of a machine
+    owns it on this board; no other key and no unsigned bundle may extend it."""
+
+    __tablename__ = "board_machine"
+
+    machine_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    signer: Mapped[str] = mapped_column(String(16))
+    bound_at: Mapped[datetime] = mapped_column(DateTime(timezone=True),
                                                server_default=func.now())
 
 
