@@ -319,6 +319,19 @@ def test_a_failed_compile_step_keeps_its_last_lines_and_a_full_disk_or_a_kill_is
         compile_step([sys.executable, "-c", oom], {}, "the build", log, sandbox=Sandbox("off"))
 
 
+def test_a_build_step_cut_off_by_a_time_limit_is_killed_not_waited_for(tmp_path: Path) -> None:
+    """A time limit (the job's, Celery's) or the worker's shutdown raised while a step runs:
+    its process group is killed at once, not left running with no reader or bound while
+    the worker waits for it."""
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path)]
+    started = time.monotonic()
+    with pytest.raises(SoftTimeLimitExceeded), job_clock(1):
+        compile_step(sleeper, {}, "the build", tmp_path / "build.log", sandbox=Sandbox("off"))
+    assert time.monotonic() - started < 10
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, check=False)
+    assert left.stdout == b""
+
+
 def test_the_jobs_time_limit_starts_when_its_builds_are_made() -> None:
     started = time.monotonic()
     with pytest.raises(SoftTimeLimitExceeded), job_clock(1):

@@ -50,15 +50,15 @@ def compile_step(argv: list[str], env: dict[str, str], what: str, log: Path, *,
         # Not through a link a checkout left at the log's name.
         descriptor = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
                              | os.O_CLOEXEC, 0o644)
-        with os.fdopen(descriptor, "ab") as out, subprocess.Popen(
-                sandbox.command(argv, env, trusted=trusted, read=read, write=write,
-                                placed=placed, moved=moved), env=env,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=_bounded_files) as process:
-            assert process.stdout is not None  # piped above
+        with os.fdopen(descriptor, "ab") as out:
             out.write(("$ " + " ".join(argv) + "\n").encode())
-            with _Watch(process, bound) as watch:
+            with subprocess.Popen(
+                    sandbox.command(argv, env, trusted=trusted, read=read, write=write,
+                                    placed=placed, moved=moved), env=env,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                    preexec_fn=_bounded_files) as process, _Watch(process, bound) as watch:
+                assert process.stdout is not None  # piped above
                 lines = _to_log(StepOutput(process.stdout.fileno()), out, tail,
                                 what if status else None, watch)
         code = process.returncode
@@ -217,6 +217,10 @@ class _Watch:
         self._thread.start()
         return self
 
-    def __exit__(self, *_: object) -> None:
+    def __exit__(self, failed: type[BaseException] | None, *_: object) -> None:
         self._done.set()
         self._thread.join()
+        if failed is not None:
+            # The worker stops reading (a time limit, a full disk, its shutdown): the step
+            # stops too, not left running unbounded with no reader while Popen waits on it.
+            self.stop("the worker stopped reading its output")
