@@ -139,16 +139,20 @@ def file_below(folder: Path, relative: str, *, what: str,
     sandbox ended), so that what is checked stays so."""
     path, parts = folder, Path(relative).parts
     for index, part in enumerate(parts, start=1):
-        path = path / part
+        path, last = path / part, index == len(parts)
         try:
             mode = path.lstat().st_mode
         except FileNotFoundError:
             return None
-        wanted = "a regular file" if index == len(parts) else "a folder"
-        if not (stat.S_ISREG(mode) if index == len(parts) else stat.S_ISDIR(mode)):
-            found = "a file" if stat.S_ISREG(mode) else kind_of(mode)
-            raise error(f"{what} ({path}) is {found}, not {wanted}: refused; the farm copies "
-                        "out only a regular file in the build's own folders")
+        except OSError as exc:  # a folder of mode 000 on the way, for one
+            found = f"not to be looked at ({exc.strerror})"
+        else:
+            if stat.S_ISREG(mode) if last else stat.S_ISDIR(mode):
+                continue
+            found = f"{'a file' if stat.S_ISREG(mode) else kind_of(mode)}, not " \
+                    f"{'a regular file' if last else 'a folder'}"
+        raise error(f"{what} ({path}) is {found}: refused; the farm copies out only a "
+                    "regular file in the build's own folders")
     return path
 
 
