@@ -170,14 +170,21 @@ class HeldSocket:
         """The socket at ``path``, if it is one this process's user owns (``error`` for
         anything else there); ``FileNotFoundError`` while there is nothing."""
         descriptor = None
-        if hasattr(os, "O_PATH"):
-            descriptor = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-            status = os.fstat(descriptor)
+        try:
+            if hasattr(os, "O_PATH"):
+                descriptor = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+                status = os.fstat(descriptor)
+            else:
+                status = os.lstat(path)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:  # the server took its folder's modes away, for one
+            refused = f"cannot be reached ({exc.strerror})"
         else:
-            status = os.lstat(path)
-        refused = (f"is {kind_of(status.st_mode)}" if not stat.S_ISSOCK(status.st_mode) else
-                   f"is a socket of user {status.st_uid}, not this worker's ({os.geteuid()})"
-                   if status.st_uid != os.geteuid() else "")
+            refused = (
+                f"is {kind_of(status.st_mode)}" if not stat.S_ISSOCK(status.st_mode) else
+                f"is a socket of user {status.st_uid}, not this worker's ({os.geteuid()})"
+                if status.st_uid != os.geteuid() else "")
         if refused:
             if descriptor is not None:
                 os.close(descriptor)
