@@ -110,6 +110,7 @@ def test_a_local_build_source_runs_no_program_its_config_names(tmp_path: Path) -
     git(clone, "add", "CMakeLists.txt")
     for program in ran.iterdir():
         program.unlink()
-    tree = resolve_source(BuildRequest(name="local", source=str(clone)), NodePaths.of(load_settings()))
+    request = BuildRequest(name="local", source=str(clone))
+    tree = resolve_source(request, NodePaths.of(load_settings()))
     assert tree.identity.startswith(f"git:{bad}+dirty:")
     assert sorted(path.name for path in ran.iterdir()) == []
