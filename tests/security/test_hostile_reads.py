@@ -429,6 +429,7 @@ def test_a_server_printing_without_end_is_stopped_at_its_bound(
     assert str(error).startswith(f"llama-server printed over {OUTPUT_BYTES} bytes, the "
                                  "farm's bound for this server's output, and was stopped "
                                  f"(server log: {tmp_path / 'server.log'})")
+    assert str(error).count("server log:") == 1
     assert growth < 16
     assert OUTPUT_BYTES < (tmp_path / "server.log").stat().st_size < OUTPUT_BYTES + 4096
 

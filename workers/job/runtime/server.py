@@ -251,7 +251,7 @@ class LlamaServer:
         except BenchmarkError as exc:
             if self._output is None or not self._output.over:
                 raise
-            raise BenchmarkError(self._output.why(self.log_path)) from exc
+            raise BenchmarkError(self._output.why()) from exc
 
     def _popen(self) -> subprocess.Popen[bytes]:
         """Start the process; a command line or binary that cannot start is the job's
@@ -279,10 +279,12 @@ class LlamaServer:
                 timed_out: bool = False) -> ServerStartError:
         """The start failure, its log's failure lines, and where the whole log is."""
         if self._output is not None and self._output.over:
-            message = self._output.why(self.log_path)
+            message = self._output.why()  # it names the log
+        else:
+            message = f"{message} (server log: {self.log_path})"
         return server_log.start_error(
-            f"{message} (server log: {self.log_path})",
-            server_log.tail(self.log_path) if tail is None else tail, timed_out=timed_out)
+            message, server_log.tail(self.log_path) if tail is None else tail,
+            timed_out=timed_out)
 
     def stop(self, grace: float = 10.0) -> None:
         """Terminate the server, then kill its process group if it lingers; its socket's

@@ -33,10 +33,10 @@ class OutputToLog:
         self._thread = threading.Thread(target=self._copy, name="server-output", daemon=True)
         self._thread.start()
 
-    def why(self, log: Path) -> str:
+    def why(self) -> str:
         """What a job's error says when the server was stopped for its output."""
         return (f"llama-server printed over {self._most} bytes, the farm's bound for this "
-                f"server's output, and was stopped (server log: {log})")
+                f"server's output, and was stopped (server log: {self._log})")
 
     def _copy(self) -> None:
         source, written = self._pipe.fileno(), 0
