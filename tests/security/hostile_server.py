@@ -57,7 +57,8 @@ ANSWERS: dict[str, Callable[[http.server.BaseHTTPRequestHandler], None]] = {
     "slow stream": lambda h: _write_forever(h, 200, EVENT, every=0.1),
     "endless error body": lambda h: _write_forever(h, 500, b"E" * MIB),
     "huge slots": lambda h: _write_forever(h, 200, b"[" + b" " * MIB),
-    "deep slots": lambda h: _answer(h, b"[" * 100_000 + b"]" * 100_000),
+    "deep slots": lambda h: _answer(h, b"[" * 50_000 + b"]" * 50_000),
+    "many containers": lambda h: _answer(h, b"[" + b"[]," * (10 << 20) + b"[]]"),
     "infinite speed": lambda h: _answer(h, EVENT + b'data: {"timings": {"predicted_n": 8, '
                                            b'"predicted_per_second": Infinity}}\n\n'),
 }

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from farm.errors import BenchmarkError, BuildFailed, ConfigError, ServerStartError
-from workers.job.runtime import client, probe
+from workers.job.runtime import bounded_http, client, probe
 from workers.job.runtime.client import ServerClient
 from workers.job.runtime.probe import PROBE_BYTES, probe_binary
 from workers.job.runtime.sandbox import Sandbox
@@ -358,6 +358,9 @@ def _generate(made: ServerClient, n_predict: int = 8) -> object:
     ("deep slots", ServerClient.slot_contexts,
      "/slots: the server answered something of another shape than llama-server's "
      "(RecursionError", 16),
+    ("many containers", ServerClient.slot_contexts,
+     f"/slots: the server's answer holds over {bounded_http.JSON_CONTAINERS} arrays or "
+     "objects, the farm's bound for it: refused", 100),
     ("infinite speed", _generate,
      "POST /completion's timings: the server answered something of another shape than "
      "llama-server's (ValueError: predicted_per_second is 'inf', not a speed)", 4),

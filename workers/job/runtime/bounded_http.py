@@ -33,6 +33,10 @@ LINE_BYTES = 1 << 20  # one line of a stream
 STREAM_BYTES_PER_TOKEN, STREAM_BYTES = 4096, 1 << 20  # a stream: per token asked, and more
 EVENTS_PER_TOKEN, EVENTS = 2, 64  # a stream's events: per token asked, and more
 SECONDS_PER_TOKEN = 1.0  # a stream's time, beyond the request timeout
+# Arrays and objects a JSON answer may hold: an honest one holds tens (a slot each, a
+# tokenize answer two). Counted before parsing, since each costs the worker about 60
+# bytes of memory for its 2 bytes of answer (32 MiB of "[]," would be about 700 MiB).
+JSON_CONTAINERS = 100_000
 # The most a count may be (a 64-bit counter).
 MAX_COUNT = 2**63 - 1
 
@@ -64,11 +68,16 @@ def read_body(response: httpx.Response, most: int, what: str, *, deadline: float
         if time.monotonic() > deadline:
             raise BenchmarkError(f"{what}: the server's answer took longer than the farm "
                                  "waits for it: refused")
-    return bytes(body[:most])
+    del body[most:]  # in place: a slice and then bytes of it would copy the body twice
+    return bytes(body)
 
 
 def parse_json(body: bytes, what: str) -> Any:
-    """``body`` as JSON (``shaped``: BenchmarkError naming ``what`` if it is not)."""
+    """``body`` as JSON (``shaped``: BenchmarkError naming ``what`` if it is not), of at
+    most ``JSON_CONTAINERS`` arrays and objects (a bracket in a string counts too)."""
+    if body.count(b"[") + body.count(b"{") > JSON_CONTAINERS:
+        raise BenchmarkError(f"{what}: the server's answer holds over {JSON_CONTAINERS} "
+                             "arrays or objects, the farm's bound for it: refused")
     with shaped(what):
         return json.loads(body)
 
