@@ -7,7 +7,9 @@ a peer file), no server."""
 
 from __future__ import annotations
 
+import io
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from sqlalchemy import text
 from farm.cli.base import FarmGroup
 from farm.errors import BenchmarkError
 from farm.report.cells import clean
+from farm.report.output import emit
 from farm.store.db import make_engine, upgrade
 from tests.fixtures.nights import store_nights
 from tests.helpers import run_cli
@@ -100,3 +103,19 @@ def test_a_failed_jobs_error_prints_its_lines_without_their_escapes() -> None:
     result = CliRunner().invoke(group, ["fail"])
     assert result.exit_code == 1
     assert result.output == f"error: llama-server crashed:\n{SHOWN}\nlast line\n"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "pipe"])
+def test_a_data_format_on_a_terminal_loses_a_strangers_escapes(
+        monkeypatch: pytest.MonkeyPatch, terminal: bool) -> None:
+    """CSV or markdown printed to a terminal (``farm report --format csv``) is cleaned like
+    a table; in a pipe it stays the data as stored."""
+    stdout = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stdout", stdout)
+    emit(f"gpu,speedup\n{HOSTILE},1.2\n", None)
+    assert stdout.getvalue() == f"gpu,speedup\n{SHOWN if terminal else HOSTILE},1.2\n"
