@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, and_, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, Engine, and_, case, exists, func, or_, select, update
+from sqlalchemy.orm import Session, aliased
 
-from farm.store.models import Job, JobState
+from farm.store.models import Job, JobState, Worker
 
 CLAIMABLE = (JobState.QUEUED, JobState.LOST)
 
@@ -182,17 +182,46 @@ class Reaped:
     failed: bool
 
 
-def reap_expired(engine: Engine) -> list[Reaped]:
+# A worker whose heartbeat is this many beats overdue, while another worker of its host beat
+# within one, is gone (docs/deployment.md, "Visibility timeout and leases").
+GONE_AFTER_BEATS = 2
+
+
+def _owner_gone(beat: float) -> ColumnElement[bool]:
+    """SQL condition: the job's lease owner missed ``GONE_AFTER_BEATS`` heartbeats of
+    ``beat`` seconds (or said it stopped) while another worker of its host beat within
+    one. The host reaches the database, so the owner's silence is its process gone, not
+    its network: its job need not wait out the lease."""
+    owner, sibling = aliased(Worker), aliased(Worker)
+    sibling_beats = exists().where(
+        sibling.host == owner.host, sibling.name != owner.name, sibling.stopped_at.is_(None),
+        sibling.heartbeat_at > func.now() - timedelta(seconds=beat))
+    return exists().where(
+        owner.name == Job.lease_owner, sibling_beats,
+        or_(owner.stopped_at.is_not(None),
+            owner.heartbeat_at < func.now() - timedelta(seconds=GONE_AFTER_BEATS * beat)))
+
+
+def reap_expired(engine: Engine, beat: float | None = None) -> list[Reaped]:
     """Mark running jobs whose lease expired as lost (to be posted by the reconciliation,
     in the same transaction: marking and posting cannot diverge), or failed past their
-    attempts."""
+    attempts. With ``beat`` (the heartbeat interval, seconds), also the jobs of owners
+    known to be gone (``_owner_gone``), before their leases expire: the new attempt's claim
+    makes every write of the old one fail, as an expiry does."""
+    expired = Job.lease_expires_at < func.now()
+    owner = func.coalesce(Job.lease_owner, "?")
+    why: ColumnElement[str] = ("lease of " + owner
+                               + " expired: the worker stopped heartbeating")
+    taken = expired
+    if beat:
+        taken = or_(expired, _owner_gone(beat))
+        why = case((expired, why), else_=owner + " stopped heartbeating while its host's "
+                   "other workers beat: its job taken before its lease expired")
     with Session(engine) as session, session.begin():
         rows = session.execute(
             update(Job)
-            .where(Job.state == JobState.RUNNING, Job.lease_expires_at < func.now())
-            .values(state=JobState.LOST, posted_at=None,
-                    error="lease of " + func.coalesce(Job.lease_owner, "?")
-                    + " expired: the worker stopped heartbeating")
+            .where(Job.state == JobState.RUNNING, taken)
+            .values(state=JobState.LOST, posted_at=None, error=why)
             .returning(Job.id, Job.gpu_class, Job.attempt, Job.max_attempts)).all()
         reaped = []
         for job_id, gpu_class, attempt, max_attempts in rows:

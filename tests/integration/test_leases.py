@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
-from farm.store import leases
-from farm.store.models import Campaign, Job, Run
+from farm.store import leases, registry
+from farm.store.models import Campaign, Job, Run, Worker
 
 
 @pytest.fixture
@@ -111,3 +111,52 @@ def test_a_deferred_job_waits_uncounted_and_unrefused_until_its_waits_run_out(
     _expire(engine, job_id)
     leases.reap_expired(engine)
     assert leases.defer(engine, lease, "late", (30, 60)) is None
+
+
+def _worker(engine: Engine, name: str, host: str, silent: float) -> None:
+    """A registered worker on ``host`` whose last heartbeat was ``silent`` seconds ago."""
+    registry.register(engine, name, {"host": host, "gpu_class": "cpu", "devices": [],
+                                     "gpus": [], "builds": {}, "models": [], "pid": 1})
+    with Session(engine) as session, session.begin():
+        session.execute(update(Worker).where(Worker.name == name).values(
+            heartbeat_at=func.now() - timedelta(seconds=silent)))
+
+
+# The heartbeat interval: the owner is gone after two missed beats (20 s of silence) while
+# another worker of its host beat within one (10 s).
+BEAT = 10.0
+
+
+@pytest.mark.parametrize(("owner_silent", "sibling", "taken"), [
+    (25, ("h", 5), True),     # two beats missed, the host's other worker beats: gone
+    (15, ("h", 5), False),    # one beat missed: a slow beat, not a dead process
+    (25, ("h", 15), False),   # the host's other worker is silent too: its network, maybe
+    (25, ("h2", 5), False),   # only a worker of another host beats: the owner's host unknown
+    (25, None, False),        # alone on its host: wait out the lease
+])
+def test_a_job_is_taken_early_only_from_an_owner_whose_host_still_beats(
+        engine: Engine, owner_silent: float, sibling: tuple[str, float] | None,
+        taken: bool) -> None:
+    job_id = _job(engine)
+    _worker(engine, "a", "h", owner_silent)
+    if sibling is not None:
+        _worker(engine, "b", *sibling)
+    old = leases.claim(engine, job_id, "a", 300)
+    assert old is not None
+    assert leases.reap_expired(engine) == [], "without the interval only the lease counts"
+    reaped = leases.reap_expired(engine, BEAT)
+    assert reaped == ([leases.Reaped(job_id, "cpu", failed=False)] if taken else [])
+    with Session(engine) as session:
+        job = session.get_one(Job, job_id)
+        assert job.state == ("lost" if taken else "running")
+        if taken:
+            assert job.error == ("a stopped heartbeating while its host's other workers "
+                                 "beat: its job taken before its lease expired")
+    if taken:  # the same guarantee as an expiry: the old attempt writes nothing
+        new = leases.claim(engine, job_id, "b", 300)
+        assert new == leases.Lease(job_id, "b", 2)
+        with pytest.raises(leases.LeaseLost):
+            _insert(engine, old, _run(job_id, 0))
+        with pytest.raises(leases.LeaseLost):
+            leases.renew(engine, old, 300)
+        assert not leases.finish(engine, old, "done")

@@ -33,7 +33,8 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class Heartbeat:
-    """Every third of a lease: this worker is alive; expired leases are reaped (their jobs
+    """Every third of a lease: this worker is alive; expired leases, and those of workers
+    known to be gone (farm.store.leases.reap_expired), are reaped (their jobs
     lost, or failed past their attempts) and every pending job whose message is missing is
     posted again. Every live worker does this, so the fleet heals as long as one worker of
     it is alive. A failing beat logs one line when it starts failing and one on recovery."""
@@ -49,7 +50,7 @@ class Heartbeat:
     def beat(self) -> None:
         """Beat once: mark this worker alive, reap expired leases, post jobs missing a message."""
         registry.heartbeat(self.engine, self.name)
-        for reaped in leases.reap_expired(self.engine):
+        for reaped in leases.reap_expired(self.engine, self.interval):
             if reaped.failed:
                 log.warning("job %s failed: lost its worker too often", reaped.job_id)
             else:
