@@ -1,4 +1,5 @@
-"""A database or broker that does not answer, told in one line instead of a traceback.
+"""A database or broker that does not answer, or a database that refuses the URL's role,
+told in one line instead of a traceback.
 
 Each line names the service (its URL with the password hidden), the driver's reason and
 what to check. The CLI maps raw driver errors to these lines in one place
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
-from farm.errors import ServiceUnavailable, first_line
+from farm.errors import ConfigError, FarmError, ServiceUnavailable, first_line
 from farm.settings import load_settings, redact_url
 
 if TYPE_CHECKING:
@@ -57,12 +58,33 @@ def broker_unreachable(url: str, exc: Exception) -> ServiceUnavailable:
                               "that FARM_BROKER_URL is right")
 
 
-def service_error(exc: Exception) -> ServiceUnavailable | None:
-    """The operator's line if ``exc`` means the database or the broker does not answer."""
+def permission_denied(url: str, exc: DBAPIError) -> ConfigError:
+    """The database refused the URL's role what the command does: most likely the worker
+    role's URL where the owner's is needed."""
+    from sqlalchemy.engine import make_url
+
+    role = make_url(url).username or "this URL's role"
+    return ConfigError(f"the database refused {role}: {redact_url(first_line(exc.orig))}; "
+                       "is FARM_DATABASE_URL the worker role's? `farm submit`, `cancel` and "
+                       "`db` need the owner's URL, the role that ran `farm db upgrade`")
+
+
+# PostgreSQL's SQLSTATE for "permission denied" (insufficient_privilege).
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def service_error(exc: Exception) -> FarmError | None:
+    """The operator's line if ``exc`` means the database or the broker does not answer, or
+    the database refuses the role its URL logs in as."""
     # Imported here: most commands never meet these errors, and `farm --help` should not
     # wait for kombu, redis and SQLAlchemy to load.
+    from sqlalchemy.exc import ProgrammingError
+
     from farm.retry import BROKER_ERRORS, DATABASE_ERRORS
 
+    if (isinstance(exc, ProgrammingError)
+            and getattr(exc.orig, "sqlstate", None) == INSUFFICIENT_PRIVILEGE):
+        return permission_denied(load_settings().database_url, exc)
     if isinstance(exc, DATABASE_ERRORS):
         return database_unreachable(load_settings().database_url, cast("DBAPIError", exc))
     if isinstance(exc, BROKER_ERRORS):

@@ -95,6 +95,20 @@ def postgres_url() -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture
+def worker_role(postgres_url: str) -> Iterator[str]:
+    """A login role of its own (trust auth here), dropped with its grants afterwards."""
+    role = f"sf_worker_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_url, autocommit=True) as owner:
+        owner.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        yield role
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as owner:
+            owner.execute(f'DROP OWNED BY "{role}"')
+            owner.execute(f'DROP ROLE "{role}"')
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A store of each kind: an SQLite file, then a fresh PostgreSQL database."""

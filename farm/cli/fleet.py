@@ -84,9 +84,9 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: boo
                            retry_failed=retry_failed, retry_cancelled=retry_cancelled)
     posted = ", ".join(f"{n} to {queue}" for queue, n in sorted(result.posted.items()))
     already = ", ".join(f"{n} {state}" for state, n in sorted(result.already.items()))
-    click.echo(f"campaign {result.campaign}: {plural(result.jobs, 'job')}; posted "
-               f"{posted or 'none'}"
-               + (f"; not posted: {already}" if already else ""))
+    click.echo(f"campaign {result.campaign}: {plural(result.jobs, 'job')}; "
+               + (f"posted {posted or 'none'}" + (f"; not posted: {already}" if already else "")
+                  if result.stored else "none a live worker can run: nothing stored"))
     for spec, reason in result.unrunnable:
         click.echo(f"cannot run {spec.job_key[:10]} {spec.model.name} {spec.variant.name}: "
                    f"{reason}", err=True)
@@ -105,8 +105,9 @@ def status(campaign: str | None) -> None:
     settings = load_settings()
     # Embedded jobs never go through a broker: none waits to be posted.
     repost_after = None if settings.embedded else settings.repost_after
+    beat = None if settings.embedded else settings.lease_seconds / 3  # farm worker's
     with open_store(settings) as engine:
-        render_status(campaign_status(engine, campaign, repost_after), Console())
+        render_status(campaign_status(engine, campaign, repost_after, beat), Console())
 
 
 @cli.command()
@@ -120,7 +121,7 @@ def workers() -> None:
     settings = load_settings()
     require_fleet(settings)
     with connected(settings.database_url) as engine:
-        render_workers(worker_rows(engine, settings.lease_seconds))
+        render_workers(worker_rows(engine, settings.lease_seconds / 3, settings.lease_seconds))
 
 
 @cli.command()

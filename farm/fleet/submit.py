@@ -24,6 +24,7 @@ from farm.store import repo
 from farm.store.db import require_current_schema
 from farm.store.models import Campaign, Job, JobState, Worker
 from farm.store.registry import live_workers
+from farm.store.roles import require_owner
 from farm.unreachable import broker_unreachable
 
 
@@ -81,6 +82,8 @@ class SubmitResult:
     posted: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     already: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     unrunnable: list[tuple[JobSpec, str]] = field(default_factory=list)
+    # False when no job could run: nothing was stored (no empty campaign left behind).
+    stored: bool = True
 
 
 def _reopen(session: Session, campaign_id: int, retry_failed: bool,
@@ -106,10 +109,11 @@ def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
            retry_cancelled: bool = False) -> SubmitResult:
     """Admit every job (``admit``: a refusal stores and posts nothing), then store the
     campaign's jobs and post every pending one whose message is not in the broker;
-    running jobs are left alone."""
+    running jobs are left alone. When no live worker can run any job, nothing is stored."""
     matrix, specs = loaded
     admit(path, matrix, specs)
     require_current_schema(engine)
+    require_owner(engine, "farm submit")
     require_broker(app)
     workers = live_workers(engine, timedelta(seconds=settings.lease_seconds))
     result = SubmitResult(campaign=matrix.campaign, jobs=len(specs))
@@ -120,6 +124,9 @@ def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
             result.unrunnable.append((spec, reason))
         else:
             runnable.append(spec)
+    if not runnable:
+        result.stored = False
+        return result
     with Session(engine) as session, session.begin():
         campaign = repo.ensure_campaign(session, matrix.campaign, str(path.resolve()))
         repo.ensure_jobs(session, campaign, runnable, settings.max_attempts)

@@ -48,6 +48,23 @@ def grant_statements(role: str) -> list[str]:
     ]
 
 
+def require_owner(engine: Engine, command: str) -> None:
+    """Refuse, before anything is written, a login that may not create campaigns: the
+    worker role's URL given where the owner's is needed."""
+    if engine.dialect.name != "postgresql":
+        return  # the embedded SQLite store has no roles
+    with engine.connect() as connection:
+        role, owner, worker = connection.execute(text(
+            "SELECT current_user, has_table_privilege('campaign', 'INSERT'), "
+            "has_table_privilege('run', 'INSERT')")).one()
+    if owner:
+        return
+    whose = ("the worker role's (it may write runs, not campaigns)" if worker
+             else "a role's without permission on campaign")
+    raise ConfigError(f"FARM_DATABASE_URL logs in as {role}: that URL is {whose}; "
+                      f"`{command}` needs the owner's URL, the role that ran `farm db upgrade`")
+
+
 def grant_worker(engine: Engine, role: str) -> None:
     """Give the existing PostgreSQL ``role`` a worker's rights (``grant_statements``)."""
     if engine.dialect.name != "postgresql":

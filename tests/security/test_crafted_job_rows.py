@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,20 +25,6 @@ from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 __all__ = ["hub", "shards", "smol_gguf"]  # the stand-in's fixtures, used here
-
-
-@pytest.fixture
-def worker_role(postgres_url: str) -> Iterator[str]:
-    """A login role of its own (trust auth here), dropped with its grants afterwards."""
-    role = f"sf_worker_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres_url, autocommit=True) as owner:
-        owner.execute(f'CREATE ROLE "{role}" LOGIN')
-    try:
-        yield role
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as owner:
-            owner.execute(f'DROP OWNED BY "{role}"')
-            owner.execute(f'DROP ROLE "{role}"')
 
 
 @pytest.fixture
