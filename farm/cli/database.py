@@ -17,12 +17,20 @@ def db() -> None:
 @click.option("--url", help="Database URL (default: FARM_DATABASE_URL or the embedded one).")
 def db_upgrade(url: str | None) -> None:
     """Migrate the database to the newest schema."""
-    from farm.store.db import connected, upgrade
+    from farm.store.db import connected, current_revision, schema_head, upgrade
 
     target = url or load_settings().database_url
     with connected(target) as engine:
+        with engine.connect() as connection:
+            before = current_revision(connection)
         upgrade(engine)
-    click.echo(f"database {redact_url(target)} is at the newest schema")
+    where, head = redact_url(target), schema_head()
+    if before is None:
+        click.echo(f"database {where}: created the schema (revision {head})")
+    elif before != head:
+        click.echo(f"database {where}: upgraded the schema from revision {before} to {head}")
+    else:
+        click.echo(f"database {where} is already at the newest schema (revision {head})")
 
 
 @db.command("grant-worker")

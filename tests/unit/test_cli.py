@@ -17,6 +17,7 @@ import farm.runner
 import workers.setup.provision
 from farm.cli import cli, main
 from farm.errors import ConfigError, FarmError, JobsFailed
+from farm.store.db import schema_head
 from tests.helpers import run_cli
 
 # Wide enough that no help line wraps: each option shows on one line with its help.
@@ -493,9 +494,12 @@ def test_version_exits_0() -> None:
 def test_db_upgrade_creates_the_embedded_database_and_exits_0(isolated_data_dir: Path) -> None:
     result = run_cli("db", "upgrade")
     assert result.exit_code == 0, result.output
-    assert result.stdout == (f"database sqlite:///{isolated_data_dir / 'farm.db'} is at the "
-                             "newest schema\n")
+    where = f"database sqlite:///{isolated_data_dir / 'farm.db'}"
+    assert result.stdout == f"{where}: created the schema (revision {schema_head()})\n"
     assert (isolated_data_dir / "farm.db").is_file()
+    again = run_cli("db", "upgrade")
+    assert again.stdout == (f"{where} is already at the newest schema (revision "
+                            f"{schema_head()})\n")
 
 
 def test_build_dry_run_prints_the_cmake_commands_and_exits_0(isolated_data_dir: Path) -> None:
