@@ -101,11 +101,12 @@ def status(campaign: str | None) -> None:
     from farm.fleet.status import campaign_status
     from farm.report.status import render_status
     from farm.store.db import open_store
+    from farm.store.leases import beat_seconds
 
     settings = load_settings()
     # Embedded jobs never go through a broker: none waits to be posted.
     repost_after = None if settings.embedded else settings.repost_after
-    beat = None if settings.embedded else settings.lease_seconds / 3  # farm worker's
+    beat = None if settings.embedded else beat_seconds(settings.lease_seconds)
     with open_store(settings) as engine:
         render_status(campaign_status(engine, campaign, repost_after, beat), Console())
 
@@ -117,11 +118,13 @@ def workers() -> None:
     from farm.fleet.submit import require_fleet
     from farm.report.status import render_workers
     from farm.store.db import connected
+    from farm.store.leases import beat_seconds
 
     settings = load_settings()
     require_fleet(settings)
     with connected(settings.database_url) as engine:
-        render_workers(worker_rows(engine, settings.lease_seconds / 3, settings.lease_seconds))
+        render_workers(worker_rows(engine, beat_seconds(settings.lease_seconds),
+                                   settings.lease_seconds))
 
 
 @cli.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Protocol
 
 from rich.console import Console
@@ -43,6 +44,11 @@ class CampaignStatus(Protocol):
     def unposted(self) -> int:
         """Jobs waiting for reconciliation to post them again."""
 
+    @property
+    def waiting(self) -> Sequence[tuple[str, str, str, float, datetime]]:
+        """Running jobs whose owner is overdue: job, variant, owner, seconds since its
+        heartbeat, re-posted by (UTC)."""
+
 
 def render_status(status: CampaignStatus, console: Console) -> None:
     """Print the state counts and ETA, then tables of the running and the failed jobs."""
@@ -56,10 +62,19 @@ def render_status(status: CampaignStatus, console: Console) -> None:
         console.print(f"{status.unposted} waiting for reconciliation (message lost or "
                       "overdue; a live worker re-posts them, or run `farm submit` again)",
                       markup=False)
+    for job, variant, owner, silent, repost in status.waiting:
+        console.print(clean(f"{job} {variant}: waiting for {owner}'s lease (last heartbeat "
+                            f"{_ago(silent)}; re-posted by {repost.astimezone(UTC):%H:%M} "
+                            "UTC at the latest)"), markup=False)
     _table("running", ("job", "variant", "worker", "attempt", "runs"), status.running)
     _table("handed back: these workers cannot make the build (another worker of the class "
            "may)", ("job", "variant", "refused by"), status.refused)
     _table("failed", ("job", "variant", "reason"), status.failures)
+
+
+def _ago(seconds: float) -> str:
+    """How long ago, in seconds under two minutes, else in minutes."""
+    return f"{seconds:.0f} s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
 
 
 def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

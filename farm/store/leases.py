@@ -21,6 +21,12 @@ from farm.store.models import Job, JobState, Worker
 CLAIMABLE = (JobState.QUEUED, JobState.LOST)
 
 
+def beat_seconds(lease_seconds: float) -> float:
+    """How often a worker beats and renews its leases: every third of a lease, so that a
+    lease outlives two late or failed renewals."""
+    return lease_seconds / 3
+
+
 class LeaseLost(Exception):
     """This worker no longer holds the job (expired, taken over, or cancelled)."""
 

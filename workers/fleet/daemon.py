@@ -41,7 +41,8 @@ class Heartbeat:
 
     def __init__(self, engine: Engine, app: Celery, settings: Settings, name: str) -> None:
         self.engine, self.app, self.name = engine, app, name
-        self.interval, self.repost_after = settings.lease_seconds / 3, settings.repost_after
+        self.interval = leases.beat_seconds(settings.lease_seconds)
+        self.repost_after = settings.repost_after
         self.trouble = FailingLog(
             log, f"heartbeat failing, retrying every {self.interval:.0f} s", "heartbeat recovered")
         self._stop = threading.Event()

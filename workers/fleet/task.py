@@ -116,7 +116,7 @@ class LeaseKeeper:
     def _loop(self) -> None:
         trouble = FailingLog(log, f"job {self.lease.job_id}: lease renewal failing, retrying",
                              f"job {self.lease.job_id}: lease renewed again")
-        while not self._stop.wait(self.seconds / 3):
+        while not self._stop.wait(leases.beat_seconds(self.seconds)):
             try:
                 leases.renew(self.engine, self.lease, self.seconds)
             except leases.LeaseLost as exc:
