@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from farm.errors import ConfigError, FarmError, JobsFailed, ModelUnavailable
 from farm.matrix.crossbuild import cross_build_specs
 from farm.matrix.load import load_matrix
+from farm.matrix.options import canonical
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec, ModelRef
 from farm.results.finish import finished_job_values
@@ -295,7 +296,7 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
     specs = [s for s in specs if s.gpu_class == chosen]
     admit_jobs(path, matrix, specs, node, None)
     specs, notes = _models_here(path, specs, settings, say, make_builds)
-    notes += _idle_drafters(specs)
+    notes += _idle_drafters(matrix, specs)
     unbuilt = []
     if make_builds:
         gpus = all_gpus()
@@ -314,18 +315,23 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
                          unbuilt, notes)
 
 
-def _idle_drafters(specs: list[JobSpec]) -> list[str]:
-    """For a dry run: the arms that tune a drafter (``--draft-max 8``) but ask for none (no
-    ``--spec-type`` or ``--spec-draft-model``), so will not draft; one line each."""
+def _idle_drafters(matrix: Matrix, specs: list[JobSpec]) -> list[str]:
+    """For a dry run: the arms that tune a drafter (``draft-max: 8``) but ask for none (no
+    ``spec-type`` or ``spec-draft-model``), so will not draft; one line each, naming each
+    flag as the matrix writes it."""
+    written = [matrix.flags, *(variant.flags for variant in matrix.variants),
+               *([matrix.engine_curve.flags] if matrix.engine_curve else [])]
+    typed = {canonical(key, "flags"): key for flags in written for key in flags}
     found: dict[str, str] = {}
     for spec in specs:
         for arm in (spec.baseline, spec.variant):
-            tuning = [name for name, _ in arm.flags if name.startswith(("spec-", "draft"))]
+            tuning = [typed.get(name, name) for name, _ in arm.flags
+                      if name.startswith(("spec-", "draft"))]
             if tuning and not arm.speculates:
                 found.setdefault(arm.name, (
-                    f"arm {arm.name!r} sets --{', --'.join(tuning)} but asks for no drafter "
-                    "(no --spec-type or --spec-draft-model): it will not draft; add "
-                    "`spec-type: ...` to its flags"))
+                    f"arm {arm.name!r} sets {', '.join(f'`{name}`' for name in tuning)} but "
+                    "asks for no drafter (no `spec-type` or `spec-draft-model`): it will not "
+                    "draft; add `spec-type: ...` to its flags"))
     return list(found.values())
 
 

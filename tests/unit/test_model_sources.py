@@ -141,6 +141,6 @@ def test_the_dry_run_says_when_an_arm_tunes_a_drafter_it_never_asks_for(
         {"name": "ngram", "flags": {"spec-type": "ngram-simple", "draft-max": 8}}])
     result = run_cli("run", "--dry-run", str(write_matrix(tmp_path, matrix)))
     assert result.exit_code == 0, result.output
-    assert ("arm 'long' sets --draft but asks for no drafter (no --spec-type or "
-            "--spec-draft-model): it will not draft") in " ".join(result.stdout.split())
+    assert ("arm 'long' sets `draft-max` but asks for no drafter (no `spec-type` or "
+            "`spec-draft-model`): it will not draft") in " ".join(result.stdout.split())
     assert "arm 'ngram'" not in result.stdout
