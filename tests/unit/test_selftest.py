@@ -50,3 +50,19 @@ def test_the_quiet_check_fails_beside_a_busy_loop_and_names_it() -> None:
             os.kill(pid, signal.SIGKILL)
     assert not found.passed and found.name == "the node is quiet enough to measure"
     assert f"(pid {pid})" in found.figure and "busy from 0.3" in found.figure
+
+
+def test_a_timing_check_that_failed_beside_other_work_says_the_node_was_not_quiet() -> None:
+    speed = Check("MTP faster than baseline on the oracle", False, "0.91x [0.80, 1.03]")
+    busy = {"busy_blocks": 3, "measured_blocks": 16, "busy_cores": 0.94}
+    found = selftest.timed(speed, busy)
+    assert not found.passed and found.name == "the node is quiet enough to measure"
+    assert found.figure == (
+        "other processes used 0.9 of a core during 3 of 16 blocks of 'MTP faster than "
+        "baseline on the oracle', so it was not judged (0.91x [0.80, 1.03]); run `farm "
+        "selftest` again on a quiet node")
+    # Quiet blocks, or a check that passed: the verdict stands as measured.
+    assert selftest.timed(speed, {"busy_blocks": 0, "measured_blocks": 16}) is speed
+    assert selftest.timed(speed, {"busy_blocks": float("nan")}) is speed  # not measured
+    passed = Check("A/A control covers 1 (99.9%)", True, "1.002x [0.97, 1.03]")
+    assert selftest.timed(passed, busy) is passed
