@@ -116,7 +116,8 @@ OWN_SCHEMAS: dict[str, dict[str, Any]] = {
                 "baseline: option or axis -> value (null: the option removed)."},
     "varying_flags": {"type": "string", "description": "varying as flags, for a table."},
     "gpu_class": {"type": "string", "description": "The class of machine the job ran on."},
-    "worker": _text("The worker that ran it last; null for `farm run`."),
+    "worker": _text("The worker that ran it; every worker of its runs, in the order they "
+                    "ran, when it was resumed on another; null for `farm run`."),
     "state": {"enum": ["queued", "running", "done", "failed", "lost", "cancelled"],
               "description": "The job's state (farm.store.models.JobState)."},
     "error": _text("Why the job failed, as its error said."),

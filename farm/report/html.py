@@ -19,6 +19,7 @@ from farm.columns import table_columns
 from farm.report import cells, plots
 from farm.report.headline import headlines, provenance
 from farm.report.sheet import Sheet
+from farm.report.where_ran import where_sheet
 from farm.words import CLIENT_CLOCK, CLOCKS_DISAGREE
 
 _CSS = """
@@ -397,6 +398,11 @@ def _notes(notes: list[str] | None) -> str:
     return f'<section class="notes"><ul>{items}</ul></section>'
 
 
+def _where_ran(runs: pd.DataFrame) -> str:
+    sheet = where_sheet(runs)  # nothing, not even a line, where every job ran in one place
+    return "" if sheet is None else f"\n<section>{sheet_table(sheet)}</section>"
+
+
 def _headline(jobs: pd.DataFrame, runs: pd.DataFrame) -> str:
     answers = "".join(f"<li>{escape(line)}</li>" for line in headlines(jobs))
     where = " · ".join(map(escape, provenance(runs)))
@@ -433,7 +439,7 @@ def render_html(title: str, jobs: pd.DataFrame, categories: pd.DataFrame, runs: 
 <section>
 <h2>Jobs</h2>
 {jobs_table(jobs)}
-</section>
+</section>{_where_ran(runs)}
 <section>
 <h2>Per prompt category</h2>
 {categories_table(categories)}

@@ -86,7 +86,7 @@ HEAD = ("campaign", "model", "variant", "gpu_class", "log_se", "df", *_HEAD)
 # A kept row is the row of its job as its columns were (``_key``), by the row's code of one
 # version: a new summary version, new columns or a change to ``_row`` (bump ``_FORMAT``)
 # make it be worked out again.
-_FORMAT = 1
+_FORMAT = 2  # 2: a job resumed on another worker names every worker of its runs
 _VERSION = hashlib.sha256(
     f"{_FORMAT}:{SUMMARY_VERSION}:{','.join(REPORT_COLUMNS)}".encode()).hexdigest()[:12]
 
@@ -284,32 +284,47 @@ def _run_facts(connection: Connection, dialect: str, job_ids: list[int]) -> dict
 
 
 # Where each job ran, from its runs: a hash aggregate (min and max only), so that a store of
-# a million runs is read once without sorting; the hosts of the few jobs that ran on more
-# than one are counted afterwards.
+# a million runs is read once without sorting; the hosts and workers of the few jobs that
+# ran on more than one are listed afterwards.
 _PROVENANCE = text("""
-SELECT job_id, MIN(server_version), MIN(host), MAX(host), MIN(gpu_name), MIN(started_at)
+SELECT job_id, MIN(server_version), MIN(host), MAX(host), MIN(gpu_name), MIN(started_at),
+       MIN(worker_name), MAX(worker_name)
 FROM run WHERE job_id IN :ids GROUP BY job_id""").bindparams(bindparam("ids", expanding=True))
 _HOSTS = text("SELECT job_id, COUNT(DISTINCT host) FROM run WHERE job_id IN :ids "
               "GROUP BY job_id").bindparams(bindparam("ids", expanding=True))
+# Each worker that ran some of a job's runs, in the order it started its first.
+_WORKERS = text("SELECT job_id, worker_name FROM run WHERE job_id IN :ids AND worker_name "
+                "IS NOT NULL GROUP BY job_id, worker_name ORDER BY job_id, MIN(started_at), "
+                "worker_name").bindparams(bindparam("ids", expanding=True))
 
 
 def _provenance(connection: Connection, job_ids: list[int]) -> dict[int, Row]:
-    """Where each job of ``job_ids`` ran, from its runs (``REPORT_COLUMNS``' last four)."""
+    """Where each job of ``job_ids`` ran, from its runs (``REPORT_COLUMNS``' last four),
+    and, for a job resumed on another worker, every worker that ran its runs as its
+    ``worker`` (the job's own column names only the last)."""
     found: dict[int, Row] = {}
     several: list[int] = []
+    resumed: list[int] = []
     for start in range(0, len(job_ids), _IDS_PER_QUERY):
         batch = {"ids": job_ids[start:start + _IDS_PER_QUERY]}
-        for job_id, version, host, last, gpu, started in connection.execute(_PROVENANCE,
-                                                                            batch):
+        for (job_id, version, host, last, gpu, started,
+             worker, last_worker) in connection.execute(_PROVENANCE, batch):
             found[job_id] = {
                 "server_version": (version or "").splitlines()[0] if version else None,
                 "hosts": host, "device": gpu or "CPU", "measured_at": _utc(started)}
             if host != last:
                 several.append(job_id)
+            if worker != last_worker:
+                resumed.append(job_id)
     for start in range(0, len(several), _IDS_PER_QUERY):
         batch = {"ids": several[start:start + _IDS_PER_QUERY]}
         for job_id, hosts in connection.execute(_HOSTS, batch):
             found[job_id]["hosts"] = f"{hosts} hosts"
+    for start in range(0, len(resumed), _IDS_PER_QUERY):
+        batch = {"ids": resumed[start:start + _IDS_PER_QUERY]}
+        for job_id, worker in connection.execute(_WORKERS, batch):
+            before = found[job_id].get("worker")
+            found[job_id]["worker"] = f"{before}, {worker}" if before else worker
     return found
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -242,3 +243,52 @@ def test_each_row_says_where_its_job_ran(engine: Engine, tmp_path: Path) -> None
     assert str(rows["aa"]["measured_at"]).endswith("+00:00")
     never = [row for row in rows.values() if row["runs"] == 0]
     assert never and all(row["hosts"] is None and row["device"] is None for row in never)
+
+
+def _resume(engine: Engine, job_id: int) -> None:
+    """The job's first pair measured by cpu-0 (attempt 1, lost), the rest by cpu-1 on
+    another host (attempt 2), which holds the job now."""
+    with engine.begin() as connection:
+        connection.execute(update(Run).where(Run.job_id == job_id, Run.pair == 0).values(
+            worker_name="cpu-0", attempt=1, started_at=datetime(2026, 12, 7, 2, 40, tzinfo=UTC)))
+        connection.execute(update(Run).where(Run.job_id == job_id, Run.pair > 0).values(
+            worker_name="cpu-1", attempt=2, host="h2"))
+        connection.execute(update(Job).where(Job.id == job_id).values(lease_owner="cpu-1"))
+
+
+def test_a_job_resumed_on_another_worker_names_both(engine: Engine, tmp_path: Path) -> None:
+    ids = _fill(engine, tmp_path)
+    _resume(engine, ids["ngram[spec-draft-n-max=4]"])
+    with engine.begin() as connection:  # one worker all along: its name as the job has it
+        connection.execute(update(Run).where(Run.job_id == ids["ngram[spec-draft-n-max=2]"])
+                           .values(worker_name="cpu-0"))
+        connection.execute(update(Job).where(Job.id == ids["ngram[spec-draft-n-max=2]"])
+                           .values(lease_owner="cpu-0"))
+    rows = {row["variant"]: row for row in job_rows(engine, "rows")}
+    assert rows["ngram[spec-draft-n-max=4]"]["worker"] == "cpu-0, cpu-1"
+    assert rows["ngram[spec-draft-n-max=4]"]["hosts"] == "2 hosts"
+    assert rows["ngram[spec-draft-n-max=2]"]["worker"] == "cpu-0"
+    assert rows["aa"]["worker"] is None  # runs of `farm run`: no worker
+
+
+def test_the_page_says_which_worker_and_host_ran_each_block(sqlite_engine: Engine,
+                                                            tmp_path: Path) -> None:
+    ids = _fill(sqlite_engine, tmp_path)
+    page = tmp_path / "page.html"
+    env = {"FARM_DATABASE_URL": _url(sqlite_engine)}
+    result = run_cli("report", "rows", "--format", "html", "-o", str(page), env=env)
+    assert result.exit_code == 0, result.output
+    assert "where each block ran" not in page.read_text().lower()  # one place: no section
+    _resume(sqlite_engine, ids["ngram[spec-draft-n-max=4]"])
+    result = run_cli("report", "rows", "--format", "html", "-o", str(page), env=env)
+    assert result.exit_code == 0, result.output
+    html = page.read_text()
+    section = html[html.index("<h2>Where each block ran"):]
+    section = section[:section.index("</table>")]
+    with Session(sqlite_engine) as session:
+        key = session.get_one(Job, ids["ngram[spec-draft-n-max=4]"]).job_key[:10]
+    # Pair 0 is blocks 0-1 (cpu-0, attempt 1), pairs 1-2 blocks 2-5 (cpu-1 on h2, attempt 2).
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in section.split("<tr>")[2:]]
+    assert rows == [[key, "ngram[spec-draft-n-max=4]", "1", "cpu-0", "h", "0-1"],
+                    [key, "ngram[spec-draft-n-max=4]", "2", "cpu-1", "h2", "2-5"]]
+
