@@ -39,9 +39,9 @@ from farm.settings import Settings
 from farm.stats.busy import BUSY_CORES
 from farm.stats.intervals import log_interval
 from farm.store.db import connected
-from workers.job.telemetry import GpuInfo, gpus_for_devices
+from workers.job.telemetry import GpuInfo
 from workers.job.telemetry.node import measure
-from workers.job.telemetry.nvml import open_devices, other_processes, shutdown
+from workers.job.telemetry.nvml import open_devices, other_processes, require_gpus, shutdown
 from workers.paths import NodePaths
 from workers.setup.provision import Provisioned, provision
 
@@ -246,7 +246,8 @@ def selftest(settings: Settings, testbed: Testbed, console: Console) -> list[Che
 def testbed_for(build: dict[str, str], devices: list[int] | None) -> Testbed:
     """The node to check: ``build`` ({name} or {name, path}); on ``devices`` (GPU indices)
     with every layer offloaded, else on the CPU."""
-    gpus = gpus_for_devices(devices) if devices else []
+    gpus = (require_gpus(devices, f"--devices {','.join(map(str, devices))}") if devices
+            else [])
     return Testbed(build=build if "path" in build else build["name"],
                 flags={"n-gpu-layers": 99} if gpus else {}, gpus=gpus)
 

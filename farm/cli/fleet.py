@@ -173,6 +173,11 @@ def worker(gpu_class: str | None, devices: str | None, config_path: Path | None,
     settings = load_settings()
     config = load_worker_config(config_path, NodePaths.of(settings), gpu_class=gpu_class,
                                 devices=parse_devices(devices))
+    if config.devices:
+        from workers.job.telemetry.nvml import require_gpus
+
+        require_gpus(config.devices, f"--devices {devices}" if devices else
+                     f"{config_path}: devices")
     if check_first:
         from rich.console import Console
 

@@ -3,6 +3,7 @@ input, 1 runtime failure, 130 interrupted) and the wording of each error, in-pro
 
 from __future__ import annotations
 
+import ctypes.util
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -657,3 +658,14 @@ def test_a_data_dir_that_is_a_file_exits_1_in_one_line(isolated_data_dir: Path) 
     result = run_cli("report")
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
     assert result.stderr.startswith("error: ") and "FARM_DATA_DIR" in result.stderr
+
+
+@pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None,
+                    reason="this machine has an NVIDIA driver")
+@pytest.mark.parametrize("command", [["worker", "--gpu-class", "h200"], ["selftest"]])
+def test_devices_on_a_machine_without_gpus_are_refused_in_one_line(command: list[str]) -> None:
+    result = run_cli(*command, "--devices", "0")
+    assert result.exit_code == 2, result.output
+    assert result.stderr == ("error: --devices 0: this machine has no GPU 0 that NVML sees (0 "
+                             "of the 1 named found; no NVIDIA driver, or fewer GPUs); drop the "
+                             "devices to run on the CPU\n")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import pynvml  # type: ignore[import-untyped]
 import pytest
 
+from farm.errors import ConfigError
 from workers.job.telemetry import (
     GpuInfo,
     RunTelemetry,
@@ -26,6 +27,7 @@ from workers.job.telemetry import (
     gpus_for_devices,
     read_process,
 )
+from workers.job.telemetry.nvml import require_gpus
 
 MIB = 1024 * 1024
 IDLE = pynvml.nvmlClocksEventReasonGpuIdle
@@ -358,6 +360,18 @@ def test_gpus_for_devices_matches_indices_to_uuids() -> None:
     assert (nvml.inits, nvml.shutdowns) == (1, 1)
     assert cuda_env(gpus_for_devices([1, 0], nvml)) == {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": f"{H100},{L4}"}
+
+
+def test_devices_this_machine_lacks_are_refused_naming_where_they_came_from() -> None:
+    nvml = FakeNvml(FakeClock(), [Device(L4, "NVIDIA L4", 23034 * MIB)])
+    assert [gpu.uuid for gpu in require_gpus([0], "--devices 0", nvml)] == [L4]
+    with pytest.raises(ConfigError, match=r"^--devices 0,3: this machine has no GPU 3 that "
+                       r"NVML sees \(1 of the 2 named found; no NVIDIA driver, or fewer "
+                       r"GPUs\); drop the devices to run on the CPU$"):
+        require_gpus([0, 3], "--devices 0,3", nvml)
+    blind = FakeNvml(FakeClock(), [], init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    with pytest.raises(ConfigError, match=r"w\.yaml: devices: this machine has no GPU 0 "):
+        require_gpus([0], "w.yaml: devices", blind)
 
 
 def test_gpus_for_devices_without_driver() -> None:

@@ -17,6 +17,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
+from farm.errors import ConfigError
+
 log = logging.getLogger("farm.worker.telemetry")
 
 # NVML constants, copied from nvml.h / pynvml so that this module imports without pynvml.
@@ -192,6 +194,21 @@ def gpus_for_devices(devices: list[int], nvml: NvmlSource | None = None) -> list
         return []
     finally:
         shutdown(source)
+
+
+def require_gpus(devices: list[int], where: str,
+                 nvml: NvmlSource | None = None) -> list[GpuInfo]:
+    """``gpus_for_devices``, refusing (``ConfigError``, naming ``where``: the option or file
+    that gave them) indices this machine has no GPU for, instead of running on the CPU
+    under a GPU's index."""
+    gpus = gpus_for_devices(devices, nvml)
+    missing = sorted(set(devices) - {gpu.index for gpu in gpus})
+    if missing:
+        raise ConfigError(f"{where}: this machine has no GPU {', '.join(map(str, missing))} "
+                          f"that NVML sees ({len(gpus)} of the {len(devices)} named found; "
+                          "no NVIDIA driver, or fewer GPUs); drop the devices to run on the "
+                          "CPU")
+    return gpus
 
 
 def all_gpus(nvml: NvmlSource | None = None) -> list[GpuInfo]:
