@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 
 from farm.cli.base import cli
-from farm.errors import ModelUnavailable
+from farm.errors import ConfigError, ModelUnavailable
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings, load_settings
@@ -178,6 +178,7 @@ def worker(gpu_class: str | None, devices: str | None, config_path: Path | None,
 
         require_gpus(config.devices, f"--devices {devices}" if devices else
                      f"{config_path}: devices")
+    _require_own_name(settings, config.worker_name)
     if check_first:
         from rich.console import Console
 
@@ -189,13 +190,30 @@ def worker(gpu_class: str | None, devices: str | None, config_path: Path | None,
     run_worker(settings, config)
 
 
+def _require_own_name(settings: Settings, name: str) -> None:
+    """Refuse to start a second worker under a name a running one of this host has (two
+    workers of one class and devices get the same default name)."""
+    import socket
+
+    from farm.fleet.submit import require_fleet
+    from farm.store.db import connected
+    from farm.store.registry import running_namesake
+
+    require_fleet(settings)
+    with connected(settings.database_url) as engine:
+        pid = running_namesake(engine, name, socket.gethostname())
+    if pid is not None:
+        raise ConfigError(f"worker {name} already runs on this host (pid {pid}): give this one "
+                          "its own `name:` in its --config file (the default, CLASS@HOST-"
+                          "DEVICES, is the same for two workers of one class and devices)")
+
+
 @cli.command()
 @click.option("--port", default=5555, show_default=True, help="The port Flower listens on.")
 @click.option("--address", default="127.0.0.1", show_default=True,
               help="The address Flower listens on (127.0.0.1: this machine only).")
 def flower(port: int, address: str) -> None:
     """Start Flower on the farm's broker, with basic auth from FARM_FLOWER_AUTH."""
-    from farm.errors import ConfigError
     from farm.fleet.app import make_app
 
     settings = load_settings()

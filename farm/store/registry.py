@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import ColumnElement, Engine, and_, func, select, update
@@ -77,3 +79,33 @@ def node_pids(engine: Engine, host: str) -> list[int]:
     query = select(Worker.pid).where(Worker.host == host, Worker.stopped_at.is_(None))
     with Session(engine) as session:
         return list(session.scalars(query))
+
+
+def running_namesake(engine: Engine, name: str, host: str) -> int | None:
+    """The process id of another worker named ``name`` still running on ``host`` (this
+    machine), or None: two workers under one name would share a row, a queue and leases.
+    A row whose process is gone (a killed worker restarting) or that said it stopped frees
+    the name."""
+    query = select(Worker.pid).where(Worker.name == name, Worker.host == host,
+                                     Worker.stopped_at.is_(None))
+    with Session(engine) as session:
+        pid = session.scalar(query)
+    if pid is None or pid == os.getpid():
+        return None
+    try:
+        os.kill(pid, 0)  # signal 0: does the process exist, nothing sent
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid  # another user's process: it exists
+    return None if _zombie(pid) else pid
+
+
+def _zombie(pid: int) -> bool:
+    """Whether the process has exited and waits only to be reaped (a killed worker whose
+    parent has not yet waited for it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False  # no /proc: take the process as running
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
