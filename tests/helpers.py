@@ -96,3 +96,9 @@ def new_repository(repo: Path, files: dict[str, str], message: str) -> str:
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", message)
     return git(repo, "rev-parse", "HEAD")
+
+
+def as_role(url: str, role: str) -> str:
+    """``url`` (a PostgreSQL URL of trust auth) logging in as ``role`` instead."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{role}@{rest.split('@', 1)[1]}"

@@ -17,6 +17,7 @@ from farm.errors import ConfigError
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Campaign, Job
 from farm.unreachable import service_error
+from tests.helpers import as_role
 
 BROKER = "redis://127.0.0.1:6379/15"
 
@@ -24,10 +25,6 @@ BROKER = "redis://127.0.0.1:6379/15"
 def farm(*args: str, **env: str) -> Result:
     return CliRunner().invoke(cli, list(args), env={"FARM_BROKER_URL": BROKER, **env})
 
-
-def _as_role(url: str, role: str) -> str:
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://{role}@{rest.split('@', 1)[1]}"
 
 
 @pytest.fixture
@@ -72,7 +69,7 @@ def test_a_submit_no_live_worker_can_run_stores_no_campaign(matrix: Path,
 def test_submit_with_the_worker_roles_url_is_one_line_and_stores_nothing(
         matrix: Path, owner_url: str, worker_role: str) -> None:
     assert farm("db", "grant-worker", worker_role, FARM_DATABASE_URL=owner_url).exit_code == 0
-    result = farm("submit", str(matrix), FARM_DATABASE_URL=_as_role(owner_url, worker_role))
+    result = farm("submit", str(matrix), FARM_DATABASE_URL=as_role(owner_url, worker_role))
     assert result.exit_code == 2, result.output
     assert isinstance(result.exception, SystemExit)  # handled, not a traceback
     assert result.stdout == "" and result.stderr == (
@@ -85,7 +82,7 @@ def test_submit_with_the_worker_roles_url_is_one_line_and_stores_nothing(
 def test_any_refusal_of_the_worker_role_met_anywhere_is_one_line(
         owner_url: str, worker_role: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert farm("db", "grant-worker", worker_role, FARM_DATABASE_URL=owner_url).exit_code == 0
-    worker_url = _as_role(owner_url, worker_role)
+    worker_url = as_role(owner_url, worker_role)
     monkeypatch.setenv("FARM_DATABASE_URL", worker_url)
     engine = make_engine(worker_url)
     try:

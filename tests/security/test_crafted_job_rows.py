@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from farm.store.models import Job
 from tests.e2e.test_fleet import FARM, Fleet, shared_redis_fleet, wait_for
+from tests.helpers import as_role
 from tests.hub_standin import COMMIT, FILE, REPO, HubStandin, hub, shards, smol_gguf
 from workers.setup.provision import Provisioned
 
@@ -34,10 +35,6 @@ def fleet(tmp_path: Path, postgres_url: str, smollm2: Path, hub: HubStandin,
         fleet.env["HF_ENDPOINT"] = hub.url
         yield fleet
 
-
-def _as_role(url: str, role: str) -> str:
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://{role}@{rest.split('@', 1)[1]}"
 
 
 def _start_worker(fleet: Fleet, database_url: str, server: Path) -> subprocess.Popen[bytes]:
@@ -105,7 +102,7 @@ def test_crafted_job_rows_fail_as_config_and_start_nothing(
         fleet: Fleet, provisioned: Provisioned, postgres_url: str, worker_role: str) -> None:
     grant = fleet.farm("db", "grant-worker", worker_role)
     assert grant.returncode == 0, grant.stderr
-    _start_worker(fleet, _as_role(postgres_url, worker_role), provisioned.server)
+    _start_worker(fleet, as_role(postgres_url, worker_role), provisioned.server)
     matrix = fleet.matrix("guarded", ["guarded"])
     assert fleet.farm("submit", str(matrix)).returncode == 0
     wait_for(lambda: fleet.jobs()[0].state == "done", 180, "the valid job to finish")
@@ -181,7 +178,7 @@ def test_a_refused_row_downloads_nothing_and_the_same_row_admitted_downloads(
 def test_the_worker_role_cannot_create_or_change_jobs(fleet: Fleet, postgres_url: str,
                                                       worker_role: str) -> None:
     assert fleet.farm("db", "grant-worker", worker_role).returncode == 0
-    with psycopg.connect(_as_role(postgres_url, worker_role), autocommit=True) as worker:
+    with psycopg.connect(as_role(postgres_url, worker_role), autocommit=True) as worker:
         for statement in ("INSERT INTO campaign (name, matrix_path) VALUES ('evil', 'x')",
                           "UPDATE job SET spec = '{}'", "DELETE FROM run",
                           "UPDATE campaign SET name = 'x'", "DROP TABLE run",
