@@ -196,11 +196,12 @@ def _require_own_name(settings: Settings, name: str) -> None:
     import socket
 
     from farm.fleet.submit import require_fleet
-    from farm.store.db import connected
+    from farm.store.db import connected, require_current_schema
     from farm.store.registry import running_namesake
 
     require_fleet(settings)
     with connected(settings.database_url) as engine:
+        require_current_schema(engine)
         pid = running_namesake(engine, name, socket.gethostname())
     if pid is not None:
         raise ConfigError(f"worker {name} already runs on this host (pid {pid}): give this one "
