@@ -18,7 +18,7 @@ import farm.runner
 import workers.setup.provision
 from farm.cli import cli, main
 from farm.errors import ConfigError, FarmError, JobsFailed
-from farm.store.db import schema_head
+from farm.store.db import make_engine, schema_head, upgrade
 from tests.helpers import run_cli
 
 # Wide enough that no help line wraps: each option shows on one line with its help.
@@ -501,6 +501,15 @@ def test_db_upgrade_creates_the_embedded_database_and_exits_0(isolated_data_dir:
     again = run_cli("db", "upgrade")
     assert again.stdout == (f"{where} is already at the newest schema (revision "
                             f"{schema_head()})\n")
+
+
+def test_db_upgrade_of_an_older_schema_names_both_revisions(isolated_data_dir: Path) -> None:
+    engine = make_engine(f"sqlite:///{isolated_data_dir / 'farm.db'}")
+    upgrade(engine, "0002")
+    engine.dispose()
+    result = run_cli("db", "upgrade")
+    assert result.stdout == (f"database sqlite:///{isolated_data_dir / 'farm.db'}: upgraded "
+                             f"the schema from revision 0002 to {schema_head()}\n")
 
 
 def test_build_dry_run_prints_the_cmake_commands_and_exits_0(isolated_data_dir: Path) -> None:
