@@ -22,7 +22,10 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
 
+from farm.store.models import Job
 from tests.e2e.test_fleet import Fleet, open_fleet, servers_of, wait_for
 from tests.helpers import COPY_PROMPT
 from workers.setup.provision import Provisioned
@@ -269,3 +272,60 @@ def test_sigterm_hands_the_job_back_at_once(fleet: Fleet, provisioned: Provision
     fleet.start_worker("beta", "cpu", provisioned.server)
     _all_done_after(fleet, time.monotonic())
     assert "handed back" in (fleet.root / "alpha.log").read_text()
+
+
+def _renewed_after_heartbeat(fleet: Fleet, name: str) -> tuple[int, float] | None:
+    """``name``'s running job and the seconds until its lease expires, if ``name`` renewed
+    that lease after its last heartbeat (on the database clock): killed now, it is known
+    gone (two beats after that heartbeat) before the lease expires (three after the
+    renewal)."""
+    with fleet.engine.connect() as connection:
+        found = connection.execute(text(
+            "SELECT job.id, EXTRACT(EPOCH FROM job.lease_expires_at - now()), "
+            "EXTRACT(EPOCH FROM job.lease_expires_at - make_interval(secs => :lease) "
+            "- worker.heartbeat_at) FROM job JOIN worker ON worker.name = job.lease_owner "
+            "WHERE job.state = 'running' AND job.lease_owner = :name"),
+            {"lease": LEASE, "name": name}).first()
+    # A second's margin: the re-post is seen within a poll, and the kill follows this look.
+    if found is None or found[2] < 1:
+        return None
+    return int(found[0]), float(found[1])
+
+
+def test_a_killed_worker_beside_a_live_one_loses_its_job_before_its_lease_expires(
+        fleet: Fleet, provisioned: Provisioned) -> None:
+    """Two workers of one host, one killed with kill -9 mid-job: the other sees its
+    heartbeat stop while its own go on (farm.store.leases.reap_expired) and re-posts the
+    job after two missed beats, not after the lease; every run slot is filled once."""
+    for name in ("alpha", "beta"):
+        fleet.start_worker(name, "cpu", provisioned.server)
+    _campaign(fleet, "early")
+    wait_for(_running(fleet, 2), 120, "both workers mid-job")
+    # Killed between a lease renewal and the next heartbeat, the lease path would take a
+    # whole lease: the early path's two missed beats show (a beat is a third of a lease).
+    # Looked for closely: a renewal just before a heartbeat leaves a window of a moment.
+    deadline = time.monotonic() + 2 * LEASE
+    while (found := _renewed_after_heartbeat(fleet, "alpha")) is None:
+        assert time.monotonic() < deadline, "alpha never renewed a lease after a heartbeat"
+        time.sleep(0.1)
+    job_id, expires_in = found
+    looked = time.monotonic()  # the lease expires ``expires_in`` after this
+    fleet.kill_worker("alpha")
+    killed = time.monotonic()
+
+    while True:  # looked at closely, not every half second as wait_for does
+        with Session(fleet.engine) as session:
+            state, attempt = session.execute(select(Job.state, Job.attempt)
+                                             .where(Job.id == job_id)).one()
+        seen = time.monotonic()
+        took = seen - killed
+        if state != "running" or attempt > 1:
+            break
+        assert took < 2 * LEASE, "alpha's job never re-posted"
+        time.sleep(0.1)
+    print(f"kill to re-post: {took:.1f} s; the lease would have expired after "
+          f"{expires_in:.1f} s and been reaped up to {LEASE / 3:.0f} s later "
+          f"(lease {LEASE} s, a beat every {LEASE / 3:.0f} s)")
+    assert seen - looked < expires_in, "re-posted before the lease ran out"
+    _all_done_after(fleet, killed)
+    assert "lost its worker; posting it again" in (fleet.root / "beta.log").read_text()
