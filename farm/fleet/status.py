@@ -33,8 +33,9 @@ class CampaignStatus:
     # Pending jobs with no message in the broker, or none seen within the repost bound.
     unposted: int = 0
     # Running jobs whose owner's heartbeat is overdue: job, variant, owner, seconds since
-    # its last heartbeat, and when a live worker re-posts the job at the latest (UTC).
-    waiting: list[tuple[str, str, str, float, datetime]] = field(default_factory=list)
+    # its last heartbeat (None: no worker of that name registered), and when a live worker
+    # re-posts the job at the latest (UTC).
+    waiting: list[tuple[str, str, str, float | None, datetime]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def campaign_status(engine: Engine, campaign: str | None, repost_after: int | No
             # A live worker's beat reaps it at most one beat after its lease runs out.
             repost = now + timedelta(seconds=max(owner.lease_left, 0) + beat)
             status.waiting.append((job.job_key[:10], job.variant_name, job.lease_owner or "?",
-                                   owner.silent or 0.0, repost))
+                                   owner.silent, repost))
         elif job.state == JobState.RUNNING:
             status.running.append((job.job_key[:10], job.variant_name, job.lease_owner or "?",
                                    job.attempt, runs.get(job.id, 0)))

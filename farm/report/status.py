@@ -45,9 +45,9 @@ class CampaignStatus(Protocol):
         """Jobs waiting for reconciliation to post them again."""
 
     @property
-    def waiting(self) -> Sequence[tuple[str, str, str, float, datetime]]:
+    def waiting(self) -> Sequence[tuple[str, str, str, float | None, datetime]]:
         """Running jobs whose owner is overdue: job, variant, owner, seconds since its
-        heartbeat, re-posted by (UTC)."""
+        heartbeat (None: never registered), re-posted by (UTC)."""
 
 
 def render_status(status: CampaignStatus, console: Console) -> None:
@@ -72,8 +72,10 @@ def render_status(status: CampaignStatus, console: Console) -> None:
     _table("failed", ("job", "variant", "reason"), status.failures)
 
 
-def _ago(seconds: float) -> str:
+def _ago(seconds: float | None) -> str:
     """How long ago, in seconds under two minutes, else in minutes."""
+    if seconds is None:
+        return "none on record"
     return f"{seconds:.0f} s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
 
 

@@ -46,7 +46,8 @@ def test_a_job_on_a_silent_worker_waits_for_its_lease_and_the_worker_is_not_hear
     with Session(pg_engine) as session, session.begin():
         session.add(Campaign(name="c", matrix_path="m.yaml", jobs=[
             _job("a", "done"), _job("b", "running", "cpu-0", lease_left=50),
-            _job("c", "running", "cpu-1", lease_left=290)]))
+            _job("c", "running", "cpu-1", lease_left=290),
+            _job("d", "running", "ghost", lease_left=10)]))  # no such worker registered
     with Session(pg_engine) as session:
         now = session.scalar(select(func.now()))
     assert now is not None
@@ -57,11 +58,13 @@ def test_a_job_on_a_silent_worker_waits_for_its_lease_and_the_worker_is_not_hear
                                                            postgres_url})
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("campaign c: 3 jobs: 2 running, 1 done; about ")
+    assert lines[0].startswith("campaign c: 4 jobs: 3 running, 1 done; about ")
     # Not "0 min": the waiting job runs again only after its re-post, then takes a minute.
     assert lines[0].endswith(("about 4 min left", "about 3 min left")), lines[0]
     assert lines[1] in {f"bbbbbbbbbb v-b: waiting for cpu-0's lease (last heartbeat 4 min "
                         f"ago; re-posted by {at} UTC at the latest)" for at in by}, lines[1]
+    assert lines[2].startswith("dddddddddd v-d: waiting for ghost's lease (last heartbeat none "
+                               "on record; re-posted by "), lines[2]
     running = [line for line in lines if "cpu-" in line and "waiting" not in line]
     assert len(running) == 1 and "v-c" in running[0] and "cpu-1" in running[0], lines
 
