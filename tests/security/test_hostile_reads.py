@@ -39,6 +39,8 @@ from workers.job.runtime.untrusted_files import (
     file_below,
     folder_bytes,
 )
+from workers.paths import NodePaths
+from workers.setup.builds import BuildRequest, build
 from workers.setup.ccache import CCACHE_LOG, CCACHE_LOG_BYTES, ccache_counts
 from workers.setup.steps import CUT_MARK, LINE_BYTES, compile_step
 from workers.setup.steps import OUTPUT_BYTES as STEP_OUTPUT
@@ -180,6 +182,31 @@ def test_an_endless_build_line_stops_the_step_with_the_memory_flat(tmp_path: Pat
     assert len(text) < LINE_BYTES + 4096
     assert re.search(rb"x{%d} \[the farm cut this line here: \d+ more bytes\]\n" % LINE_BYTES,
                      text)
+
+
+FAILING_CONFIGURE = """cmake_minimum_required(VERSION 3.14)
+project(hostile NONE)
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/locked/deeper)
+file(WRITE ${CMAKE_BINARY_DIR}/locked/deeper/left.bin "left behind")
+execute_process(COMMAND mkfifo ${CMAKE_BINARY_DIR}/ccache.stats)
+execute_process(COMMAND chmod 000 ${CMAKE_BINARY_DIR}/locked)
+message(FATAL_ERROR "this commit does not configure")
+"""
+
+
+def test_a_failed_commits_build_folder_is_removed_whatever_it_left(
+        tmp_path: Path, node_paths: NodePaths) -> None:
+    """A job's commit whose configure fails after leaving a FIFO and a mode-000 folder
+    holding a file: the build fails with the commit's own line and its folder is gone (it
+    stayed, with what it held, until that commit's next build)."""
+    tree = tmp_path / "commit"
+    tree.mkdir()
+    (tree / "CMakeLists.txt").write_text(FAILING_CONFIGURE)
+    with pytest.raises(BuildFailed, match="cmake configure"):
+        build(BuildRequest(name="hostile", source=str(tree), trusted=False), node_paths)
+    assert [path.name for path in tree.iterdir() if path.is_dir()] == []
+    [log] = [path for path in tree.iterdir() if path.suffix == ".log"]
+    assert "this commit does not configure" in log.read_text()
 
 
 # --- what a commit's binary prints when probed -------------------------------------------

@@ -21,6 +21,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -384,9 +386,19 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
             _sha256({**_configuration(request), "tree": str(tree)})[:12])
     else:
         # A job's commit builds in a fresh folder of its own, removed once its binaries are
-        # copied out: nothing one commit's build wrote is read by another's.
+        # copied out or its build failed: nothing one commit's build wrote is read by
+        # another's, or stays on the node.
         build_dir = source.path / f"build-specfarm-{key[:12]}"
-        _remove_build_folder(build_dir)
+    with _own_folder(build_dir, request.trusted):
+        manifest = _build_in(build_dir, request, source, key, sandbox, tree, paths)
+    say(f"{request.name}: {manifest.version.splitlines()[0]}")
+    return manifest
+
+
+def _build_in(build_dir: Path, request: BuildRequest, source: SourceTree, key: str,
+              sandbox: Sandbox, tree: Path, paths: NodePaths) -> BuildManifest:
+    """Configure and build ``request`` in ``build_dir``, copy its binaries out and probe
+    them: the manifest, written."""
     build_dir.mkdir(parents=True, exist_ok=True)
     (build_dir / CCACHE_LOG).unlink(missing_ok=True)
     inside = tree / build_dir.name
@@ -418,10 +430,22 @@ def build(request: BuildRequest, paths: NodePaths) -> BuildManifest:
         spec_types=list(probe.choices("spec-type")),
         cache_types=list(probe.choices("cache-type-k")), tree=str(source.path))
     _write_manifest(manifest, binaries, paths)
-    if not request.trusted:
-        _remove_build_folder(build_dir)
-    say(f"{request.name}: {probe.version.splitlines()[0]}")
     return manifest
+
+
+@contextmanager
+def _own_folder(folder: Path, trusted: bool) -> Iterator[None]:
+    """A job's build folder, fresh before and removed after, whether its build succeeded
+    or failed (a failed commit's build leaves up to the disk bound, a FIFO, folders of any
+    mode: nothing of it stays for the node to carry); the operator's builds keep theirs."""
+    if trusted:
+        yield
+        return
+    _remove_build_folder(folder)
+    try:
+        yield
+    finally:
+        _remove_build_folder(folder)
 
 
 def _remove_build_folder(folder: Path) -> None:
