@@ -11,6 +11,7 @@ imports it for its ``--format`` choices.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from farm.errors import ConfigError
 from farm.report import kinds
-from farm.report.cells import clean
+from farm.report.cells import clean, clean_lines
 from farm.report.output import Folder, emit
 from farm.report.sheet import markdown, table_text, terminal_colour, terminal_width
 
@@ -323,4 +324,10 @@ def render(result: object, fmt: str, target: Target) -> str | bytes | Folder:
 
 def write(result: object, fmt: str, target: Target) -> None:
     """``result`` in ``fmt``, on stdout or in ``target.output`` (whole or not at all)."""
-    emit(render(result, fmt, target), target.output, getattr(result, "what", ""))
+    data = render(result, fmt, target)
+    if fmt == "csv" and target.output is None and sys.stdout.isatty():
+        # A CSV's cells are data, not a Sheet's (tables and markdown are cleaned there,
+        # JSON escapes): on a terminal they are read, so a stranger's escapes lose their
+        # control characters; a pipe or a file keeps the data as stored.
+        data = clean_lines(str(data))
+    emit(data, target.output, getattr(result, "what", ""))

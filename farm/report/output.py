@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm.errors import ConfigError
-from farm.report.cells import clean_lines
 
 
 @dataclass(frozen=True)
@@ -32,10 +31,7 @@ def emit(data: str | bytes | Folder, output: Path | None, what: str = "") -> Non
     elif output is not None:
         write_file(output, data.encode("utf-8") if isinstance(data, str) else data, what)
     elif isinstance(data, str):
-        # On a terminal every format is read, not loaded: a stranger's escapes in a CSV or
-        # markdown cell (a GPU's name, a run's text) lose their control characters there,
-        # as a table's do; a pipe or a file gets the data as it is.
-        sys.stdout.write(clean_lines(data) if sys.stdout.isatty() else data)
+        sys.stdout.write(data)
     else:
         sys.stdout.flush()
         sys.stdout.buffer.write(data)

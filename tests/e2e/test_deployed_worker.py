@@ -203,6 +203,10 @@ def _start_confined(fleet: Fleet, view: View, place: Place, git: str) -> tuple[P
            # The operator's ccache, read by the builds of jobs' commits.
            "CCACHE_DIR": os.environ["CCACHE_DIR"]}
     command = [FARM if word == VENV_FARM or word == "farm" else word for word in view.command]
+    # The deployments serve GPU 0; this machine has none, and a worker refuses a GPU that
+    # NVML does not see: here the same command serves its class on the CPU.
+    devices = command.index("--devices")
+    del command[devices:devices + 2]
     config_inside = next(inside for what, inside in view.read_only if what == "config")
     command[command.index("--config") + 1] = config_inside
     log = (fleet.root / "confined.log").open("wb")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import click
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
@@ -21,7 +22,8 @@ from sqlalchemy import text
 from farm.cli.base import FarmGroup
 from farm.errors import BenchmarkError
 from farm.report.cells import clean
-from farm.report.output import emit
+from farm.report.formats import Target, write
+from farm.report.kinds import Tables
 from farm.store.db import make_engine, upgrade
 from tests.fixtures.nights import store_nights
 from tests.helpers import run_cli
@@ -111,11 +113,12 @@ class _Terminal(io.StringIO):
 
 
 @pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "pipe"])
-def test_a_data_format_on_a_terminal_loses_a_strangers_escapes(
+def test_a_csv_on_a_terminal_loses_a_strangers_escapes(
         monkeypatch: pytest.MonkeyPatch, terminal: bool) -> None:
-    """CSV or markdown printed to a terminal (``farm report --format csv``) is cleaned like
-    a table; in a pipe it stays the data as stored."""
+    """CSV printed to a terminal (``farm report --format csv``) is cleaned as a table is;
+    in a pipe it stays the data as stored."""
     stdout = _Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stdout", stdout)
-    emit(f"gpu,speedup\n{HOSTILE},1.2\n", None)
+    frame = pd.DataFrame({"gpu": [HOSTILE], "speedup": [1.2]})
+    write(Tables(frame, []), "csv", Target())
     assert stdout.getvalue() == f"gpu,speedup\n{SHOWN if terminal else HOSTILE},1.2\n"
