@@ -40,6 +40,20 @@ def _insert(engine: Engine, lease: leases.Lease, run: Run) -> None:
         session.add(run)
 
 
+def _taken_from(engine: Engine, old: leases.Lease, owner: str, seconds: int,
+                run: Run) -> leases.Lease:
+    """``owner`` claims the job ``old`` held (attempt 2); ``old`` then writes nothing: no
+    run, no renewal, no finish. The new lease."""
+    new = leases.claim(engine, old.job_id, owner, seconds)
+    assert new == leases.Lease(old.job_id, owner, 2)
+    with pytest.raises(leases.LeaseLost):
+        _insert(engine, old, run)
+    with pytest.raises(leases.LeaseLost):
+        leases.renew(engine, old, seconds)
+    assert not leases.finish(engine, old, "done")
+    return new
+
+
 def _expire(engine: Engine, job_id: int) -> None:
     with Session(engine) as session, session.begin():
         session.execute(update(Job).where(Job.id == job_id)
@@ -61,13 +75,7 @@ def test_expired_lease_is_reaped_and_the_old_owner_can_write_nothing(engine: Eng
     _expire(engine, job_id)
     [reaped] = leases.reap_expired(engine)
     assert reaped == leases.Reaped(job_id, "cpu", failed=False)
-    new = leases.claim(engine, job_id, "b", 30)
-    assert new == leases.Lease(job_id, "b", 2)
-    with pytest.raises(leases.LeaseLost):
-        _insert(engine, old, _run(job_id, 1))
-    with pytest.raises(leases.LeaseLost):
-        leases.renew(engine, old, 30)
-    assert not leases.finish(engine, old, "done")
+    new = _taken_from(engine, old, "b", 30, _run(job_id, 1))
     _insert(engine, new, _run(job_id, 1))
     assert leases.finish(engine, new, "done")
     with Session(engine) as session:
@@ -153,10 +161,4 @@ def test_a_job_is_taken_early_only_from_an_owner_whose_host_still_beats(
             assert job.error == ("a stopped heartbeating while its host's other workers "
                                  "beat: its job taken before its lease expired")
     if taken:  # the same guarantee as an expiry: the old attempt writes nothing
-        new = leases.claim(engine, job_id, "b", 300)
-        assert new == leases.Lease(job_id, "b", 2)
-        with pytest.raises(leases.LeaseLost):
-            _insert(engine, old, _run(job_id, 0))
-        with pytest.raises(leases.LeaseLost):
-            leases.renew(engine, old, 300)
-        assert not leases.finish(engine, old, "done")
+        _taken_from(engine, old, "b", 300, _run(job_id, 0))
