@@ -142,6 +142,10 @@ def main(argv: list[str]) -> int:
     # Ended with the worker, as bubblewrap would be (--die-with-parent), but by a signal
     # it can act on: bubblewrap stops, and its cgroup goes.
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != options.parent:  # the worker died before the death signal was asked
+        # Checked before bubblewrap starts: one stopped while it sets up can leave its
+        # sandboxed child running (it asks for its own death signal after its clone).
+        os.kill(os.getpid(), signal.SIGTERM)
     fds: list[int] = []
     if options.filter:
         fds.append(_filter_fd(options.filter))
@@ -163,8 +167,6 @@ def main(argv: list[str]) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, stop)
-    if os.getppid() != options.parent:  # the worker died before the death signal was asked
-        stop(signal.SIGTERM, None)
     code = child.wait()
     _clean_up(leaves, options.memory)
     if code < 0:  # killed: so is this, that the caller sees the same signal
