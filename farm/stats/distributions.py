@@ -16,17 +16,24 @@ def _nonzero(value: float) -> float:
 
 
 def _beta_continued_fraction(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    """Continued fraction of the incomplete beta function (modified Lentz). Its loop
+    writes ``_nonzero`` out (the same arithmetic, bit for bit): the simulations call it
+    millions of times."""
     c, d = 1.0, 1.0 / _nonzero(1.0 - (a + b) * x / (a + 1.0))
     result = d
     for m in range(1, 100_000):
-        numerator = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
-        d = 1.0 / _nonzero(1.0 + numerator * d)
-        c = _nonzero(1.0 + numerator / c)
+        twice = a + 2 * m
+        numerator = m * (b - m) * x / ((twice - 1) * twice)
+        d = 1.0 + numerator * d
+        d = 1.0 / (_TINY if abs(d) < _TINY else d)
+        c = 1.0 + numerator / c
+        c = _TINY if abs(c) < _TINY else c
         result *= d * c
-        numerator = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
-        d = 1.0 / _nonzero(1.0 + numerator * d)
-        c = _nonzero(1.0 + numerator / c)
+        numerator = -(a + m) * (a + b + m) * x / (twice * (twice + 1))
+        d = 1.0 + numerator * d
+        d = 1.0 / (_TINY if abs(d) < _TINY else d)
+        c = 1.0 + numerator / c
+        c = _TINY if abs(c) < _TINY else c
         result *= d * c
         if abs(d * c - 1.0) < _CF_EPS:
             return result
