@@ -252,6 +252,10 @@ class RunRecord(_Record):
     worker_name: Text255 | None
     attempt: Annotated[int, Field(ge=1, le=1000)]
     started_at: AwareDatetime
+    # Its block's server start and warm-up (run.server_start_s, run.warmup_s): absent from
+    # bundles made before they were kept.
+    server_start_s: Seconds | None = None
+    warmup_s: Seconds | None = None
 
 
 def run_identity(machine_id: str, job_key: str, arm: str, block: int, prompt_id: str,

@@ -269,6 +269,10 @@ class Run(Base):
     cpu_freq_mhz: Mapped[float | None] = mapped_column(Float)
     gpu_other_processes: Mapped[int | None] = mapped_column(Integer)
     busy_wait_s: Mapped[float | None] = mapped_column(Float)
+    # The run's block before its first run: its server's start (launch to /health
+    # answering: the model's load) and its warm-up request, in seconds (null before 0027).
+    server_start_s: Mapped[float | None] = mapped_column(Float)
+    warmup_s: Mapped[float | None] = mapped_column(Float)
     # MiB of the server's contexts, from its log (workers.job.runtime.server_log.context_memory):
     # the target's KV cache and recurrent state, and the whole speculative draft context.
     kv_mib: Mapped[float | None] = mapped_column(Float)

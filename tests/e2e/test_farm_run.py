@@ -69,6 +69,11 @@ def test_run_stores_every_run_with_provenance_and_reports_the_drafting(
     assert {"job_key", "arm", "block", "decode_tok_s", "spec_accepted", "text",
             "model_sha256", "server_version", "argv"} <= set(frame.columns)
     assert frame.loc[frame["arm"] == "variant", "spec_drafted"].sum() == row["drafted"]
+    # Each run keeps its block's server start and warm-up: one value a block, in seconds.
+    starts = frame.groupby("block")[["server_start_s", "warmup_s"]].nunique()
+    assert (starts == 1).all().all(), frame[["block", "server_start_s", "warmup_s"]]
+    assert (frame["server_start_s"] > 0).all() and (frame["warmup_s"] > 0).all()
+    assert (frame["server_start_s"] < 60).all() and (frame["warmup_s"] < 60).all()
 
     again = farm("run", str(matrix))
     assert again.returncode == 0, again.stderr

@@ -63,11 +63,12 @@ ADDED_COLUMNS: tuple[str, ...] = (
 # The runs' columns added since, in exports: the commit a source build was made from
 # (issue 22), where a Hub or URL model came from (issue 23), the node's other work over
 # each run (issue 25), whether its server ran in the sandbox (issue 35), the class of the
-# machine that measured it and its GPU's memory (issue 37).
+# machine that measured it and its GPU's memory (issue 37), its block's server start and
+# warm-up (issue 56).
 ADDED_RUN_COLUMNS: tuple[str, ...] = (
     "build_commit", "model_source", "node_other_cores", "node_top", "node_load_1m",
     "cpu_governor", "cpu_freq_mhz", "gpu_other_processes", "busy_wait_s", "sandboxed",
-    "machine_class", "gpu_memory_mb")
+    "machine_class", "gpu_memory_mb", "server_start_s", "warmup_s")
 
 # Columns of the grouped reports that a statistics change made since the goldens computes
 # anew on purpose, by golden name prefix (issue 24: HKSJ's scale truncated at 1 in every

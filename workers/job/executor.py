@@ -12,6 +12,7 @@ import os
 import random
 import socket
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from farm.stats.twostage import stop_decision
 from workers.job.checks import Preflight, preflight
 from workers.job.quiet import settle
 from workers.job.resolve import NodeFiles, flag_files
-from workers.job.results import Outcome, RunKey, RunResult, Slot
+from workers.job.results import BlockStart, Outcome, RunKey, RunResult, Slot
 from workers.job.runtime.client import Generation, ServerClient
 from workers.job.runtime.sandbox import Sandbox
 from workers.job.runtime.server import LlamaServer
@@ -241,8 +242,11 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
         check_fit(client, spec, [prompt for prompt, _ in block.todo])
         spec_log = SpecStatsLog(block.log_path, server.log_offset)
         # The warm-up, one request per slot, was the server's requests 0 .. width - 1.
+        warming = time.monotonic()
         run_streams(client, spec, block.todo[0][0].text, WARMUP_TOKENS,
                     [spec.sampling] * width, ignore_eos=True)
+        assert server.start_s is not None  # set as /health answered
+        start = BlockStart(server.start_s, time.monotonic() - warming)
         watch = NodeWatch(block.roots)
         for request, (prompt, repetition) in enumerate(block.todo, start=1):
             watch.begin()
@@ -268,7 +272,8 @@ def _run_block(block: Block, sink: RunSink, checked: Preflight, gpus: list[GpuIn
                 telemetry=sampler.summarize(began, sampler.mark()),
                 slot_speculative=speculative, weights_spilled=spilled,
                 tokens=client.tokenize(generation.text), gpu_name=gpus[0].name if gpus else None,
-                gpu_memory_mb=gpus[0].vram_total_mb if gpus else None, node=node)
+                gpu_memory_mb=gpus[0].vram_total_mb if gpus else None, node=node,
+                start=start)
             sink.record(result, checked)
             on_run(result)
         if gpus:

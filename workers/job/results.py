@@ -36,6 +36,16 @@ class Slot:
 
 
 @dataclass(frozen=True)
+class BlockStart:
+    """What a block spent before its first run, each of its runs stored with it: the
+    server's start (launch to /health answering: loading the model, in the sandbox where
+    it runs) and the warm-up request."""
+
+    server_s: float
+    warmup_s: float
+
+
+@dataclass(frozen=True)
 class RunResult:
     """One run's measurements with the provenance its row needs."""
 
@@ -62,6 +72,7 @@ class RunResult:
     gpu_name: str | None
     gpu_memory_mb: float | None  # the GPU's total memory, MiB
     node: NodeLoad
+    start: BlockStart  # its block's server start and warm-up
 
     @property
     def window(self) -> Window:

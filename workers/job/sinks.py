@@ -120,7 +120,8 @@ def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
         kv_mib=result.memory.kv_mib if result.memory else None,
         draft_context_mib=result.memory.draft_context_mib if result.memory else None,
         concurrency=len(result.streams), aggregate_tok_s=window.aggregate_tok_s,
-        overlap=window.overlap, streams=stream_rows(result), **node_values(result.node))
+        overlap=window.overlap, streams=stream_rows(result), **node_values(result.node),
+        server_start_s=result.start.server_s, warmup_s=result.start.warmup_s)
 
 
 def node_values(node: NodeLoad) -> dict[str, Any]:

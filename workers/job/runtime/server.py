@@ -119,6 +119,7 @@ class LlamaServer:
         # Its output's bound: OUTPUT_BYTES, and more for the ``requests`` it is started for.
         self.output_bytes = OUTPUT_BYTES + OUTPUT_BYTES_PER_REQUEST * requests
         self.log_offset = 0  # where the running server's output begins in its log
+        self.start_s: float | None = None  # seconds from its launch to /health answering
         self._socket_dir: Path | None = None
         self._socket: HeldSocket | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -195,6 +196,7 @@ class LlamaServer:
         with self.log_path.open("ab") as log:
             self.log_offset = log.tell()
             log.write(("$ " + " ".join(self.argv) + "\n").encode(errors="replace"))
+        launched = time.monotonic()
         self._process = self._popen()
         assert self._process.stdout is not None  # piped
         self._output = OutputToLog(self._process.stdout, self.log_path, self.output_bytes,
@@ -216,6 +218,7 @@ class LlamaServer:
                     # The server's own process, inside the sandbox's process tree.
                     self._pid = inner_pid(self._process.pid, self.binary) \
                         if self.sandboxed else self._process.pid
+                    self.start_s = time.monotonic() - launched
                     return
                 time.sleep(0.1)
         raise self._failed(f"llama-server did not answer /health within "
