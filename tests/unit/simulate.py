@@ -75,7 +75,7 @@ def block_noise(rng: np.random.Generator, kind: str, blocks: int, sd: float,
                 change: int) -> Floats:
     """Block-level log-speed offsets, common to a server session (the audit's)."""
     index = np.arange(blocks)
-    if kind in ("normal", "speedup_ar"):
+    if kind in ("normal", "speedup_ar", "walk"):
         return rng.normal(0, sd, blocks)
     if kind == "t3":
         return rng.standard_t(3, blocks) * sd / math.sqrt(3.0)
@@ -91,17 +91,28 @@ def block_noise(rng: np.random.Generator, kind: str, blocks: int, sd: float,
 def job_pairs(rng: np.random.Generator, kind: str, max_pairs: int,
               first_stage: int) -> tuple[Floats, npt.NDArray[np.int64]]:
     """One job's pair values (log speedups) and orders (+1 AB, -1 BA), the audit's job."""
+    values, orders, _ = job_effects(rng, kind, max_pairs, first_stage)
+    return values, orders
+
+
+def job_effects(rng: np.random.Generator, kind: str, max_pairs: int, first_stage: int,
+                true_log: float = TRUE_LOG) -> tuple[Floats, npt.NDArray[np.int64], Floats]:
+    """``job_pairs`` at a true log speedup of ``true_log``, with each pair's own true log
+    speedup: ``true_log`` but where the speedup moves ("speedup_ar": AR(1) 0.5 around it,
+    SD 3%; "walk": a random walk from it, 1% a pair)."""
     sd = rng.uniform(0.01, 0.05)
     variant_first = (np.arange(max_pairs) + int(rng.random() < 0.5)) % 2 == 1
     noise = block_noise(rng, kind, 2 * max_pairs, sd, 2 * first_stage)
     # Medians of 3 repetitions, mean over 4 prompts.
     noise = noise + rng.normal(0, rng.uniform(0.01, 0.06) * math.sqrt(0.45 / 4), 2 * max_pairs)
     first, second = noise[0::2], noise[1::2]
-    effect = np.full(max_pairs, TRUE_LOG)
+    effect = np.full(max_pairs, true_log)
     if kind == "speedup_ar":
         effect = effect + ar1(rng, max_pairs, 0.5, 0.03)
+    elif kind == "walk":
+        effect = effect + np.concatenate([[0.0], np.cumsum(rng.normal(0, 0.01, max_pairs - 1))])
     values = effect + np.where(variant_first, first - second, second - first)
-    return values, np.where(variant_first, -1, 1).astype(np.int64)
+    return values, np.where(variant_first, -1, 1).astype(np.int64), effect
 
 
 @dataclass(frozen=True)
