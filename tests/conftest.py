@@ -19,26 +19,6 @@ from workers.setup.provision import Provisioned, provision
 
 PG_ADMIN_URL = os.environ.get("FARM_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
-# The shared phase's longest modules: about the seconds each takes on one xdist worker
-# (this machine, 2026-12-07). They start first (the longest first; tests/run passes
-# --no-loadscope-reorder, so xdist keeps this order), and the many short modules fill the
-# end: xdist's own order, by how many tests a module holds, started the one-test outages and
-# the fleet bisect last, and one core idled for about three minutes while they ran.
-LONGEST_MODULES = {
-    "tests/security/test_hostile_commit.py": 380, "tests/unit/test_stats_gate.py": 230,
-    "tests/unit/test_stats_drift_machine.py": 210, "tests/e2e/test_source_builds.py": 160,
-    "tests/e2e/test_fleet_bisect.py": 125, "tests/unit/test_stats_simulation.py": 110,
-    "tests/fault/test_git_outage.py": 108, "tests/e2e/test_fleet.py": 100,
-    "tests/e2e/test_deployed_worker.py": 90, "tests/e2e/test_ab.py": 85,
-    "tests/fault/test_outages.py": 80, "tests/e2e/test_traffic.py": 70,
-}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The ``LONGEST_MODULES`` first, the longest first; every other module after them in
-    its place (a stable sort)."""
-    items.sort(key=lambda item: -LONGEST_MODULES.get(item.nodeid.partition("::")[0], 0))
-
 
 @pytest.fixture(autouse=True)
 def isolated_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
