@@ -25,7 +25,7 @@ from farm.settings import Settings, load_settings, redact_url
 
 if TYPE_CHECKING:
     from farm.runner import CheckedMatrix
-    from farm.stats.design import Design
+    from farm.stats.design import Answer, Design
     from workers.paths import NodePaths
 
 # `farm ab`'s default design runs up to this many pairs; --pairs takes at most MAX_AB_PAIRS.
@@ -60,20 +60,24 @@ def _answer(row: dict[str, Any], design: Design) -> str:
     if low is None or high is None:
         return (f"answer: the variant decoded {speedup:.2f}x as fast as the baseline; too few "
                 "block pairs for an interval (give --pairs 2 or more)")
-    verdict = ("faster" if low > 1 else "slower" if high < 1 else
-               _around_one(speedup, low, high, int(row.get("pairs") or 0), design))
+    from farm.stats.design import answer
+
+    found = answer(low, high, design.target)
+    verdict = found if found in ("faster", "slower") else \
+        _around_one(found, speedup, low, high, int(row.get("pairs") or 0), design)
     return (f"answer: the variant decodes {speedup:.2f}x as fast as the baseline "
             f"[{low:.2f}, {high:.2f}] (95% interval, {row.get('pairs')} block pairs): "
             f"{verdict}")
 
 
-def _around_one(speedup: float, low: float, high: float, pairs: int, design: Design) -> str:
+def _around_one(found: Answer, speedup: float, low: float, high: float, pairs: int,
+                design: Design) -> str:
     """What an interval that holds 1x says: no meaningful difference when it lies within
     the design's target; else no difference shown, with more pairs advised only when the
     design stopped short of its target (a half-width wider than it: the row's stop reason
     then reads "target not reachable" for an assured design, "... reached" for others)."""
     target = f"±{design.target * 100:g}%"
-    if 1 - design.target <= low and high <= 1 + design.target:
+    if found == "within":
         return f"no meaningful difference: within {target}"
     half = (high - low) / 2 / speedup
     if half <= design.target:

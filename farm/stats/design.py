@@ -5,6 +5,10 @@ runner and the reports read a design without loading the statistics."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+# What a speedup interval answers of "is the variant faster?" (``answer``).
+Answer = Literal["faster", "slower", "within", "undecided"]
 
 # Pairs a second stage adds at least: its crossover fit needs two pairs of each order for a
 # residual df of 2 (t 4.30 at 95%).
@@ -55,3 +59,16 @@ class Design:
     def two_stage(self) -> bool:
         """Whether the first stage plans a second one (else the pair count is fixed)."""
         return self.max_pairs > self.first_stage
+
+
+def answer(low: float, high: float, margin: float) -> Answer:
+    """What a speedup interval ``[low, high]`` answers of "is the variant faster?": faster
+    or slower when it leaves out 1x, within ±``margin`` when it lies inside that, else
+    undecided (`farm ab`'s answer line; issue 56's simulations read jobs the same way)."""
+    if low > 1:
+        return "faster"
+    if high < 1:
+        return "slower"
+    if 1 - margin <= low and high <= 1 + margin:
+        return "within"
+    return "undecided"

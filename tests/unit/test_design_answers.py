@@ -6,27 +6,28 @@ from __future__ import annotations
 
 import pytest
 
-from farm.stats.intervals import Interval
+from farm.stats.design import Answer, answer
 from tests.unit.simulate import binomial_sd
-from tests.unit.simulate_design import VERDICTS, design_cell, verdict, wrong
+from tests.unit.simulate_design import VERDICTS, design_cell, wrong
 
 JOBS = 200
 
 
-@pytest.mark.parametrize(("low", "high", "answer"), [
+@pytest.mark.parametrize(("low", "high", "said"), [
     (1.01, 1.20, "faster"), (0.80, 0.99, "slower"), (0.98, 1.02, "within"),
     (0.97, 1.03, "within"), (0.95, 1.02, "undecided"), (0.90, 1.40, "undecided")])
-def test_an_interval_answers_as_farm_ab_reads_it(low: float, high: float, answer: str) -> None:
-    assert verdict(Interval((low + high) / 2, low, high, 8), 0.03) == answer
+def test_an_interval_answers_as_farm_ab_reads_it(low: float, high: float, said: Answer
+                                                 ) -> None:
+    assert answer(low, high, 0.03) == said
 
 
-@pytest.mark.parametrize(("answer", "truth", "is_wrong"), [
+@pytest.mark.parametrize(("said", "truth", "is_wrong"), [
     ("faster", 1.05, False), ("faster", 1.01, True), ("faster", 0.95, True),
     ("slower", 0.95, False), ("slower", 1.00, True), ("within", 1.02, False),
     ("within", 1.05, True), ("undecided", 1.90, False)])
 def test_a_wrong_answer_is_a_direction_against_or_without_the_truth(
-        answer: str, truth: float, is_wrong: bool) -> None:
-    assert wrong(answer, truth) == is_wrong
+        said: Answer, truth: float, is_wrong: bool) -> None:
+    assert wrong(said, truth) == is_wrong
 
 
 def test_a_large_speedup_is_found_faster_at_the_plan() -> None:
