@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 from sqlalchemy import select
 
+from farm.results.runs import runs_frame
 from farm.settings import load_settings
 from farm.store.db import connected
 from farm.store.models import Campaign, Job
@@ -90,8 +91,6 @@ def _measure(name: str, commands: list[list[str]], keep: Path | None) -> None:
 
 
 def _read(data_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from farm.results.runs import runs_frame
-
     url = load_settings(data_dir=data_dir).database_url
     with connected(url) as engine, engine.connect() as connection:
         jobs = pd.DataFrame(connection.execute(
