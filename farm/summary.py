@@ -103,8 +103,9 @@ class JobSummary(_Fields):
     log_se: Measure = Field(None, description="Standard error of the log speedup.")
     df: int | None = Field(None, description="Its degrees of freedom.")
     interval_method: str | None = Field(None, description="second-stage crossover (from "
-                                        "issue 24; two-stage crossover before), crossover, "
-                                        "paired t, or zero spread (no interval).")
+                                        "issue 24; two-stage crossover before), sequential "
+                                        "crossover (a decision design), crossover, paired t, "
+                                        "or zero spread (no interval).")
     order_effect: Measure = Field(None, description="How much faster a pair's second block "
                                   "runs than its first.")
     order_low: Measure = Field(None, description="Its 95% interval, low end.")

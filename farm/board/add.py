@@ -28,10 +28,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from farm.board.bounds import first_error
 from farm.board.bundle import JobRecord, RunRecord
 from farm.board.verify import Bundle, BundleError, read_bundle
 from farm.errors import ConfigError
@@ -139,8 +141,10 @@ def _store_job(session: Session, path: Path, bundle: Bundle, bundle_id: int,
         spec = JobSpec.model_validate({**record.spec, "campaign": _campaign_name(
             machine, record.campaign)})
     except ValueError as exc:
-        added.refused.append((record.job_key, "its spec is not one this farm reads "
-                              f"({str(exc).splitlines()[0]}); upgrade the farm"))
+        why = first_error(exc) if isinstance(exc, ValidationError) else \
+            str(exc).splitlines()[0]
+        added.refused.append((record.job_key, f"its spec is not one this farm reads ({why}); "
+                              "upgrade the farm"))
         return None
     campaign = ensure_campaign(session, spec.campaign, f"bundle:{bundle_id}")
     twin = session.scalar(select(BoardJob.source_key).join(Job, Job.id == BoardJob.job_id)

@@ -60,6 +60,11 @@ def _answer(row: dict[str, Any], design: Design) -> str:
     if low is None or high is None:
         return (f"answer: the variant decoded {speedup:.2f}x as fast as the baseline; too few "
                 "block pairs for an interval (give --pairs 2 or more)")
+    if design.sequential and row.get("stop_reason"):
+        saved = 1 - int(row.get("pairs") or 0) / design.max_pairs
+        return (f"answer: the variant decodes {speedup:.2f}x as fast as the baseline "
+                f"[{low:.2f}, {high:.2f}] (95% interval): {row['stop_reason']}; about "
+                f"{saved:.0%} of a fixed {design.max_pairs}-pair design's GPU time saved")
     from farm.stats.design import answer
 
     found = answer(low, high, design.target)
@@ -123,8 +128,13 @@ class _AbCommand(click.Command):
 @click.option("--args", metavar="FLAGS",
               help="More baseline flags as one string, e.g. '-ctk q8_0 -ctv q8_0'.")
 @click.option("--pairs", type=click.IntRange(1, MAX_AB_PAIRS), metavar="N",
-              help=f"A fixed number of block pairs (default: 4, then up to {DEFAULT_MAX_PAIRS} "
-                   "until the speedup is known to ±3%).")
+              help="A fixed number of block pairs (default: the --stop-rule's).")
+@click.option("--stop-rule", type=click.Choice(["decision", "precision"]), default="decision",
+              show_default=True,
+              help=f"decision: from 4 pairs, a look after each, stop once faster, slower or "
+                   f"within ±3% is decided (at most {DEFAULT_MAX_PAIRS}); precision: 4 pairs "
+                   f"plan how many more (at most {DEFAULT_MAX_PAIRS}) measure the speedup to "
+                   "±3%.")
 @click.option("--n-predict", type=click.IntRange(2, 32768), default=128, show_default=True,
               help="Tokens generated per run.")
 @click.option("--repetitions", type=click.IntRange(1, 1000), metavar="N",
@@ -142,8 +152,8 @@ class _AbCommand(click.Command):
                    "results; `farm paths` shows it).")
 def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
        threads: int | None, flash_attn: str | None, args: str | None, pairs: int | None,
-       n_predict: int, repetitions: int | None, suite: tuple[str, ...], prompt_mode: str,
-       build: str, output: Path | None) -> None:
+       stop_rule: str, n_predict: int, repetitions: int | None, suite: tuple[str, ...],
+       prompt_mode: str, build: str, output: Path | None) -> None:
     """Is MODEL faster with VARIANT_FLAGS? Baseline vs baseline + VARIANT_FLAGS (given after
     `--`), run here with the farm's design; prints the answer and writes the matrix it ran
     (re-run it with `farm run`, send it to a fleet with `farm submit`). MODEL is a GGUF
@@ -160,6 +170,8 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
         design["repetitions"] = repetitions
     if pairs is not None:
         design |= {"pairs": pairs, "max-pairs": pairs}
+    else:
+        design["stop-rule"] = stop_rule
     matrix = ab_matrix(model_entry(model, settings.models_dir),
                        _baseline(ngl, ctx, threads, flash_attn, args),
                        flag_map(shlex.join(variant), "farm ab"),

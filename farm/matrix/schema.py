@@ -12,7 +12,7 @@ from farm.matrix.cuda_arch import CudaArch
 from farm.matrix.files import RelativeFile
 from farm.matrix.flags import NGRAM_SIMPLE_SIZE_N, draft_length_flag
 from farm.matrix.sources import REF_PATTERN
-from farm.stats.design import MIN_SECOND_STAGE
+from farm.stats.design import MIN_DECISION_PAIRS, MIN_SECOND_STAGE, StopRule
 
 # Most simultaneous streams one run sends (one server slot each).
 MAX_CONCURRENCY = 64
@@ -298,8 +298,14 @@ class Matrix(Strict):
     concurrency: Concurrency | Annotated[list[Concurrency], Field(min_length=1)] = Field(
         1, description="Simultaneous streams per run, against a server with as many slots "
                        "(--parallel); a list sweeps it, one job per value.")
-    # The two-stage rule (farm.stats.twostage, docs/statistics.md "How many pairs"): the first
-    # stage's spread fixes the number of pairs, the second stage's measures the interval.
+    # How many pairs (docs/statistics.md "How many pairs"): the decision design looks after
+    # each pair (farm.stats.sequential); the two-stage rule's first stage fixes the number of
+    # pairs, its second stage measures the interval (farm.stats.twostage).
+    stop_rule: StopRule = Field(
+        "precision", description="decision: after `pairs` (4 or more), stop once \"is it "
+        "faster?\" is answered (faster, slower, or within ±target-ci), at most max-pairs; "
+        "precision: the first stage plans the pairs that meet target-ci; fixed: `pairs` "
+        "pairs.")
     pairs: Pairs = Field(4, description="First stage: block pairs (AB, BA, ...) every job "
                                         "runs; they plan the rest.")
     max_pairs: Pairs = Field(12, description="Most block pairs per job; equal to `pairs` for "
@@ -334,8 +340,19 @@ class Matrix(Strict):
         if self.engine_curve is not None and not self.engine_curve.arms():
             raise ValueError("engine-curve: every synth-len is above draft-n-max + 1, which no "
                              "draft reaches; give lengths from 1 to the largest draft-n-max + 1")
+        if self.stop_rule == "fixed":
+            if "max_pairs" in self.model_fields_set and self.max_pairs != self.pairs:
+                raise ValueError(f"stop-rule fixed runs `pairs` ({self.pairs}) pairs: remove "
+                                 f"max-pairs ({self.max_pairs}) or set it to {self.pairs}")
+            return self
         if self.max_pairs < self.pairs:
             raise ValueError(f"max-pairs ({self.max_pairs}) must be >= pairs ({self.pairs})")
+        if self.stop_rule == "decision":
+            if self.pairs < MIN_DECISION_PAIRS:
+                raise ValueError(f"stop-rule decision looks from pairs ({self.pairs}) on, "
+                                 f"which must be {MIN_DECISION_PAIRS} or more (the crossover "
+                                 "fit's first interval)")
+            return self
         if self.pairs < self.max_pairs < self.pairs + MIN_SECOND_STAGE:
             raise ValueError(f"max-pairs ({self.max_pairs}) leaves a second stage of fewer than "
                              f"{MIN_SECOND_STAGE} pairs: set it to {self.pairs} (a fixed number "
@@ -344,6 +361,11 @@ class Matrix(Strict):
             raise ValueError(f"pairs ({self.pairs}) is too small a first stage to plan a "
                              "second: set pairs to 3 or more, or max-pairs equal to pairs")
         return self
+
+    @property
+    def most_pairs(self) -> int:
+        """The most pairs a job runs: `pairs` with stop-rule fixed, else max-pairs."""
+        return self.pairs if self.stop_rule == "fixed" else self.max_pairs
 
     def concurrencies(self) -> list[int]:
         """``concurrency`` as a list of distinct values, in the order written."""

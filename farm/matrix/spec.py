@@ -15,6 +15,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from farm.errors import ConfigError
@@ -40,7 +41,7 @@ from farm.matrix.schema import (
     TargetCi,
 )
 from farm.matrix.sources import REF_PATTERN, check_cmake_option
-from farm.stats.design import Design
+from farm.stats.design import Design, StopRule
 from farm.summary import JobKind
 
 ArmRole = Literal["baseline", "variant"]
@@ -250,6 +251,7 @@ class JobSpec(Frozen):
     max_pairs: Pairs
     target_ci: TargetCi
     target_assurance: Assurance | None = None  # None: plan from the first stage's spread as is
+    stop_rule: StopRule = "precision"  # how the job decides it has enough pairs
     control: bool = False  # an A/A job: the variant is the baseline again
     stop: StopMode = "fixed"  # natural: no ignore_eos, n_predict a cap
     concurrency: Concurrency = 1  # simultaneous streams per run, one server slot each
@@ -305,10 +307,21 @@ class JobSpec(Frozen):
             return "temperature > 0: outputs are not expected to match"
         return None
 
+    @model_validator(mode="after")
+    def _pairs_a_design_runs(self) -> JobSpec:
+        """Pairs that no design runs (a crafted bundle's spec) are refused here, by Design's
+        own checks and this one, not when a report reads them."""
+        if self.design.least_pairs > self.max_pairs:
+            raise ValueError(f"max_pairs ({self.max_pairs}) is below the fewest pairs the "
+                             f"design runs ({self.design.least_pairs})")
+        return self
+
     @property
     def design(self) -> Design:
-        """How many block pairs the job runs: its first stage, maximum, target, assurance."""
-        return Design(self.pairs, self.max_pairs, self.target_ci, self.target_assurance)
+        """How many block pairs the job runs: its first stage, maximum, target, assurance and
+        stop rule."""
+        return Design(self.pairs, self.max_pairs, self.target_ci, self.target_assurance,
+                      self.stop_rule)
 
     def arm(self, role: ArmRole) -> Arm:
         """The baseline or the variant arm."""
@@ -350,7 +363,10 @@ class JobSpec(Frozen):
                        "max_pairs": self.max_pairs, "target_ci": self.target_ci,
                        # Only when set, so that every other job keeps its key.
                        **({"target_assurance": self.target_assurance}
-                          if self.target_assurance is not None else {})},
+                          if self.target_assurance is not None else {}),
+                       # Only a decision design: a fixed one is pairs == max_pairs, as before.
+                       **({"stop_rule": self.stop_rule}
+                          if self.stop_rule == "decision" else {})},
             # Only when set, so that the keys of every other job stay as they were.
             **({"control": True} if self.control else {}),
             # A downloaded model is the bytes of its source (a Hub model: repository,

@@ -9,10 +9,16 @@ from typing import Literal
 
 # What a speedup interval answers of "is the variant faster?" (``answer``).
 Answer = Literal["faster", "slower", "within", "undecided"]
+# How a job decides it has enough pairs: "decision" once "is it faster?" is answered
+# (farm.stats.sequential), "precision" once the first stage's plan is run
+# (farm.stats.twostage), "fixed" after ``first_stage`` pairs.
+StopRule = Literal["decision", "precision", "fixed"]
 
 # Pairs a second stage adds at least: its crossover fit needs two pairs of each order for a
 # residual df of 2 (t 4.30 at 95%).
 MIN_SECOND_STAGE = 4
+# The fewest pairs a decision design looks at: the crossover fit's residual df of 2.
+MIN_DECISION_PAIRS = 4
 
 
 @dataclass(frozen=True)
@@ -35,14 +41,27 @@ class Design:
     ``assurance`` (None, or a probability): None plans as if the first stage's spread were
     the true one, which meets the target about six times in ten; a probability plans the
     fewest pairs that meet it with that probability (``planned_pairs``), and runs on past
-    them while the job's interval is wider than the target (``stop_decision``)."""
+    them while the job's interval is wider than the target (``stop_decision``).
+
+    ``rule`` "decision" reads the pairs instead: ``first_stage`` pairs at least, then after
+    each pair until the question "is it faster?" is answered, ``target`` being the
+    equivalence margin (farm.stats.sequential); "fixed" runs ``first_stage`` pairs."""
 
     first_stage: int
     max_pairs: int
     target: float = 0.03
     assurance: float | None = None
+    rule: StopRule = "precision"
 
     def __post_init__(self) -> None:
+        if self.rule == "fixed" and self.max_pairs != self.first_stage:
+            raise ValueError(f"a fixed design runs first_stage ({self.first_stage}) pairs, "
+                             f"not up to {self.max_pairs}")
+        if self.rule == "decision" and not (
+                MIN_DECISION_PAIRS <= self.first_stage <= self.max_pairs):
+            raise ValueError(f"a decision design looks from {MIN_DECISION_PAIRS} pairs or "
+                             f"more, up to max_pairs: got {self.first_stage} to "
+                             f"{self.max_pairs}")
         if self.two_stage and self.max_pairs < self.first_stage + MIN_SECOND_STAGE:
             raise ValueError(f"max_pairs ({self.max_pairs}) must equal first_stage "
                              f"({self.first_stage}) or exceed it by {MIN_SECOND_STAGE} or more")
@@ -57,8 +76,14 @@ class Design:
 
     @property
     def two_stage(self) -> bool:
-        """Whether the first stage plans a second one (else the pair count is fixed)."""
-        return self.max_pairs > self.first_stage
+        """Whether the first stage plans a second one (a precision design with room for
+        one; else the pair count is fixed, or read off the pairs by a decision design)."""
+        return self.rule == "precision" and self.max_pairs > self.first_stage
+
+    @property
+    def sequential(self) -> bool:
+        """Whether the job looks after each pair whether its question is answered."""
+        return self.rule == "decision" and self.max_pairs > self.first_stage
 
 
 def answer(low: float, high: float, margin: float) -> Answer:

@@ -269,3 +269,28 @@ def test_a_stated_summary_stored_before_summaries_were_typed_is_a_difference(
     board_add.recompute(board, board_add.pending(board), added)
     assert added.refused == [] and len(added.differences) == 1
     assert added.differences[0].endswith(": its stated summary is not one this farm reads")
+
+
+def _design(**design: Any) -> Any:
+    def jobs(made: list[Any]) -> list[Any]:
+        return [made[0].model_copy(update={"spec": {**made[0].spec, **design}})]
+    return jobs
+
+
+@pytest.mark.parametrize(("design", "phrase"), [
+    ({"stop_rule": "fastest"}, "stop_rule"),
+    ({"stop_rule": "decision", "pairs": 2, "max_pairs": 12}, "decision design looks from 4"),
+    ({"stop_rule": "fixed", "pairs": 3, "max_pairs": 12}, "a fixed design runs first_stage"),
+    ({"pairs": 4, "max_pairs": 6}, "max_pairs (6) must equal first_stage"),
+    ({"pairs": 12, "max_pairs": 4}, "below the fewest pairs the design runs"),
+])
+def test_a_strangers_spec_whose_pairs_no_design_runs_is_kept_off_by_its_reason(
+        board: Engine, tmp_path: Path, records: Records, design: dict[str, Any],
+        phrase: str) -> None:
+    # Refused when the spec is read, never later when a report makes its interval.
+    added = add_bundle(board, bundle(tmp_path / "crafted.zip", records, STRANGER,
+                                     jobs=_design(**design)), False)
+    [(_, reason)] = added.refused
+    assert reason.startswith("its spec is not one this farm reads") and phrase in reason
+    with Session(board) as session:
+        assert session.scalar(select(Job.id)) is None

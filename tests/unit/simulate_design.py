@@ -1,8 +1,9 @@
-"""Today's design measured as a question's answer (issue 56, item 1): jobs of the audit's
-cells (``DESIGN_CELLS``) at true speedups from 1.00 to 1.90 run through the default design
-(first stage 4 pairs, at most 12, target ±3%: ``planned_pairs`` plans from the first stage
-and ``estimate`` makes the interval of the pairs after it), and each job's answer read from
-its interval as `farm ab` reads it (``farm.stats.design.answer``): how many pairs it ran,
+"""Designs measured as a question's answer (issue 56): jobs of the audit's cells
+(``DESIGN_CELLS``) at true speedups from 1.00 to 1.90 run through a design: the two-stage
+default (first stage 4 pairs, at most 12, target ±3%: ``planned_pairs`` plans from the
+first stage and ``estimate`` makes the interval of the pairs after it), its answer read from
+its interval as `farm ab` read it (``farm.stats.design.answer``), or the decision design
+(``DECISION``, its answer its look's: farm.stats.sequential): how many pairs it ran,
 whether its interval holds the truth (the mean true speedup over the pairs it ran), and how often it
 said "faster", "slower", "within ±3%" or nothing ("undecided"), and how often that was
 wrong. `tests/bench/bench_design.py` prints every cell at 2,000 jobs.
@@ -17,9 +18,13 @@ from typing import get_args
 import numpy as np
 
 from farm.stats.design import Answer, Design, answer
+from farm.stats.sequential import decided
 from farm.stats.speedup import estimate
 from farm.stats.twostage import planned_pairs
 from tests.unit.simulate import DEFAULT, TWO_STAGE_CELLS, job_effects
+
+# `farm ab`'s default: the decision design (farm.stats.sequential) over the same pairs.
+DECISION = Design(first_stage=4, max_pairs=12, target=0.03, rule="decision")
 
 # The audit's cells (simulate.TWO_STAGE_CELLS) and those issue 56 adds.
 DESIGN_CELLS = {**TWO_STAGE_CELLS, "AR(1) 0.8 blocks": "ar0.8", "random-walk speedup": "walk"}
@@ -53,7 +58,8 @@ class DesignCell:
 
 def design_cell(kind: str, speedup: float, jobs: int, seed: int,
                 design: Design = DEFAULT) -> DesignCell:
-    """``jobs`` jobs of cell ``kind`` at a true ``speedup`` through ``design``."""
+    """``jobs`` jobs of cell ``kind`` at a true ``speedup`` through ``design``: a decision
+    design's answer is its look's (``decided``), any other's is read off its interval."""
     rng = np.random.default_rng(seed)
     pairs = np.zeros(jobs, dtype=int)
     covered = np.zeros(jobs, dtype=bool)
@@ -62,10 +68,15 @@ def design_cell(kind: str, speedup: float, jobs: int, seed: int,
     for job in range(jobs):
         values, orders, effect = job_effects(rng, kind, design.max_pairs, design.first_stage,
                                              math.log(speedup))
-        used = planned_pairs(values, orders, design)
-        found = estimate(values[:used], orders[:used], design).speedup
+        if design.sequential:
+            look = decided(values, orders, design)
+            used, said = look.pairs, look.said
+            found = estimate(values[:used], orders[:used], design).speedup
+        else:
+            used = planned_pairs(values, orders, design)
+            found = estimate(values[:used], orders[:used], design).speedup
+            said = answer(found.low, found.high, design.target)
         truth = math.exp(float(effect[:used].mean()))
-        said = answer(found.low, found.high, design.target)
         pairs[job], answers[said] = used, answers[said] + 1
         covered[job] = found.low <= truth <= found.high
         mistaken[job] = wrong(said, truth)

@@ -228,6 +228,27 @@ def test_a_design_without_room_for_its_second_stage_is_refused(files: dict[str, 
     assert load(files, pairs=2, **{"max-pairs": 2})[0].pairs == 2  # fixed
 
 
+def test_a_stop_rule_names_its_design_and_its_errors_name_the_fix(
+        files: dict[str, Any]) -> None:
+    design = {"pairs": 4, "max-pairs": 12}
+    [decision] = load(files, **design, **{"stop-rule": "decision"})
+    assert decision.design.sequential and (decision.pairs, decision.max_pairs) == (4, 12)
+    [precision] = load(files, **design)
+    assert precision.design.two_stage and decision.job_key != precision.job_key
+    # A fixed rule runs `pairs` (max-pairs left out), the job of a matrix that set
+    # max-pairs to pairs.
+    matrix = _matrix(files, pairs=5, **{"stop-rule": "fixed"})
+    del matrix["max-pairs"]
+    [fixed] = load_matrix(write_matrix(files["dir"], matrix))[1]
+    assert (fixed.max_pairs, fixed.design.rule) == (5, "fixed")
+    assert fixed.job_key == load(files, pairs=5, **{"max-pairs": 5})[0].job_key
+    assert "remove max-pairs (12) or set it to 5" in error_of(
+        files, None, pairs=5, **{"stop-rule": "fixed", "max-pairs": 12})
+    assert "which must be 4 or more" in error_of(files, None, pairs=3, **{
+        "stop-rule": "decision", "max-pairs": 12})
+    assert "stop-rule" in error_of(files, None, **{"stop-rule": "fastest"})
+
+
 def test_an_assured_design_is_another_design_of_the_same_experiment(
         files: dict[str, Any]) -> None:
     [plain] = load(files)
