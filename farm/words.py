@@ -6,6 +6,10 @@ from __future__ import annotations
 # How a stop reason starts when max pairs left an assured job's interval wider than its
 # target (``farm.stats.twostage.stop_decision``); reports show that reason among its flags.
 NOT_REACHABLE = "target not reachable"
+# The interval method of a decision design's job (``farm.stats.speedup.estimate``): its
+# stop reason is its answer ("faster (decided after 4 of at most 12 pairs)"), which
+# reports show among its flags.
+SEQUENTIAL = "sequential crossover"
 # What reports say of a job whose server's timings the client's clock contradicts
 # (``farm.stats.clock``: the summary's ``clock_flag``), and of one whose speeds are the
 # client's (``speed_clock``: a job on a commit's build).

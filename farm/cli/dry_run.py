@@ -10,6 +10,7 @@ from rich.console import Console
 
 from farm.matrix.spec import ArmRole, JobSpec
 from farm.report.sheet import plain_sheet, table_text, terminal_width
+from farm.results.runs import ArmCost, arm_costs
 from farm.runner import WorkerCheck, pair_range, run_range
 from farm.settings import Settings
 from farm.words import plural
@@ -53,10 +54,10 @@ def build_line(spec: JobSpec, role: ArmRole) -> str | None:
 
 
 def print_dry_run(jobs: Sequence[tuple[JobSpec, Preflight | None]], console: Console,
-                  speeds: Mapping[tuple[str, str], float] | None = None) -> None:
+                  costs: Mapping[tuple[str, str], ArmCost] | None = None) -> None:
     """The expanded jobs as a table, then the exact argv of each arm (copy-pasteable), then
-    how many runs they make and, from ``speeds`` (a run's mean seconds by build and model
-    file, measured in the store), about how long."""
+    how many runs they make and, from ``costs`` (a run's and a block start's mean seconds
+    by build and model file, measured in the store), about how long."""
     console.file.write(table_text([plain_sheet(
         plural(len(jobs), "job"), ("job key", "class", "model", "variant", "varying flags",
                               "pairs", "runs"),
@@ -72,7 +73,7 @@ def print_dry_run(jobs: Sequence[tuple[JobSpec, Preflight | None]], console: Con
         for line in dict.fromkeys(filter(None, (build_line(spec, "baseline"),
                                                 build_line(spec, "variant")))):
             console.print(f"  build    {line}", markup=False, soft_wrap=True)
-    console.print("\n" + design_totals([spec for spec, _ in jobs], speeds or {}),
+    console.print("\n" + design_totals([spec for spec, _ in jobs], costs or {}),
                   markup=False, soft_wrap=True)
 
 
@@ -80,42 +81,49 @@ def _span(low: int, high: int) -> str:
     return str(low) if low == high else f"{low}-{high}"
 
 
-def design_totals(specs: Sequence[JobSpec],
-                  speeds: Mapping[tuple[str, str], float]) -> str:
+def design_totals(specs: Sequence[JobSpec], costs: Mapping[tuple[str, str], ArmCost]) -> str:
     """How many runs the jobs make and, where the store measured each arm's build on its
-    model, about how long they take (the dry run's last line, ``farm run``'s first)."""
+    model, about how long they take, and the server starts' and warm-ups' share of it
+    where the store kept them (the dry run's last line, ``farm run``'s first)."""
     least = sum(run_range(spec)[0] for spec in specs)
     most = sum(run_range(spec)[1] for spec in specs)
     line = f"{_span(least, most)} runs in {plural(len(specs), 'job')}"
-    seconds = [speeds.get((spec.arm(role).build.name, Path(spec.model.path or spec.model.file
-                                                             or "").name))
-               for spec in specs for role in ("baseline", "variant")]
-    if not specs or None in seconds:
+    arms = [(spec, costs.get((spec.arm(role).build.name,
+                              Path(spec.model.path or spec.model.file or "").name)))
+            for spec in specs for role in ("baseline", "variant")]
+    measured = [(spec, cost) for spec, cost in arms if cost is not None]
+    if not specs or len(measured) < len(arms):
         return line + "; no time estimate: the store has no run of every build on its model"
-    per_arm = [run_range(spec) for spec in specs for _ in ("baseline", "variant")]
-    low = sum(s * r[0] / 2 for s, r in zip(seconds, per_arm, strict=True) if s is not None)
-    high = sum(s * r[1] / 2 for s, r in zip(seconds, per_arm, strict=True) if s is not None)
-    return (line + f"; about {_minutes(low)}" + ("" if high == low else f" to {_minutes(high)}")
-            + " of generation, from the store's runs of the same builds and models")
+    # Each arm makes half a job's runs, in one block a pair.
+    low, high = (sum(cost.run_s * run_range(spec)[end] / 2 for spec, cost in measured)
+                 for end in (0, 1))
+    around = f"; about {_minutes(low)}" + ("" if high == low else f" to {_minutes(high)}")
+    if any(cost.start_s is None for _, cost in measured):
+        return line + around + " of generation, from the store's runs of the same builds and models"
+    starts = [(cost.start_s or 0.0) * pair_range(spec)[1] for spec, cost in measured]
+    low += sum((cost.start_s or 0.0) * pair_range(spec)[0] for spec, cost in measured)
+    high += sum(starts)
+    around = f"; about {_minutes(low)}" + ("" if high == low else f" to {_minutes(high)}")
+    return (line + around + f", server starts and warm-ups {sum(starts) / high:.0%} of it, "
+            "from the store's runs of the same builds and models")
 
 
 def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
-def measured_speeds(settings: Settings) -> dict[tuple[str, str], float]:
-    """``seconds_per_run`` of the store, or nothing where there is no store yet (a dry run
-    writes nothing, not even an empty database)."""
+def measured_costs(settings: Settings) -> dict[tuple[str, str], ArmCost]:
+    """``arm_costs`` of the store, or nothing where there is no store yet (a dry run writes
+    nothing, not even an empty database)."""
     from sqlalchemy.engine import make_url
 
-    from farm.results.runs import seconds_per_run
     from farm.store.db import connected, table_names
 
     database = make_url(settings.database_url).database
     if settings.embedded and not (database and Path(database).exists()):
         return {}
     with connected(settings.database_url) as engine:
-        return seconds_per_run(engine) if "run" in table_names(engine) else {}
+        return arm_costs(engine) if "run" in table_names(engine) else {}
 
 
 def print_worker_check(found: WorkerCheck, console: Console) -> None:

@@ -19,6 +19,7 @@ from farm.cli.forecast import JobRuns, RunForecast
 from farm.errors import FarmError
 from farm.matrix.spec import JobSpec
 from farm.report.cells import clean_lines
+from farm.results.runs import ArmCost
 from farm.runner import run_range, runs_per_pair
 from farm.stats.design import StopDecision
 from farm.words import plural
@@ -36,14 +37,14 @@ class _Block:
 
 
 class RunProgress:
-    """A ``farm.runner.Progress`` drawn with rich on ``console``. ``speeds`` (a run's
-    seconds by build and model file, ``farm.cli.dry_run.measured_speeds``): the up-front
-    estimate's; None prints no up-front line."""
+    """A ``farm.runner.Progress`` drawn with rich on ``console``. ``costs`` (a run's and a
+    block start's seconds by build and model file, ``farm.cli.dry_run.measured_costs``):
+    the up-front estimate's; None prints no up-front line."""
 
     def __init__(self, console: Console,
-                 speeds: Mapping[tuple[str, str], float] | None = None,
+                 costs: Mapping[tuple[str, str], ArmCost] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.console, self.speeds, self.clock = console, speeds, clock
+        self.console, self.costs, self.clock = console, costs, clock
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
                             TextColumn("{task.fields[runs]}"), TimeElapsedColumn(),
                             TextColumn("{task.fields[left]}"), console=console,
@@ -58,8 +59,8 @@ class RunProgress:
         if skipped:
             self.console.print(f"{skipped} of {plural(len(pending) + skipped, 'job')} already "
                                "done: skipped")
-        if self.speeds is not None and pending:
-            self.console.print(f"to run: {design_totals(pending, self.speeds)}", markup=False,
+        if self.costs is not None and pending:
+            self.console.print(f"to run: {design_totals(pending, self.costs)}", markup=False,
                                soft_wrap=True)
         self.forecast = RunForecast([JobRuns(runs_per_pair(spec), *run_range(spec))
                                      for spec in pending], self.clock())

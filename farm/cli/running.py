@@ -47,7 +47,7 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, as_class: str | None
         allow_options: tuple[str, ...], allow_build_path: bool,
         allow_paths: tuple[Path, ...]) -> None:
     """Run MATRIX on this machine against real llama-server processes."""
-    from farm.cli.dry_run import measured_speeds, print_dry_run
+    from farm.cli.dry_run import measured_costs, print_dry_run
     from farm.matrix.options import check_allowances
     from farm.runner import check_matrix, this_machine
 
@@ -66,7 +66,7 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, as_class: str | None
         console = Console()
         print_dry_run([(check.spec, check) for _, check in checked.checked]
                       + [(spec, None) for spec, _ in checked.unbuilt], console,
-                      measured_speeds(settings))
+                      measured_costs(settings))
         for line in checked.notes:
             console.print(line, markup=False, soft_wrap=True)
         return
@@ -87,14 +87,14 @@ def run_checked(checked: CheckedMatrix, settings: Settings, console: Console) ->
     """Run a checked matrix here with a progress bar on ``console`` (after a line of how long
     it may take), then print its report (failed jobs too); returns the campaign. SIGTERM
     should be ``sigterm_as_interrupt``."""
-    from farm.cli.dry_run import measured_speeds
+    from farm.cli.dry_run import measured_costs
     from farm.cli.progress import RunProgress
     from farm.cli.show import show_report
     from farm.runner import run_matrix
 
     try:
         campaign = run_matrix(checked, settings,
-                              RunProgress(console, measured_speeds(settings)))
+                              RunProgress(console, measured_costs(settings)))
     except JobsFailed as exc:
         show_report(settings, exc.campaign, "table")
         raise

@@ -26,7 +26,7 @@ from farm.columns import (
 )
 from farm.report import cells
 from farm.report.sheet import Column, Row, Sheet, frame_sheet
-from farm.words import CLIENT_CLOCK, CLOCKS_DISAGREE, NOT_REACHABLE
+from farm.words import CLIENT_CLOCK, CLOCKS_DISAGREE, NOT_REACHABLE, SEQUENTIAL
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -123,7 +123,8 @@ def _flags(row: Row) -> str:
     if cells.flag(row["drift_flag"]):
         flags.append("drift")
     flags += _clock_flags(row)
-    if (stopped := cells.text(row.get("stop_reason"))).startswith(NOT_REACHABLE):
+    stopped = cells.text(row.get("stop_reason"))
+    if stopped.startswith(NOT_REACHABLE) or row.get("interval_method") == SEQUENTIAL:
         flags.append(stopped)
     flags += cells.block_notes(row)
     if failure := cells.text(row["failure_class"]):

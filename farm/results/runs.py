@@ -7,10 +7,11 @@ the functions do."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Engine, func, select
+from sqlalchemy import ColumnElement, Engine, case, func, select
 
 from farm.store.campaigns import campaign_id
 
@@ -187,14 +188,27 @@ def _job_kind(summary: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> str
         return "variant"
 
 
-def seconds_per_run(engine: Engine) -> dict[tuple[str, str], float]:
-    """A run's mean end-to-end seconds by build name and model file name, over every run
-    the store holds (what a dry run's time estimate is made from)."""
+@dataclass(frozen=True)
+class ArmCost:
+    """What the store measured of a build on a model: a run's mean end-to-end seconds and a
+    block's mean server start and warm-up seconds (None before the store kept them)."""
+
+    run_s: float
+    start_s: float | None
+
+
+def arm_costs(engine: Engine) -> dict[tuple[str, str], ArmCost]:
+    """``ArmCost`` by build name and model file name, over every run the store holds (what a
+    dry run's time estimate is made from). A block's start and warm-up are on one of its
+    runs (``server_start_s``, ``warmup_s``)."""
     from farm.store.models import Run
 
-    query = (select(Run.build_name, Run.model_file, func.avg(Run.e2e_ms))
+    started = func.avg(case((Run.server_start_s.is_not(None),
+                             Run.server_start_s + func.coalesce(Run.warmup_s, 0.0))))
+    query = (select(Run.build_name, Run.model_file, func.avg(Run.e2e_ms), started)
              .group_by(Run.build_name, Run.model_file))
     with engine.connect() as connection:
         rows = connection.execute(query).all()
-    return {(build, Path(model).name): float(e2e_ms) / 1000.0 for build, model, e2e_ms in rows
-            if e2e_ms is not None}
+    return {(build, Path(model).name): ArmCost(float(e2e_ms) / 1000.0,
+                                               None if start is None else float(start))
+            for build, model, e2e_ms, start in rows if e2e_ms is not None}

@@ -22,6 +22,7 @@ import pandas as pd
 from farm.stats.design import MIN_SECOND_STAGE, Design
 from farm.stats.frame import ARMS, NAN, LogRatios, Orders, check_one_job, valid_runs
 from farm.stats.intervals import Interval, t_margin
+from farm.words import SEQUENTIAL
 
 
 def pair_log_ratios(runs: pd.DataFrame) -> pd.Series:
@@ -152,7 +153,7 @@ class Estimate:
 
 # The interval methods ``estimate`` names (a summary's ``interval_method``).
 SECOND_STAGE = "second-stage crossover"
-DECISION = "sequential crossover"
+DECISION = SEQUENTIAL
 CROSSOVER = "crossover"
 PAIRED_T = "paired t"
 ZERO_SPREAD = "zero spread"

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from tests.e2e.test_farm_run import farm, report_rows
+from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 
@@ -56,3 +57,32 @@ def test_farm_ab_answers_and_writes_a_matrix_that_reruns_adding_no_run(
     submitted = farm("submit", "--dry-run", str(path))
     assert submitted.returncode == 0, submitted.stderr
     assert "ngram-simple" in submitted.stdout
+
+
+DECIDED = re.compile(r"answer: the variant decodes (?P<speedup>\d+\.\d\d)x as fast as the "
+                     r"baseline \[(?P<low>\d+\.\d\d), (?P<high>\d+\.\d\d)\] \(95% interval\): "
+                     r"faster \(decided after (?P<pairs>\d+) of at most 12 pairs\); about "
+                     r"(?P<saved>\d+)% of a fixed 12-pair design's GPU time saved")
+
+
+def test_farm_ab_stops_once_the_answer_is_decided(provisioned: Provisioned) -> None:
+    # The CPU-paying MTP oracle: every draft accepted, about 1.5x at one thread, plain
+    # after the first look (4 pairs).
+    oracle = provisioned.models["qwen35-mtp-oracle-cpu"]
+    result = farm("ab", str(oracle), "--prompt-mode", "completion", "--n-predict", "32",
+                  "--repetitions", "1", "--prompt-suite", "extraction", "-c", "1024", "-t", "1",
+                  "--", "--spec-type", "draft-mtp", "--spec-draft-n-max", "3")
+    assert result.returncode == 0, result.stderr
+    *_, answer, written = result.stdout.splitlines()
+    found = DECIDED.fullmatch(answer)
+    assert found, answer
+    pairs = int(found["pairs"])
+    assert 4 <= pairs < 12 and int(found["saved"]) == round(100 * (1 - pairs / 12))
+    assert 1.0 < float(found["low"]) <= float(found["speedup"]) <= float(found["high"])
+    matrix = yaml.safe_load(Path(written.removeprefix("matrix: ").split(" (")[0]).read_text())
+    assert matrix["stop-rule"] == "decision"
+    [row] = report_rows(matrix["campaign"])
+    assert row["pairs"] == pairs and row["interval_method"] == "sequential crossover"
+    assert row["stop_reason"] == f"faster (decided after {pairs} of at most 12 pairs)"
+    # The text report shows the answer among the job's flags.
+    assert row["stop_reason"] in result.stdout

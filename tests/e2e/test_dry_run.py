@@ -129,7 +129,8 @@ def test_the_dry_runs_argv_is_the_argv_the_run_stores(streams: int, tmp_path: Pa
         assert printed[arm] == ran, arm
         assert ran[ran.index("--parallel") + 1] == str(streams) and "--log-verbosity" in ran
     again = run_cli("run", "--dry-run", str(matrix))
-    assert re.search(r"4 runs in 1 job; about \d+ s of generation", again.stdout), again.stdout
+    assert re.search(r"4 runs in 1 job; about \d+ s, server starts and warm-ups \d+% of it, "
+                     r"from the store's runs", again.stdout), again.stdout
 
 
 def test_run_refuses_jobs_of_another_gpu_class_unless_run_as_it(

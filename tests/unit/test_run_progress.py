@@ -12,11 +12,13 @@ from typing import Any, cast
 
 from rich.console import Console
 
+from farm.cli.dry_run import design_totals
 from farm.cli.forecast import JobRuns, RunForecast
 from farm.cli.progress import RunProgress
 from farm.errors import ServerStartError
 from farm.matrix.load import load_matrix
 from farm.matrix.spec import JobSpec
+from farm.results.runs import ArmCost
 from farm.stats.design import StopDecision
 from tests.helpers import matrix_dict, write_matrix
 from workers.job.executor import pair_slots
@@ -143,3 +145,20 @@ def test_a_failed_job_is_one_plain_line_with_its_error_as_written(tmp_path: Path
     progress.close()
     assert out.getvalue() == (f"job {spec.job_key[:10]} failed: [request_failed] "
                               "llama-server exited 1\n")
+
+
+def test_the_plan_line_says_the_starts_share_where_the_store_kept_them(tmp_path: Path
+                                                                       ) -> None:
+    # 4 to 12 pairs of 2 runs a block (one prompt, two repetitions): each arm makes 8 to 24
+    # runs of 1 s and starts 4 to 12 blocks of 0.5 s.
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    spec = _spec(tmp_path, pairs=4, **{"max-pairs": 12, "stop-rule": "decision"})
+    key = (spec.baseline.build.name, "m.gguf")
+    assert design_totals([spec], {key: ArmCost(1.0, 0.5)}) == (
+        "16-48 runs in 1 job; about 20 s to 60 s, server starts and warm-ups 20% of it, "
+        "from the store's runs of the same builds and models")
+    assert design_totals([spec], {key: ArmCost(1.0, None)}) == (
+        "16-48 runs in 1 job; about 16 s to 48 s of generation, from the store's runs of the "
+        "same builds and models")
+    assert design_totals([spec], {}).endswith("no time estimate: the store has no run of "
+                                              "every build on its model")
