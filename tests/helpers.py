@@ -23,7 +23,7 @@ COPY_PROMPT = (
 # JobSpec fields added after migration 0007 froze its copy of the spec: a job stored at
 # schema 0006 never has them (tests that store today's specs there leave them out). None of
 # them is part of what 0007 computes.
-NEWER_THAN_0007 = ("busy_node", "busy_wait")
+NEWER_THAN_0007 = ("busy_node", "busy_wait", "stop_rule")
 
 
 # Debian's Chromium, which tests/run installs with apt-get (the browser tests skip without).

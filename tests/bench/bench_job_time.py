@@ -1,8 +1,11 @@
 """Where a job's wall time goes (a script, not a test): the Quickstart's three jobs
 (`farm run` of examples/smollm2-ngram.yaml and examples/qwen35-mtp-oracle.yaml) and a
 default `farm ab` on the CPU MTP oracle (draft-mtp, n-max 3) and on SmolLM2 (n-gram), each
-in a private data dir; per job, its pairs and its wall time (the job's start to its end in
-the store) split into
+in a private data dir, through each ``--design``: "decision" (`farm ab`'s default; the
+Quickstart's matrices with `stop-rule: decision`, from 4 pairs to their 6) and
+"two-stage" (`farm ab --stop-rule precision`; the Quickstart's fixed 6 pairs), one after
+the other in each of ``--rounds``; per job, its pairs, its answer (its stop reason) and its
+wall time (the job's start to its end in the store) split into
 
     start     each block's server start (launch to /health answering), per arm
     warm-up   each block's warm-up request
@@ -15,15 +18,18 @@ command's own wall time, builds and model checks included, is printed as it ends
 asserts nothing; run it alone on the CPU:
 
     flock /tmp/farm-cpu.lock .venv/bin/python -m tests.bench.bench_job_time
-    ... --only quickstart --keep /tmp/job-time
+    ... --only quickstart --design decision --keep /tmp/job-time --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import tempfile
 from pathlib import Path
 
 import pandas as pd
+import yaml
 from sqlalchemy import select
 
 from farm.results.runs import runs_frame
@@ -37,19 +43,34 @@ from workers.setup.provision import Provisioned, provision
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _commands(models: Provisioned) -> dict[str, list[list[str]]]:
+def _commands(models: Provisioned, design: str, folder: Path) -> dict[str, list[list[str]]]:
     oracle, smollm2 = models.models["qwen35-mtp-oracle-cpu"], models.models["smollm2"]
+    rule = ["--stop-rule", "precision"] if design == "two-stage" else []
     return {
-        "quickstart": [["run", str(EXAMPLES / "smollm2-ngram.yaml")],
-                       ["run", str(EXAMPLES / "qwen35-mtp-oracle.yaml")]],
-        "ab-mtp": [["ab", str(oracle), "--prompt-mode", "completion", "--",
+        "quickstart": [["run", str(_quickstart(name, design, folder))]
+                       for name in ("smollm2-ngram.yaml", "qwen35-mtp-oracle.yaml")],
+        "ab-mtp": [["ab", str(oracle), "--prompt-mode", "completion", *rule, "--",
                     "--spec-type", "draft-mtp", "--spec-draft-n-max", "3"]],
-        "ab-ngram": [["ab", str(smollm2), "--", "--spec-type", "ngram-simple"]],
+        "ab-ngram": [["ab", str(smollm2), *rule, "--", "--spec-type", "ngram-simple"]],
     }
 
 
-def _split(jobs: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """Per job: pairs, wall seconds and its parts (the module's docstring)."""
+def _quickstart(name: str, design: str, folder: Path) -> Path:
+    """The example matrix as it is (its fixed pairs), or with the decision design from 4
+    pairs to its fixed number (written to ``folder``, the models dir's names kept)."""
+    if design == "two-stage":
+        return EXAMPLES / name
+    matrix = yaml.safe_load((EXAMPLES / name).read_text())
+    matrix |= {"stop-rule": "decision", "pairs": 4, "campaign": f"{matrix['campaign']}-decision"}
+    path = folder / name
+    path.write_text(yaml.safe_dump(matrix, sort_keys=False))
+    return path
+
+
+def _split(jobs: pd.DataFrame, runs: pd.DataFrame, report: pd.DataFrame) -> pd.DataFrame:
+    """Per job: pairs, answer, speedup (``report``: `farm report --format csv`), wall
+    seconds and its parts (the module's docstring)."""
+    shown = report.set_index("job_key")
     blocks = runs.groupby(["job_id", "arm", "block"], as_index=False).agg(
         start=("server_start_s", "first"), warmup=("warmup_s", "first"),
         generate=("e2e_ms", lambda ms: ms.sum() / 1000.0))
@@ -62,7 +83,10 @@ def _split(jobs: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
         parts = {"start": float(mine["start"].sum()), "warm-up": float(mine["warmup"].sum()),
                  "generate": float(mine["generate"].sum())}
         rows.append({"job": str(job["job_key"])[:12], "variant": job["variant_name"],
-                     "pairs": job["pairs"], "blocks": len(mine), "wall s": float(wall), **parts,
+                     "pairs": job["pairs"], "answer": job["stop_reason"],
+                     "speedup": "{speedup:.2f} [{ci_low:.2f}, {ci_high:.2f}]".format(
+                         **shown.loc[job["job_key"], ["speedup", "ci_low", "ci_high"]]),
+                     "blocks": len(mine), "wall s": float(wall), **parts,
                      "rest": wall - sum(parts.values()),
                      "start/block base": float(starts["baseline"].median()),
                      "start/block var": float(starts["variant"].median())})
@@ -83,19 +107,20 @@ def _show(name: str, table: pd.DataFrame) -> None:
 
 
 def _measure(name: str, commands: list[list[str]], keep: Path | None) -> None:
-    with private_store(f"specfarm-job-time-{name}-", keep / name if keep else None) \
-            as (workdir, env):
+    with private_store("specfarm-job-time-", keep) as (workdir, env):
         for args in commands:
             farm(env, *args)
-        _show(name, _split(*_read(workdir / "data")))
+        report = pd.read_csv(io.StringIO(farm(env, "report", "--all", "--format", "csv")))
+        _show(name, _split(*_read(workdir / "data"), report))
 
 
 def _read(data_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     url = load_settings(data_dir=data_dir).database_url
     with connected(url) as engine, engine.connect() as connection:
         jobs = pd.DataFrame(connection.execute(
-            select(Job.id, Job.job_key, Job.variant_name, Job.pairs, Job.started_at,
-                   Job.finished_at).join(Campaign).order_by(Job.id)).mappings().all())
+            select(Job.id, Job.job_key, Job.variant_name, Job.pairs, Job.stop_reason,
+                   Job.started_at, Job.finished_at).join(Campaign).order_by(Job.id)
+        ).mappings().all())
         return jobs, runs_frame(engine)
 
 
@@ -103,11 +128,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=["quickstart", "ab-mtp", "ab-ngram"], action="append",
                         help="measure only these (repeatable; default all)")
+    parser.add_argument("--design", choices=["decision", "two-stage"], action="append",
+                        help="only this design (repeatable; default both, interleaved)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of every design")
     parser.add_argument("--keep", type=Path, help="keep each data dir under this folder")
     options = parser.parse_args()
-    commands = _commands(provision(NodePaths.of(load_settings())))
-    for name in options.only or list(commands):
-        _measure(name, commands[name], options.keep)
+    models = provision(NodePaths.of(load_settings()))
+    with tempfile.TemporaryDirectory(prefix="specfarm-job-time-") as folder:
+        for round_ in range(1, options.rounds + 1):
+            for design in options.design or ["two-stage", "decision"]:
+                commands = _commands(models, design, Path(folder))
+                for name in options.only or list(commands):
+                    keep = options.keep / f"{name}-{design}-{round_}" if options.keep else None
+                    _measure(f"{name}, {design}, round {round_}", commands[name], keep)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
-"""`farm ab`: the tutorial's question in one command, on the real llama-server: it answers,
-and the matrix it writes runs again adding nothing and passes `farm submit --dry-run`."""
+"""`farm ab`: the tutorial's question in one command, on the real llama-server: it answers
+with the decision design, stopping once the answer is decided, and the matrix it writes
+runs again adding nothing and passes `farm submit --dry-run` (the answer of a fixed or
+precision design, and each wording: tests/unit/test_ab_answer.py)."""
 
 from __future__ import annotations
 
@@ -14,37 +16,44 @@ from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 
-ANSWER = re.compile(r"answer: the variant decodes (?P<speedup>\d+\.\d\d)x as fast as the "
-                    r"baseline \[(?P<low>\d+\.\d\d), (?P<high>\d+\.\d\d)\] \(95% interval, "
-                    r"2 block pairs\): (faster|slower|no meaningful difference: within ±3%|"
-                    r"within noise: no difference shown; the interval \(±\d+\.\d%( after 2 "
-                    r"pairs\) is short of the design's ±3% target: more pairs narrow it \(the "
-                    r"default design, without --pairs, runs 4 to 12\)|\) met the design's ±3% "
-                    r"target, yet leaves a difference of up to \d+\.\d% possible))")
+DECIDED = re.compile(r"answer: the variant decodes (?P<speedup>\d+\.\d\d)x as fast as the "
+                     r"baseline \[(?P<low>\d+\.\d\d), (?P<high>\d+\.\d\d)\] \(95% interval\): "
+                     r"faster \(decided after (?P<pairs>\d+) of at most 12 pairs\); about "
+                     r"(?P<saved>\d+)% of a fixed 12-pair design's GPU time saved")
 
 
-def test_farm_ab_answers_and_writes_a_matrix_that_reruns_adding_no_run(
-        smollm2: Path, isolated_data_dir: Path) -> None:
-    args = ("ab", str(smollm2), "--pairs", "2", "--n-predict", "32", "--repetitions", "1",
-            "--prompt-suite", "extraction", "-c", "2048", "-t", "1",
-            "--", "--spec-type", "ngram-simple")
+def test_farm_ab_stops_once_decided_and_writes_a_matrix_that_reruns_adding_no_run(
+        provisioned: Provisioned, isolated_data_dir: Path) -> None:
+    # The CPU-paying MTP oracle: every draft accepted, about 1.5x at one thread, plain
+    # after the first look (4 pairs).
+    oracle = provisioned.models["qwen35-mtp-oracle-cpu"]
+    args = ("ab", str(oracle), "--prompt-mode", "completion", "--n-predict", "32",
+            "--repetitions", "1", "--prompt-suite", "extraction", "-c", "1024", "-t", "1",
+            "--", "--spec-type", "draft-mtp", "--spec-draft-n-max", "3")
     result = farm(*args)
     assert result.returncode == 0, result.stderr
     *_, answer, written = result.stdout.splitlines()
-    found = ANSWER.fullmatch(answer)
+    found = DECIDED.fullmatch(answer)
     assert found, answer
-    assert float(found["low"]) <= float(found["speedup"]) <= float(found["high"])
+    pairs = int(found["pairs"])
+    assert 4 <= pairs < 12 and int(found["saved"]) == round(100 * (1 - pairs / 12))
+    assert 1.0 < float(found["low"]) <= float(found["speedup"]) <= float(found["high"])
     path = Path(written.removeprefix("matrix: ").split(" (")[0])
     assert path.parent == isolated_data_dir / "ab"
     assert list(path.parent.iterdir()) == [path]  # the matrix, once checked: nothing else
     matrix = yaml.safe_load(path.read_text())
-    assert matrix["models"] == [{"name": smollm2.name.removesuffix(".gguf"),
-                                 "file": smollm2.name}]
-    assert matrix["flags"] == {"ctx-size": 2048, "threads": 1}
-    assert matrix["variants"] == [{"name": "ngram-simple",
-                                   "flags": {"spec-type": "ngram-simple"}}]
+    assert matrix["models"] == [{"name": oracle.name.removesuffix(".gguf"),
+                                 "file": oracle.name}]
+    assert matrix["flags"] == {"ctx-size": 1024, "threads": 1}
+    assert matrix["variants"] == [{"name": "draft-mtp", "flags": {
+        "spec-type": "draft-mtp", "spec-draft-n-max": 3}}]
+    assert matrix["stop-rule"] == "decision"
     [row] = report_rows(matrix["campaign"])
-    assert row["pairs"] == 2 and row["runs"] == 2 * 2 * 6  # two arms, six prompts
+    assert row["pairs"] == pairs and row["runs"] == pairs * 2 * 6  # two arms, six prompts
+    assert row["interval_method"] == "sequential crossover"
+    assert row["stop_reason"] == f"faster (decided after {pairs} of at most 12 pairs)"
+    # The text report shows the answer among the job's flags.
+    assert row["stop_reason"] in result.stdout
 
     again = farm("run", str(path))
     assert again.returncode == 0, again.stderr
@@ -56,33 +65,4 @@ def test_farm_ab_answers_and_writes_a_matrix_that_reruns_adding_no_run(
 
     submitted = farm("submit", "--dry-run", str(path))
     assert submitted.returncode == 0, submitted.stderr
-    assert "ngram-simple" in submitted.stdout
-
-
-DECIDED = re.compile(r"answer: the variant decodes (?P<speedup>\d+\.\d\d)x as fast as the "
-                     r"baseline \[(?P<low>\d+\.\d\d), (?P<high>\d+\.\d\d)\] \(95% interval\): "
-                     r"faster \(decided after (?P<pairs>\d+) of at most 12 pairs\); about "
-                     r"(?P<saved>\d+)% of a fixed 12-pair design's GPU time saved")
-
-
-def test_farm_ab_stops_once_the_answer_is_decided(provisioned: Provisioned) -> None:
-    # The CPU-paying MTP oracle: every draft accepted, about 1.5x at one thread, plain
-    # after the first look (4 pairs).
-    oracle = provisioned.models["qwen35-mtp-oracle-cpu"]
-    result = farm("ab", str(oracle), "--prompt-mode", "completion", "--n-predict", "32",
-                  "--repetitions", "1", "--prompt-suite", "extraction", "-c", "1024", "-t", "1",
-                  "--", "--spec-type", "draft-mtp", "--spec-draft-n-max", "3")
-    assert result.returncode == 0, result.stderr
-    *_, answer, written = result.stdout.splitlines()
-    found = DECIDED.fullmatch(answer)
-    assert found, answer
-    pairs = int(found["pairs"])
-    assert 4 <= pairs < 12 and int(found["saved"]) == round(100 * (1 - pairs / 12))
-    assert 1.0 < float(found["low"]) <= float(found["speedup"]) <= float(found["high"])
-    matrix = yaml.safe_load(Path(written.removeprefix("matrix: ").split(" (")[0]).read_text())
-    assert matrix["stop-rule"] == "decision"
-    [row] = report_rows(matrix["campaign"])
-    assert row["pairs"] == pairs and row["interval_method"] == "sequential crossover"
-    assert row["stop_reason"] == f"faster (decided after {pairs} of at most 12 pairs)"
-    # The text report shows the answer among the job's flags.
-    assert row["stop_reason"] in result.stdout
+    assert "draft-mtp" in submitted.stdout

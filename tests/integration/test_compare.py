@@ -21,7 +21,7 @@ from farm.results.compare import compare
 from farm.store import repo
 from farm.store.db import upgrade
 from farm.store.models import Job, Run
-from tests.helpers import matrix_dict, write_matrix
+from tests.helpers import NEWER_THAN_0007, matrix_dict, write_matrix
 
 
 def _specs(tmp_path: Path, campaign: str, **overrides: Any) -> list[JobSpec]:
@@ -112,9 +112,9 @@ def _insert_at_0006(engine: Engine, spec: JobSpec, campaign_id: int,
 
 def _dump_at_0006(spec: JobSpec) -> dict[str, Any]:
     """``spec`` as the farm of revision 0006 stored it: without the fields added since (the
-    busy-node policy of 0017), which that farm's specs never had."""
+    busy-node policy of 0017, the stop rule), which that farm's specs never had."""
     dump = spec.model_dump(mode="json")
-    for later in ("busy_node", "busy_wait"):
+    for later in NEWER_THAN_0007:
         del dump[later]
     return dump
 

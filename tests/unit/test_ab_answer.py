@@ -9,7 +9,8 @@ from typing import Any
 from farm.cli.start import _answer
 from farm.stats.design import Design
 
-DEFAULT = Design(4, 12)  # farm ab without --pairs: 4 pairs, then up to 12, target ±3%
+DEFAULT = Design(4, 12)  # farm ab --stop-rule precision: 4 pairs, then up to 12, ±3%
+DECISION = Design(4, 12, rule="decision")  # farm ab's default
 
 
 def _row(speedup: float, low: float, high: float, pairs: int,
@@ -69,3 +70,16 @@ def test_faster_and_slower_stay_as_they_were() -> None:
     assert _verdict(_row(1.93, 1.49, 2.50, 4)) == "faster"
     assert _verdict(_row(1.01, 1.005, 1.02, 11)) == "faster"
     assert _verdict(_row(0.81, 0.77, 0.85, 6)) == "slower"
+
+
+def test_a_decision_designs_answer_is_its_stop_reason_with_the_time_saved() -> None:
+    row = _row(1.49, 1.41, 1.57, 4, "faster (decided after 4 of at most 12 pairs)")
+    assert _answer(row, DECISION) == (
+        "answer: the variant decodes 1.49x as fast as the baseline [1.41, 1.57] (95% "
+        "interval): faster (decided after 4 of at most 12 pairs); about 67% of a fixed "
+        "12-pair design's GPU time saved")
+    # Undecided is the look's answer, whatever the 95% interval alone would say.
+    row = _row(1.02, 1.001, 1.04, 12, "undecided at max pairs (12)")
+    assert _answer(row, DECISION).endswith(
+        "(95% interval): undecided at max pairs (12); about 0% of a fixed 12-pair design's "
+        "GPU time saved")
