@@ -129,12 +129,11 @@ class _AbCommand(click.Command):
               help="More baseline flags as one string, e.g. '-ctk q8_0 -ctv q8_0'.")
 @click.option("--pairs", type=click.IntRange(1, MAX_AB_PAIRS), metavar="N",
               help="A fixed number of block pairs (default: the --stop-rule's).")
-@click.option("--stop-rule", type=click.Choice(["decision", "precision"]), default="decision",
-              show_default=True,
-              help=f"decision: from 4 pairs, a look after each, stop once faster, slower or "
-                   f"within ±3% is decided (at most {DEFAULT_MAX_PAIRS}); precision: 4 pairs "
-                   f"plan how many more (at most {DEFAULT_MAX_PAIRS}) measure the speedup to "
-                   "±3%.")
+@click.option("--stop-rule", type=click.Choice(["decision", "precision"]),
+              help=f"decision (the default): from 4 pairs, a look after each, stop once "
+                   f"faster, slower or within ±3% is decided (at most {DEFAULT_MAX_PAIRS}); "
+                   f"precision: 4 pairs plan how many more (at most {DEFAULT_MAX_PAIRS}) "
+                   "measure the speedup to ±3%.")
 @click.option("--n-predict", type=click.IntRange(2, 32768), default=128, show_default=True,
               help="Tokens generated per run.")
 @click.option("--repetitions", type=click.IntRange(1, 1000), metavar="N",
@@ -152,7 +151,7 @@ class _AbCommand(click.Command):
                    "results; `farm paths` shows it).")
 def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
        threads: int | None, flash_attn: str | None, args: str | None, pairs: int | None,
-       stop_rule: str, n_predict: int, repetitions: int | None, suite: tuple[str, ...],
+       stop_rule: str | None, n_predict: int, repetitions: int | None, suite: tuple[str, ...],
        prompt_mode: str, build: str, output: Path | None) -> None:
     """Is MODEL faster with VARIANT_FLAGS? Baseline vs baseline + VARIANT_FLAGS (given after
     `--`), run here with the farm's design; prints the answer and writes the matrix it ran
@@ -168,10 +167,13 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
         "n-predict": n_predict}
     if repetitions is not None:
         design["repetitions"] = repetitions
+    if pairs is not None and stop_rule is not None:
+        raise ConfigError(f"farm ab: --pairs {pairs} runs a fixed number of pairs and "
+                          f"--stop-rule {stop_rule} decides how many: give one of them")
     if pairs is not None:
         design |= {"pairs": pairs, "max-pairs": pairs}
     else:
-        design["stop-rule"] = stop_rule
+        design["stop-rule"] = stop_rule or "decision"
     matrix = ab_matrix(model_entry(model, settings.models_dir),
                        _baseline(ngl, ctx, threads, flash_attn, args),
                        flag_map(shlex.join(variant), "farm ab"),

@@ -72,3 +72,13 @@ def test_a_crafted_model_name_is_refused_with_one_line(
     assert result.stderr.splitlines()[-1].startswith("error: ") and "Traceback" not in \
         result.output
     assert _left(isolated_data_dir) == []
+
+
+def test_a_fixed_number_of_pairs_and_a_stop_rule_together_are_refused_in_one_line(
+        model: Path, isolated_data_dir: Path) -> None:
+    result = run_cli("ab", str(model), "--pairs", "2", "--stop-rule", "precision", "--",
+                     "--spec-type", "ngram-simple")
+    assert result.exit_code == 2, result.output
+    assert result.stderr == ("error: farm ab: --pairs 2 runs a fixed number of pairs and "
+                             "--stop-rule precision decides how many: give one of them\n")
+    assert _left(isolated_data_dir) == []
