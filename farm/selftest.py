@@ -173,7 +173,8 @@ def _speed(runner: _Runner, models: Provisioned) -> Check:
     [job], _ = runner.run(_matrix(
         "selftest-speed", runner.testbed, models.models["qwen35-mtp-oracle-cpu"],
         [{"name": "mtp", "flags": {"spec-type": "draft-mtp", "spec-draft-n-max": 2}}],
-        **{"n-predict": 96, "pairs": 8, "max-pairs": 8}))
+        # The decision design: a clear speedup is decided at the first look (4 pairs).
+        **{"n-predict": 96, "pairs": 4, "max-pairs": 8, "stop-rule": "decision"}))
     speedup, low = float(job["speedup"]), float(job["ci_low"])
     return timed(Check("MTP faster than baseline on the oracle", low > 1.0,
                        f"{speedup:.2f}x [{low:.2f}, {float(job['ci_high']):.2f}] (low end > 1)"),
