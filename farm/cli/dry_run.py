@@ -97,15 +97,19 @@ def design_totals(specs: Sequence[JobSpec], costs: Mapping[tuple[str, str], ArmC
     # Each arm makes half a job's runs, in one block a pair.
     low, high = (sum(cost.run_s * run_range(spec)[end] / 2 for spec, cost in measured)
                  for end in (0, 1))
-    around = f"; about {_minutes(low)}" + ("" if high == low else f" to {_minutes(high)}")
-    if any(cost.start_s is None for _, cost in measured):
-        return line + around + " of generation, from the store's runs of the same builds and models"
-    starts = [(cost.start_s or 0.0) * pair_range(spec)[1] for spec, cost in measured]
-    low += sum((cost.start_s or 0.0) * pair_range(spec)[0] for spec, cost in measured)
-    high += sum(starts)
-    around = f"; about {_minutes(low)}" + ("" if high == low else f" to {_minutes(high)}")
-    return (line + around + f", server starts and warm-ups {sum(starts) / high:.0%} of it, "
-            "from the store's runs of the same builds and models")
+    starts = [(cost.start_s, spec) for spec, cost in measured]
+    if any(start is None for start, _ in starts):
+        return (line + _about(low, high) + " of generation, from the store's runs of the same "
+                "builds and models")
+    fewest_s, most_s = (sum((start or 0.0) * pair_range(spec)[end] for start, spec in starts)
+                        for end in (0, 1))
+    return (line + _about(low + fewest_s, high + most_s) + ", server starts and warm-ups "
+            f"{most_s / (high + most_s):.0%} of it, from the store's runs of the same builds and "
+            "models")
+
+
+def _about(low: float, high: float) -> str:
+    return f"; about {_minutes(low)}" + ("" if high == low else f" to {_minutes(high)}")
 
 
 def _minutes(seconds: float) -> str:
