@@ -95,6 +95,10 @@ def _crafted(root: Path) -> dict[str, tuple[dict[str, Any], str]]:
         "fork-option": ({"flags": [["turbo-knob", "3"]]}, "not on the farm's list"),
         "sampling": ({"sampling": {"temperature": 0.0, "seed": 1, "grammar": "root ::= x"}},
                      "the stored job spec is not valid"),
+        # A stop rule no design runs: refused when the row is read, before a server starts.
+        "stop-rule": ({"stop_rule": "forever"}, "the stored job spec is not valid"),
+        "decision-pairs": ({"stop_rule": "decision", "pairs": 1, "max_pairs": 100},
+                           "the stored job spec is not valid"),
     }
 
 

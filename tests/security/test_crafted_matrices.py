@@ -170,3 +170,22 @@ def test_farm_run_reads_a_flag_file_outside_the_models_dir_only_with_allow_path(
     allowed = run_cli("run", "--dry-run", "--allow-path", "/etc", str(path))
     assert allowed.exit_code == 0, allowed.output
     assert "--control-vector-scaled /etc/passwd:1.0" in allowed.stdout
+
+
+@pytest.mark.parametrize(("design", "message"), [
+    ({"stop-rule": "decision; rm -rf /"}, "stop-rule"),
+    ({"stop-rule": "decision\x1b[2J"}, "stop-rule"),
+    ({"stop-rule": "decision", "pairs": 2**70, "max-pairs": 12}, "pairs"),
+    ({"stop-rule": "decision", "pairs": 3, "max-pairs": 12}, "which must be 4 or more"),
+    ({"stop-rule": "fixed", "pairs": 4, "max-pairs": 100}, "remove max-pairs (100)"),
+])
+@pytest.mark.parametrize("command", ["run", "submit"])
+def test_a_crafted_stop_rule_is_refused_in_one_line_before_anything_runs(
+        tmp_path: Path, smollm2: Path, design: dict[str, Any], message: str,
+        command: str) -> None:
+    path = write_matrix(tmp_path, matrix_dict(smollm2, **design))
+    result = run_cli(command, "--dry-run", str(path))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "\x1b" not in result.stderr
+    assert not (tmp_path / "farm-data" / "farm.db").exists()  # nothing written
