@@ -1,7 +1,7 @@
 """``farm board show`` and ``farm board site``: the board (``kinds.Board``) as a fitted
-text table, markdown a README can include, JSON, or a static site (``board_site``; its
-pages are ``farm.report.board_site``), each through the format registry
-(``farm.report.formats``).
+text table, markdown a README can include or JSON, each through the format registry
+(``farm.report.formats``); the helpers every output shares (cells, columns, the order of
+rows, ``escape``). The static site is ``farm.report.board_site``'s, built on these.
 
 What each frame holds is ``farm.stats.board``'s (``ROW_COLUMNS``, ``BEST_COLUMNS``) and
 ``farm.board.view``'s (``BUNDLE_COLUMNS``); this module reads them as frames and never
@@ -23,7 +23,6 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from farm.report import cells
-from farm.report.output import Folder
 from farm.report.sheet import Column, Row, Sheet
 
 if TYPE_CHECKING:
@@ -355,23 +354,3 @@ def board_json(board: Board) -> str:
                        "rows": records(board.rows), "best": records(board.best),
                        "predictions": records(board.predictions),
                        "bundles": records(board.bundles)}, indent=1)
-
-
-# --- the static site ---------------------------------------------------------------------
-
-def board_site(board: Board) -> Folder:
-    """The board as plain HTML files: its index, a page per model and per bundle
-    (``farm.report.board_site``)."""
-    from farm.report.board_site import site_pages
-
-    pages = site_pages(board)
-    models = sum(name.startswith("models/") for name in pages)
-    bundles = sum(name.startswith("bundles/") for name in pages)
-    return Folder({name: page.encode("utf-8") for name, page in pages.items()},
-                  f"index.html, {counted(models, 'model page')}, "
-                  f"{counted(bundles, 'bundle page')}")
-
-
-def counted(number: int, what: str) -> str:
-    """``1 file``, ``2 files``."""
-    return f"{number} {what}" + ("" if number == 1 else "s")

@@ -24,7 +24,6 @@ from farm.report.board import (
     best_line,
     builds_cell,
     campaigns_text,
-    counted,
     decode_cell,
     draft_cell,
     energy_cell,
@@ -42,7 +41,9 @@ from farm.report.board import (
     verdict_cell,
     vram_cell,
 )
+from farm.report.output import Folder
 from farm.report.sheet import Row
+from farm.words import plural
 
 if TYPE_CHECKING:
     from farm.report.kinds import Board
@@ -111,6 +112,16 @@ def _section(row: Row) -> str:
     return "gpu-" + page_id(f"{row['gpu']}\0{row['backend']}")[:10]
 
 
+def board_site(board: Board) -> Folder:
+    """The board as plain HTML files: its index, a page per model and per bundle."""
+    pages = site_pages(board)
+    models = sum(name.startswith("models/") for name in pages)
+    bundles = sum(name.startswith("bundles/") for name in pages)
+    return Folder({name: page.encode("utf-8") for name, page in pages.items()},
+                  f"index.html, {plural(models, 'model page')}, "
+                  f"{plural(bundles, 'bundle page')}")
+
+
 def site_pages(board: Board) -> dict[str, str]:
     """Every page of the site, by its path inside the site's folder."""
     rows: list[Row] = ordered_rows(board).to_dict(orient="records")  # type: ignore[assignment]
@@ -173,8 +184,8 @@ def _index(site: str, rows: list[Row], best: list[Row], bundles: list[Row],
     models = dict.fromkeys(str(row["model"]) for row in rows)
     machines = {str(bundle["machine"]) for bundle in bundles}
     body = [f"<h1>{escape(site)}</h1>",
-            f'<p class="meta">{counted(len(models), "model")}, '
-            f'{counted(len(bundles), "bundle")} from {counted(len(machines), "machine")}. '
+            f'<p class="meta">{plural(len(models), "model")}, '
+            f'{plural(len(bundles), "bundle")} from {plural(len(machines), "machine")}. '
             "Every figure is the board's own, computed from the bundles' runs.</p>",
             "<h2>Best setting per model and GPU</h2>"]
     if rows:

@@ -268,7 +268,7 @@ def _runs_parquet(result: kinds.Runs, _: Target) -> bytes:
 
 
 def _board_site(result: kinds.Board, _: Target) -> Folder:
-    from farm.report.board import board_site
+    from farm.report.board_site import board_site
 
     return board_site(result)
 

@@ -1,6 +1,6 @@
-"""The shape of the code: modules small enough to read, each statistical helper written
-once, a design that loads no statistics, contracts that cover every module, an architecture
-page that names the summary's version the code writes."""
+"""The shape of the code: modules small enough to read, no import circles, each statistical
+helper written once, a design that loads no statistics, contracts that cover every module,
+an architecture page that names the summary's version the code writes."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections import deque
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,6 +21,74 @@ def test_no_module_is_over_500_lines() -> None:
     long = {str(path.relative_to(ROOT)): n for path in SOURCES
             if (n := len(path.read_text().splitlines())) > 500}
     assert not long, f"split these by what they do: {long}"
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """A source file's module (``farm.report.board``; a package's ``__init__``: the package)."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(paths: Iterable[Path], root: Path = ROOT) -> dict[str, set[str]]:
+    """Which of these modules each imports anywhere: at the top, inside a function (lazily)
+    or for the type checker alone."""
+    files = {module_name(path, root): path for path in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in files
+                          else node.module for alias in node.names}
+        graph[name] = (found & set(files)) - {name}
+    return graph
+
+
+def _chain(graph: Mapping[str, set[str]], start: str) -> list[str] | None:
+    """The shortest chain of imports from ``start`` back to itself, if one."""
+    previous: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        module = queue.popleft()
+        for name in sorted(graph[module]):
+            if name == start:
+                chain = [module]
+                while chain[-1] != start:
+                    chain.append(previous[chain[-1]])
+                return [*reversed(chain), start]
+            if name not in previous:
+                previous[name] = module
+                queue.append(name)
+    return None
+
+
+def circles(graph: Mapping[str, set[str]]) -> list[str]:
+    """Each import circle of ``graph`` once, as ``a -> b -> a``."""
+    found: dict[frozenset[str], str] = {}
+    for module in sorted(graph):
+        chain = _chain(graph, module)
+        if chain is not None:
+            found.setdefault(frozenset(chain), " -> ".join(chain))
+    return list(found.values())
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    found = circles(import_graph([*SOURCES, *(ROOT / "migrations").rglob("*.py")]))
+    assert not found, ("move what both sides need into a module below both, or let the "
+                       f"one above be the only one that knows the other: {found}")
+
+
+def test_the_circle_check_finds_a_lazy_circle(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("def f():\n    from pkg import b\n")
+    (tmp_path / "pkg" / "b.py").write_text("from pkg.c import x\n")
+    (tmp_path / "pkg" / "c.py").write_text("import pkg.a\n")
+    (tmp_path / "pkg" / "d.py").write_text("from pkg.a import f\n")
+    graph = import_graph((tmp_path / "pkg").glob("*.py"), tmp_path)
+    assert circles(graph) == ["pkg.a -> pkg.b -> pkg.c -> pkg.a"]
 
 
 def test_a_design_is_read_without_numpy_pandas_or_pydantic() -> None:
