@@ -1,4 +1,7 @@
-"""Memory bandwidth of common GPUs, for the decode bound: a token reads every weight once.
+"""GPUs as the farm names and measures them: the name of a GPU class (``ClassName``: what a
+matrix's ``gpu-classes``, a job, a machine's ``FARM_GPU_CLASS`` and a shared bundle call a
+class of machines), and the memory bandwidth of common GPUs, for the decode bound: a token
+reads every weight once.
 
 Decode tok/s can at best reach bandwidth / bytes read per token (about the model file's
 size for a dense model); the report shows how close a run got. Names are matched by the
@@ -6,6 +9,13 @@ substring NVML reports (e.g. "NVIDIA GeForce RTX 3090"). Figures: vendors' spec 
 """
 
 from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+# One class of machines whose runs join one history: lower case, no '/', no leading '.'.
+ClassName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
 
 # GB/s (10^9 bytes per second).
 MEMORY_BANDWIDTH_GBPS: dict[str, float] = {

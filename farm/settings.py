@@ -17,7 +17,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from farm.errors import ConfigError
-from farm.matrix.schema import ClassName
+from farm.gpus import ClassName
 
 # Whether a commit's builds and servers run in the sandbox (docs/security.md): the node
 # operator's choice, never a job's.

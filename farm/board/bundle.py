@@ -27,7 +27,7 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import (
@@ -36,6 +36,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    create_model,
     model_validator,
 )
 
@@ -70,11 +71,14 @@ from farm.board.bounds import (
     Text4096,
     TokPerS,
     Watts,
+    text,
 )
 from farm.board.keys import public_bytes, sign
 from farm.errors import ConfigError
-from farm.matrix.schema import MAX_CONCURRENCY, ClassName, Name
+from farm.gpus import ClassName
+from farm.matrix.schema import MAX_CONCURRENCY, Name
 from farm.matrix.spec import ArmRole
+from farm.run_metrics import NAME_LENGTH, RUN_METRICS, RunMetric, Unit
 from farm.summary import SUMMARY_VERSION
 
 FORMAT: Final = "specfarm-bundle"
@@ -166,9 +170,34 @@ class JobRecord(_Record):
     finished_at: AwareDatetime | None
 
 
-class RunRecord(_Record):
-    """One run: every column of the store's run (``farm.store.models.Run``, which says what
-    each means) but its row ids and server log path; its job by key, and its identity.
+# A bundle's field of each shared run metric (farm.run_metrics): bounded by its unit,
+# nullable where the store's column is, and absent from bundles made before its column
+# (a metric added after FORMAT_SCHEMA, the store's schema when format 1 was first written).
+UNIT_BOUNDS: Final[dict[Unit, Any]] = {
+    "tok/s": TokPerS, "ms": Millis, "s": Seconds, "MiB": MiB, "J": Joules, "J/token": Joules,
+    "W": Watts, "MHz": MHz, "cores": Cores, "load": Load, "share": Share, "tokens": Count,
+    "count": Count, "°C": Celsius, "flag": bool, "name": text(NAME_LENGTH)}
+FORMAT_SCHEMA: Final = "0023"
+
+
+def _metric_field(metric: RunMetric) -> tuple[Any, Any]:
+    bound = UNIT_BOUNDS[metric.unit]
+    if metric.required:
+        return bound, ...
+    return bound | None, None if metric.since > FORMAT_SCHEMA else ...
+
+
+if TYPE_CHECKING:
+    _MetricFields = _Record
+else:
+    _MetricFields = create_model("_MetricFields", __base__=_Record, **{
+        metric.name: _metric_field(metric) for metric in RUN_METRICS if metric.shared})
+
+
+class RunRecord(_MetricFields):
+    """One run: every column of the store's run (``farm.store.models.Run``, and its metrics'
+    declarations, ``farm.run_metrics``, which say what each means) but its row ids and
+    server log path; its job by key, and its identity.
 
     ``host`` is the machine id and ``worker_name`` is null unless the bundle was made with
     hosts; argv's paths are roles (``BUILD:<name>``, ``MODELS_DIR/<file>``, ``PATH``)."""
@@ -183,29 +212,7 @@ class RunRecord(_Record):
     prompt_id: Text200
     prompt_category: Text100
     repetition: Count
-    prompt_tokens: Count
-    generated_tokens: Count
-    prompt_tok_s: TokPerS | None
-    decode_tok_s: TokPerS
-    client_decode_tok_s: TokPerS | None
-    ttft_ms: Millis
-    e2e_ms: Millis
-    tpot_ms: Millis | None
-    draft_n: Count
-    draft_accepted: Count
-    spec_drafts: Count
-    spec_drafted: Count
-    spec_accepted: Count
     spec_accepted_per_pos: Annotated[list[Count], Field(max_length=MAX_POSITIONS)]
-    spec_draft_calls: Count | None
-    spec_accept_calls: Count | None
-    spec_gen_drafts: Count | None
-    spec_acc_drafts: Count | None
-    spec_gen_tokens: Count | None
-    spec_acc_tokens: Count | None
-    spec_begin_ms: Millis | None
-    spec_draft_ms: Millis | None
-    spec_accept_ms: Millis | None
     text: RunText
     server_version: ServerVersion
     build_name: Text200
@@ -217,45 +224,18 @@ class RunRecord(_Record):
     host: Text200
     argv: Annotated[list[Text4096], Field(max_length=MAX_ARGV)]
     sandboxed: bool | None
-    slot_speculative: bool | None
     tokens: Annotated[list[Count], Field(max_length=MAX_TOKENS)] | None
     seed: Int64 | None
-    chunk_gap_p50_ms: Millis | None
-    chunk_gap_max_ms: Millis | None
     gpu_name: Text200 | None
     gpu_memory_mb: MiB | None
     machine_class: Text100 | None
-    rss_mb: MiB | None
-    cpu_seconds: Seconds | None
-    energy_j: Joules | None
-    joules_per_token: Joules | None
-    mean_power_w: Watts | None
-    max_vram_used_mb: MiB | None
-    mean_sm_clock_mhz: MHz | None
-    max_temperature_c: Celsius | None
-    throttled: bool | None
     throttle_reasons: Annotated[list[Text100], Field(max_length=64)] | None
-    weights_spilled: bool | None
-    node_other_cores: Cores | None
     # The busiest other processes (name, pid, cores): only in a bundle made with hosts.
     node_top: Annotated[list[tuple[Text100, Count, Cores]], Field(max_length=64)] | None
-    node_load_1m: Load | None
-    cpu_governor: Text100 | None
-    cpu_freq_mhz: MHz | None
-    gpu_other_processes: Count | None
-    busy_wait_s: Seconds | None
-    kv_mib: MiB | None
-    draft_context_mib: MiB | None
     concurrency: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
-    aggregate_tok_s: TokPerS | None
-    overlap: Share | None
     worker_name: Text255 | None
     attempt: Annotated[int, Field(ge=1, le=1000)]
     started_at: AwareDatetime
-    # Its block's server start and warm-up (run.server_start_s, run.warmup_s): absent from
-    # bundles made before they were kept.
-    server_start_s: Seconds | None = None
-    warmup_s: Seconds | None = None
 
 
 def run_identity(machine_id: str, job_key: str, arm: str, block: int, prompt_id: str,

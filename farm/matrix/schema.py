@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_snake
 
+from farm.gpus import ClassName as ClassName  # farm.matrix.spec's too
 from farm.matrix.cuda_arch import CudaArch
 from farm.matrix.files import RelativeFile
 from farm.matrix.flags import NGRAM_SIMPLE_SIZE_N, draft_length_flag
@@ -32,7 +33,6 @@ class Strict(BaseModel):
 # database with these (farm.matrix.spec.JobSpec), as a matrix load does. A Name is one
 # file name component (a build's folder is named by it): no '/', no leading '.' or '-'.
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
-ClassName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
 NPredict = Annotated[int, Field(ge=2, le=32768)]
 Repetitions = Annotated[int, Field(ge=1, le=1000)]
 Pairs = Annotated[int, Field(ge=1, le=100)]

@@ -91,6 +91,24 @@ def test_the_circle_check_finds_a_lazy_circle(tmp_path: Path) -> None:
     assert circles(graph) == ["pkg.a -> pkg.b -> pkg.c -> pkg.a"]
 
 
+def _below(graph: Mapping[str, set[str]], module: str) -> set[str]:
+    """Every module ``module`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for name in graph[todo.pop()] - seen:
+            seen.add(name)
+            todo.append(name)
+    return seen
+
+
+def test_the_settings_stand_below_the_matrix() -> None:
+    # Every package reads settings passed down to it: a setting's type (the GPU class's
+    # name) lives below both (farm.gpus), not in the matrix.
+    below = _below(import_graph(SOURCES), "farm.settings")
+    assert below <= {"farm", "farm.errors", "farm.gpus"}, below
+
+
 def test_a_design_is_read_without_numpy_pandas_or_pydantic() -> None:
     script = ("import sys\nfrom farm.stats.design import Design, MIN_SECOND_STAGE\n"
               "Design(4, 12)\n"
