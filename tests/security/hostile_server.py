@@ -5,9 +5,10 @@ would; the planted commit of test_hostile_commit.py does it with real code).
 Run as ``hostile_server.py ... --host SOCKET --hostile MODE --decoy DECOY`` (a farm's other
 flags are passed over). Beside it a decoy socket answers like a server but records any
 connection (``DECOY.reached``). MODE is one of ANSWERS (every request gets that answer),
-or: ``link`` puts a link to the decoy at the socket's name; ``swap`` serves, then after
-its first /health renames its socket and puts such a link there; ``print`` prints without
-end; ``print-later`` serves, and prints without end when asked for /metrics.
+or: ``link`` puts a link to the decoy at the socket's name; ``swap`` serves, and on its
+first /health, before answering, renames its socket and puts such a link there; ``print``
+prints without end; ``print-later`` serves, and prints without end when asked for
+/metrics.
 """
 
 from __future__ import annotations
@@ -92,12 +93,14 @@ class _Answer(http.server.BaseHTTPRequestHandler):
             return
         if mode == "print-later" and self.path == "/metrics":
             _print_forever()
-        _answer(self, b"llamacpp:spec_decode_num_drafts_total %d\n" % (5 if decoy is None
-                                                                        else 666))
         if mode == "swap" and self.path == "/health" and decoy is None:
+            # Before the answer: once its headers are read the client may hang up, and a
+            # swap after the body's write would then never happen.
             host = _flag("--host")
             os.rename(host, f"{host}.real")
             os.symlink(_flag("--decoy"), host)
+        _answer(self, b"llamacpp:spec_decode_num_drafts_total %d\n" % (5 if decoy is None
+                                                                        else 666))
 
 
 def _print_forever() -> None:
