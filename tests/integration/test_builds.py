@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,9 +12,9 @@ import pytest
 
 from farm.errors import ConfigError
 from farm.matrix.cuda_arch import CudaArch
-from workers.paths import NodePaths
+from workers.paths import NodePaths, file_sha256
 from workers.setup.builds import BuildRequest, build, build_argv, configure_argv
-from workers.setup.provision import Provisioned, cpu_build_request
+from workers.setup.provision import Provisioned, cpu_build_request, fetch_smollm2
 
 pytestmark = pytest.mark.server
 
@@ -28,6 +29,19 @@ def test_the_same_build_asked_twice_builds_once(provisioned: Provisioned,
     assert manifest.build_number == 11434 and "build 11434" in manifest.version
     assert "draft-mtp" in manifest.spec_types and "q8_0" in manifest.cache_types
     assert "-DGGML_NATIVE=OFF" in manifest.configure
+
+
+def test_two_provisions_at_once_each_leave_the_whole_model(
+        provisioned: Provisioned, tmp_path: Path, node_paths: NodePaths) -> None:
+    """Two provisions on one node at once (a worker starting beside `farm provision`): each
+    unpacks the model into a file of its own and renames it whole (once, both shared one
+    temporary name and the second found it moved)."""
+    paths = replace(node_paths, models_dir=tmp_path / "models")
+    with ThreadPoolExecutor(4) as pool:
+        fetched = list(pool.map(lambda _: fetch_smollm2(paths), range(4)))
+    assert set(fetched) == {paths.models_dir / provisioned.models["smollm2"].name}
+    assert file_sha256(fetched[0]) == file_sha256(provisioned.models["smollm2"])
+    assert [path.name for path in paths.models_dir.iterdir()] == [fetched[0].name]
 
 
 def _git(repo: Path, *args: str) -> str:

