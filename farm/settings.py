@@ -1,7 +1,8 @@
 """Every setting of the farm, from the environment (prefix ``FARM_``), validated once.
 
 No database URL means embedded SQLite in the data dir. The one ``Settings`` object is read
-by the command line and passed down; nothing below it reads the environment.
+by the command line and passed down; nothing below it calls ``load_settings`` (what else
+reads the environment, and why: docs/architecture.md).
 """
 
 from __future__ import annotations

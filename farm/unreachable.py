@@ -3,9 +3,10 @@ told in one line instead of a traceback.
 
 Each line names the service (its URL with the password hidden), the driver's reason and
 what to check. The CLI maps raw driver errors to these lines in one place
-(``service_error``): any command may meet them at any call site (a query, a schema check,
-a post), and an operator needs the same line from all of them. Code that catches such
-an error itself raises the same ``ServiceUnavailable`` through the two builders.
+(``service_error``, given the URLs of its settings): any command may meet them at any call
+site (a query, a schema check, a post), and an operator needs the same line from all of
+them. Code that catches such an error itself raises the same ``ServiceUnavailable``
+through the two builders, with the URL it used.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from farm.errors import ConfigError, FarmError, ServiceUnavailable, first_line
-from farm.settings import load_settings, redact_url
+from farm.settings import redact_url
 
 if TYPE_CHECKING:
     from sqlalchemy.exc import DBAPIError
@@ -73,9 +74,11 @@ def permission_denied(url: str, exc: DBAPIError) -> ConfigError:
 INSUFFICIENT_PRIVILEGE = "42501"
 
 
-def service_error(exc: Exception) -> FarmError | None:
+def service_error(exc: Exception, database_url: str, broker_url: str | None,
+                  ) -> FarmError | None:
     """The operator's line if ``exc`` means the database or the broker does not answer, or
-    the database refuses the role its URL logs in as."""
+    the database refuses the role its URL logs in as; it names ``database_url`` or
+    ``broker_url`` (the command's settings)."""
     # Imported here: most commands never meet these errors, and `farm --help` should not
     # wait for kombu, redis and SQLAlchemy to load.
     from sqlalchemy.exc import ProgrammingError
@@ -84,9 +87,9 @@ def service_error(exc: Exception) -> FarmError | None:
 
     if (isinstance(exc, ProgrammingError)
             and getattr(exc.orig, "sqlstate", None) == INSUFFICIENT_PRIVILEGE):
-        return permission_denied(load_settings().database_url, exc)
+        return permission_denied(database_url, exc)
     if isinstance(exc, DATABASE_ERRORS):
-        return database_unreachable(load_settings().database_url, cast("DBAPIError", exc))
+        return database_unreachable(database_url, cast("DBAPIError", exc))
     if isinstance(exc, BROKER_ERRORS):
-        return broker_unreachable(load_settings().broker_url or "", exc)
+        return broker_unreachable(broker_url or "", exc)
     return None

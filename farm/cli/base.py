@@ -75,11 +75,25 @@ class FarmGroup(click.Group):
                        "command again to resume", err=True)
             ctx.exit(130)
         except Exception as exc:
-            unavailable = service_error(exc)
+            unavailable = _service_error(exc)
             if unavailable is None:
                 raise
             click.echo(f"error: {unavailable}", err=True)
             ctx.exit(unavailable.exit_code)
+
+
+def _service_error(exc: Exception) -> FarmError | None:
+    """``service_error`` naming the URLs of this environment's settings, read only for a
+    driver's error: a bad ``FARM_`` variable must not hide another failure's traceback."""
+    from sqlalchemy.exc import DBAPIError
+
+    from farm.retry import BROKER_ERRORS
+    from farm.settings import load_settings
+
+    if not isinstance(exc, (DBAPIError, *BROKER_ERRORS)):
+        return None
+    settings = load_settings()
+    return service_error(exc, settings.database_url, settings.broker_url)
 
 
 @click.group(cls=FarmGroup, context_settings={"help_option_names": ["-h", "--help"]})

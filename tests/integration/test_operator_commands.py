@@ -66,14 +66,13 @@ def test_unreachable_broker_on_submit_is_one_line(matrix: Path, postgres_url: st
     assert_one_line_error(result, "error: cannot reach the broker redis://", "127.0.0.1:1")
 
 
-def test_a_broker_error_met_anywhere_names_the_broker_and_how_to_check(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FARM_BROKER_URL", DOWN_BROKER)
-    error = service_error(OperationalError("Error 111 connecting to 127.0.0.1:1.\nmore"))
+def test_a_broker_error_met_anywhere_names_the_broker_and_how_to_check() -> None:
+    error = service_error(OperationalError("Error 111 connecting to 127.0.0.1:1.\nmore"),
+                          DOWN_DATABASE, DOWN_BROKER)
     assert str(error) == ("cannot reach the broker redis://:***@127.0.0.1:1/0: Error 111 "
                           "connecting to 127.0.0.1:1.; check that Redis runs (`redis-cli -h "
                           "127.0.0.1 -p 1 ping`) and that FARM_BROKER_URL is right")
-    assert service_error(ValueError("not a service")) is None
+    assert service_error(ValueError("not a service"), DOWN_DATABASE, DOWN_BROKER) is None
 
 
 def _job(key: str, state: str, **columns: Any) -> Job:

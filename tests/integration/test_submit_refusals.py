@@ -80,17 +80,16 @@ def test_submit_with_the_worker_roles_url_is_one_line_and_stores_nothing(
 
 
 def test_any_refusal_of_the_worker_role_met_anywhere_is_one_line(
-        owner_url: str, worker_role: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        owner_url: str, worker_role: str) -> None:
     assert farm("db", "grant-worker", worker_role, FARM_DATABASE_URL=owner_url).exit_code == 0
     worker_url = as_role(owner_url, worker_role)
-    monkeypatch.setenv("FARM_DATABASE_URL", worker_url)
     engine = make_engine(worker_url)
     try:
         with pytest.raises(ProgrammingError) as refused, engine.begin() as connection:
             connection.execute(insert(Campaign).values(name="c", matrix_path="m.yaml"))
     finally:
         engine.dispose()
-    error = service_error(refused.value)
+    error = service_error(refused.value, worker_url, BROKER)
     assert isinstance(error, ConfigError)
     assert str(error) == (f"the database refused {worker_role}: permission denied for table "
                           "campaign; is FARM_DATABASE_URL the worker role's? `farm submit`, "

@@ -1,13 +1,17 @@
-"""Retrying through service outages: backoff, deadline, one log line per state change."""
+"""Retrying through service outages: backoff, deadline, one log line per state change; the
+operator's one line when a service does not answer."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 
+import click
 import pytest
 import sqlalchemy.exc
+from click.testing import CliRunner
 
+from farm.cli.base import FarmGroup
 from farm.retry import LONGEST_PAUSE, FailingLog, retrying
 
 
@@ -72,9 +76,40 @@ def test_the_operators_line_tells_a_database_from_a_broker_by_the_one_table() ->
     from farm.retry import BROKER_ERRORS, DATABASE_ERRORS, TRANSIENT
     from farm.unreachable import service_error
 
-    database = service_error(sqlalchemy.exc.OperationalError("x", {}, Exception("refused")))
-    broker = service_error(BrokerError("refused"))
+    urls = ("sqlite:///farm.db", "redis://127.0.0.1:6379/0")
+    database = service_error(sqlalchemy.exc.OperationalError("x", {}, Exception("refused")),
+                             *urls)
+    broker = service_error(BrokerError("refused"), *urls)
     assert database is not None and "database" in str(database)
     assert broker is not None and "broker" in str(broker)
     assert set(DATABASE_ERRORS) | set(BROKER_ERRORS) < set(TRANSIENT)
-    assert service_error(ValueError("a bug")) is None
+    assert service_error(ValueError("a bug"), *urls) is None
+
+
+def _failing_command(error: Exception) -> click.Group:
+    """A group of the farm's whose one command, ``go``, raises ``error``."""
+    @click.group(cls=FarmGroup)
+    def group() -> None:
+        """A group."""
+
+    @group.command()
+    def go() -> None:
+        raise error
+    return group
+
+
+def test_a_drivers_error_in_any_command_names_the_environments_url() -> None:
+    group = _failing_command(sqlalchemy.exc.OperationalError("x", {}, Exception("refused")))
+    result = CliRunner().invoke(group, ["go"], env={
+        "FARM_DATABASE_URL": "postgresql://farm:secret@db.example:5433/farm"})
+    assert result.exit_code == 1
+    assert result.stderr == ("error: cannot connect to the database postgresql://farm:***@"
+                             "db.example:5433/farm: refused; check that PostgreSQL runs and "
+                             "accepts connections (`pg_isready -h db.example -p 5433`) and "
+                             "that FARM_DATABASE_URL is right\n")
+
+
+def test_a_bad_setting_hides_no_other_commands_failure() -> None:
+    result = CliRunner().invoke(_failing_command(ValueError("a bug")), ["go"],
+                                env={"FARM_LEASE_SECONDS": "soon"})
+    assert isinstance(result.exception, ValueError)

@@ -109,6 +109,57 @@ def test_the_settings_stand_below_the_matrix() -> None:
     assert below <= {"farm", "farm.errors", "farm.gpus"}, below
 
 
+def environment_reads(path: Path) -> set[str]:
+    """What ``path`` reads of the environment: ``os.environ`` or ``os.getenv``, a
+    ``FARM_*`` variable's name (or a prefix of names), a pydantic-settings class, the
+    farm's settings."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+        if name in ("environ", "getenv"):
+            found.add(f"os.{name}")
+        elif isinstance(node, ast.Constant) and re.fullmatch(r"FARM_[A-Z0-9_]*",
+                                                              str(node.value)):
+            found.add(str(node.value))
+        elif isinstance(node, ast.ClassDef) and "BaseSettings" in map(ast.unparse, node.bases):
+            found.add("BaseSettings")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("load_settings",
+                                                                        "Settings"):
+            found.add(f"{ast.unparse(node.func)}()")
+    return found
+
+
+# Below the command line, what reads the environment, each for one thing; docs/architecture.md
+# names the same.
+ENVIRONMENT_READERS = {
+    "farm/report/sheet.py": {"os.environ"},  # the terminal: COLUMNS, NO_COLOR, FORCE_COLOR
+    # The sandbox's bounds, on the node that runs the sandbox.
+    "workers/job/runtime/bounds.py": {"BaseSettings", "FARM_SANDBOX_"},
+    "workers/job/runtime/server.py": {"os.environ"},  # what llama-server inherits
+    "workers/setup/ccache.py": {"os.environ"},  # ccache's own CCACHE_DIR
+    "workers/setup/gitfetch.py": {"os.environ"},  # what git inherits
+}
+
+
+def test_below_the_cli_settings_are_passed_in_not_read() -> None:
+    below = [path for path in SOURCES if path.relative_to(ROOT).parts[:2] != ("farm", "cli")
+             and path != ROOT / "farm" / "settings.py"]
+    found = {str(path.relative_to(ROOT)): reads for path in below
+             if (reads := environment_reads(path))}
+    assert found == ENVIRONMENT_READERS, (
+        "take settings from the command line's load_settings, passed in; read the "
+        "environment below it only where docs/architecture.md says why")
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    assert [name for name in ENVIRONMENT_READERS if f"`{name}`" not in page] == []
+
+
+def test_the_environment_check_finds_a_planted_read(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("import os\nfrom farm.settings import load_settings\n"
+                       "url = os.environ.get('FARM_BROKER_URL') or load_settings().broker_url\n")
+    assert environment_reads(planted) == {"os.environ", "FARM_BROKER_URL", "load_settings()"}
+
+
 def test_a_design_is_read_without_numpy_pandas_or_pydantic() -> None:
     script = ("import sys\nfrom farm.stats.design import Design, MIN_SECOND_STAGE\n"
               "Design(4, 12)\n"
