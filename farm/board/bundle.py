@@ -90,9 +90,10 @@ SIGNATURE: Final = "signature.json"
 # The members the manifest hashes, and every name a bundle may hold.
 DATA_MEMBERS: Final = (JOBS, RUNS)
 MEMBERS: Final = frozenset({MANIFEST, JOBS, RUNS, SIGNATURE})
-# The store's run columns a bundle leaves out: row ids of the contributor's store, and the
-# server log's local path.
-DROPPED_RUN_COLUMNS: Final = ("id", "job_id", "server_log")
+# The store's run columns a bundle leaves out: row ids of the contributor's store, the
+# server log's local path, and any metric declared not shared (farm.run_metrics).
+DROPPED_RUN_COLUMNS: Final = ("id", "job_id", "server_log",
+                              *(metric.name for metric in RUN_METRICS if not metric.shared))
 
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 MachineId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]

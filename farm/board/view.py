@@ -76,11 +76,12 @@ def _runs(engine: Engine) -> dict[int, dict[str, Any]]:
                        func.max(Run.gpu_memory_mb), func.max(Run.server_version),
                        func.min(Run.build_commit))
                 .where(Run.job_id.in_(on_board), Run.arm == "baseline").group_by(Run.job_id))
-    energy = (select(Run.job_id, func.avg(Run.joules_per_token))
+    metric = Run.__table__.c
+    energy = (select(Run.job_id, func.avg(metric.joules_per_token))
               .where(Run.job_id.in_(on_board), Run.arm == "variant",
-                     Run.joules_per_token.is_not(None)).group_by(Run.job_id))
-    blocks = (select(Run.job_id, Run.block, func.avg(Run.decode_tok_s))
-              .where(Run.job_id.in_(on_board), Run.arm == "variant", Run.decode_tok_s > 0)
+                     metric.joules_per_token.is_not(None)).group_by(Run.job_id))
+    blocks = (select(Run.job_id, Run.block, func.avg(metric.decode_tok_s))
+              .where(Run.job_id.in_(on_board), Run.arm == "variant", metric.decode_tok_s > 0)
               .group_by(Run.job_id, Run.block).order_by(Run.job_id, Run.block))
     found: dict[int, dict[str, Any]] = {}
     with engine.connect() as connection:

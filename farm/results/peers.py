@@ -71,7 +71,8 @@ def farm_arms(engine: Engine, campaign: str | None) -> pd.DataFrame:
     query = (select(Campaign.name.label("campaign"), Job.id.label("job_id"),
                     Job.model_name.label("model"), Job.variant_name.label("variant"),
                     Job.build_name.label("build"), Run.arm, Run.block, Run.model_file,
-                    Run.server_version, Run.argv, Run.decode_tok_s, Run.prompt_tok_s)
+                    Run.server_version, Run.argv, Run.__table__.c.decode_tok_s,
+                    Run.__table__.c.prompt_tok_s)
              .join(Job, Run.job_id == Job.id).join(Campaign, Job.campaign_id == Campaign.id)
              .order_by(Run.job_id, Run.arm, Run.block))
     if campaign is not None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, Engine, case, func, select
 
+from farm.run_metrics import RUN_METRICS
 from farm.store.campaigns import campaign_id
 
 if TYPE_CHECKING:
@@ -22,14 +23,13 @@ if TYPE_CHECKING:
     from farm.stats.design import Design
 
 # What a job's statistics read of each run (farm.stats): its place in the design, the
-# prompt, the measures (the decode speed by the server's and by the client's clock) and
-# the speculative counters; its start, for its order in a block.
+# prompt, the metrics they read (farm.run_metrics: the decode speed by the server's and by
+# the client's clock, the speculative counters, the node's other work...), the acceptance
+# per position, the text and its tokens, the streams; its start, for its order in a block.
 STATS_COLUMNS = ("job_id", "arm", "block", "pair", "position", "prompt_id", "prompt_category",
-                 "repetition", "decode_tok_s", "client_decode_tok_s", "generated_tokens",
-                 "ttft_ms", "e2e_ms", "tpot_ms", "spec_drafts", "spec_drafted",
-                 "spec_accepted", "spec_accepted_per_pos", "text", "tokens", "concurrency",
-                 "aggregate_tok_s", "overlap", "prompt_tokens", "prompt_tok_s",
-                 "node_other_cores", "gpu_other_processes", "busy_wait_s", "started_at")
+                 "repetition",
+                 *(metric.name for metric in RUN_METRICS if metric.statistics),
+                 "spec_accepted_per_pos", "text", "tokens", "concurrency", "started_at")
 # The latest earlier jobs of a job's machine and model that its drift test looks through
 # for ``farm.stats.drift.EARLIER_MAX`` alike (the same prompts and repetitions), and what
 # it reads of their runs.
@@ -203,9 +203,10 @@ def arm_costs(engine: Engine) -> dict[tuple[str, str], ArmCost]:
     runs (``server_start_s``, ``warmup_s``)."""
     from farm.store.models import Run
 
-    started = func.avg(case((Run.server_start_s.is_not(None),
-                             Run.server_start_s + func.coalesce(Run.warmup_s, 0.0))))
-    query = (select(Run.build_name, Run.model_file, func.avg(Run.e2e_ms), started)
+    metric = Run.__table__.c
+    started = func.avg(case((metric.server_start_s.is_not(None),
+                             metric.server_start_s + func.coalesce(metric.warmup_s, 0.0))))
+    query = (select(Run.build_name, Run.model_file, func.avg(metric.e2e_ms), started)
              .group_by(Run.build_name, Run.model_file))
     with engine.connect() as connection:
         rows = connection.execute(query).all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -9,6 +10,7 @@ from typing import Any, ClassVar
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -21,6 +23,9 @@ from sqlalchemy import (
     func,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeEngine
+
+from farm.run_metrics import NAME_LENGTH, RUN_METRICS, Kind
 
 # Deterministic constraint names, so batch migrations can alter them on SQLite too.
 NAMING_CONVENTION = {
@@ -158,7 +163,9 @@ class Run(Base):
     """One generation request (arm x block x prompt x repetition) with its provenance.
 
     Provenance columns are copied onto every row on purpose: a run stays comparable across
-    machines and campaigns without joining to anything that may change later.
+    machines and campaigns without joining to anything that may change later. Its metrics'
+    columns are made from their declarations (``farm.run_metrics``), below the class: in
+    typed code, ``Run.__table__.c.decode_tok_s``.
     """
 
     __tablename__ = "run"
@@ -175,39 +182,8 @@ class Run(Base):
     prompt_category: Mapped[str] = mapped_column(String(100))
     repetition: Mapped[int] = mapped_column(Integer)
 
-    prompt_tokens: Mapped[int] = mapped_column(Integer)
-    generated_tokens: Mapped[int] = mapped_column(Integer)
-    prompt_tok_s: Mapped[float | None] = mapped_column(Float)
-    decode_tok_s: Mapped[float] = mapped_column(Float)  # server timings.predicted_per_second
-    client_decode_tok_s: Mapped[float | None] = mapped_column(Float)
-    ttft_ms: Mapped[float] = mapped_column(Float)
-    e2e_ms: Mapped[float] = mapped_column(Float)
-    tpot_ms: Mapped[float | None] = mapped_column(Float)
-    # Speculation: the request's timings and the /metrics counter deltas, raw.
-    draft_n: Mapped[int] = mapped_column(Integer, default=0)
-    draft_accepted: Mapped[int] = mapped_column(Integer, default=0)
-    spec_drafts: Mapped[int] = mapped_column(Integer, default=0)
-    spec_drafted: Mapped[int] = mapped_column(Integer, default=0)
-    spec_accepted: Mapped[int] = mapped_column(Integer, default=0)
+    # Tokens accepted at each draft position (/metrics deltas), and the generated text.
     spec_accepted_per_pos: Mapped[list[Any]] = mapped_column(default=list)
-    # The server's own speculative statistics for this request, from its log (the print
-    # after the request less the one before; summed over methods when an arm has several):
-    # how often the drafter was asked (draft_calls) and proposed (gen_drafts, gen_tokens),
-    # verification steps of its drafts (accept_calls) and what they kept (acc_drafts with at
-    # least one token, acc_tokens), and llama.cpp's timers in ms: begin (when the prompt is
-    # in, outside the decode time), draft and accept (inside it). Whatever else the decode
-    # time holds (the target's verification batches, sampling, draft-mtp's pass over each
-    # verified batch, which llama.cpp does not time) is what reports call verify time.
-    # Null where the server does not speculate.
-    spec_draft_calls: Mapped[int | None] = mapped_column(Integer)
-    spec_accept_calls: Mapped[int | None] = mapped_column(Integer)
-    spec_gen_drafts: Mapped[int | None] = mapped_column(Integer)
-    spec_acc_drafts: Mapped[int | None] = mapped_column(Integer)
-    spec_gen_tokens: Mapped[int | None] = mapped_column(Integer)
-    spec_acc_tokens: Mapped[int | None] = mapped_column(Integer)
-    spec_begin_ms: Mapped[float | None] = mapped_column(Float)
-    spec_draft_ms: Mapped[float | None] = mapped_column(Float)
-    spec_accept_ms: Mapped[float | None] = mapped_column(Float)
     text: Mapped[str] = mapped_column(Text)
 
     server_version: Mapped[str] = mapped_column(Text)
@@ -229,70 +205,48 @@ class Run(Base):
     # operator may turn it off per node, and every run says which. Null before 0019.
     sandboxed: Mapped[bool | None] = mapped_column()
     server_log: Mapped[str | None] = mapped_column(Text)
-    slot_speculative: Mapped[bool | None] = mapped_column()  # /slots of the arm's server
     tokens: Mapped[list[Any] | None] = mapped_column()  # the text's token ids (/tokenize)
     # The request's seed (workers.job.executor.run_sampling): the same for a prompt and
     # repetition in both arms. Null for runs stored before it was kept.
     seed: Mapped[int | None] = mapped_column(BigInteger)
-    # Gaps between streamed chunks: not inter-token latency (a chunk can carry several
-    # tokens under speculation), but what a user watching the stream sees.
-    chunk_gap_p50_ms: Mapped[float | None] = mapped_column(Float)
-    chunk_gap_max_ms: Mapped[float | None] = mapped_column(Float)
     gpu_name: Mapped[str | None] = mapped_column(String(200))
     gpu_memory_mb: Mapped[float | None] = mapped_column(Float)  # its GPU's total, MiB
     # The GPU class of the machine that measured it (FARM_GPU_CLASS, a worker's own): the
     # job's, unless `farm run --as-class` ran the job's class on another machine.
     machine_class: Mapped[str | None] = mapped_column(String(100))
-    # Telemetry over the run's window: the server process here, NVML where there is a GPU.
-    rss_mb: Mapped[float | None] = mapped_column(Float)
-    cpu_seconds: Mapped[float | None] = mapped_column(Float)
-    energy_j: Mapped[float | None] = mapped_column(Float)
-    joules_per_token: Mapped[float | None] = mapped_column(Float)
-    mean_power_w: Mapped[float | None] = mapped_column(Float)
-    max_vram_used_mb: Mapped[float | None] = mapped_column(Float)
-    mean_sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
-    max_temperature_c: Mapped[int | None] = mapped_column(Integer)
-    throttled: Mapped[bool | None] = mapped_column()
+    # The GPU throttle reasons seen over the run (NVML), and the node's busiest other
+    # processes over it as [name, pid, cores] (workers.job.telemetry.node).
     throttle_reasons: Mapped[list[Any] | None] = mapped_column()
-    weights_spilled: Mapped[bool | None] = mapped_column()  # not all layers on the GPU
-    # Other work on the node over the run's window (workers.job.telemetry.node): the CPU of
-    # every process outside the farm's own tree (its client, its servers, sibling workers'),
-    # in cores; the busiest of them as [name, pid, cores]; the 1-minute load; the CPU governor
-    # and mean current frequency (null where sysfs has no cpufreq); processes of others on
-    # the GPUs (null without NVML); and the seconds its block waited for quiet before it
-    # started (busy-node: wait). A block is busy by farm.stats.busy. Null in runs stored
-    # before they were measured.
-    node_other_cores: Mapped[float | None] = mapped_column(Float)
     node_top: Mapped[list[Any] | None] = mapped_column()
-    node_load_1m: Mapped[float | None] = mapped_column(Float)
-    cpu_governor: Mapped[str | None] = mapped_column(String(100))
-    cpu_freq_mhz: Mapped[float | None] = mapped_column(Float)
-    gpu_other_processes: Mapped[int | None] = mapped_column(Integer)
-    busy_wait_s: Mapped[float | None] = mapped_column(Float)
-    # The run's block before its first run: its server's start (launch to /health
-    # answering: the model's load) and its warm-up request, in seconds (null before 0027).
-    server_start_s: Mapped[float | None] = mapped_column(Float)
-    warmup_s: Mapped[float | None] = mapped_column(Float)
-    # MiB of the server's contexts, from its log (workers.job.runtime.server_log.context_memory):
-    # the target's KV cache and recurrent state, and the whole speculative draft context.
-    kv_mib: Mapped[float | None] = mapped_column(Float)
-    draft_context_mib: Mapped[float | None] = mapped_column(Float)
     # A run of N simultaneous streams (the job's concurrency, N server slots) holds their
-    # totals (tokens, drafts) and means (speeds, latencies, per request) above, the first
-    # stream's text, and here what they delivered together over their decode window (the
-    # first stream's first token to the last one's last): tokens after each stream's first
-    # per second, and the share of the window in which every stream was decoding (null for
-    # one stream). Each stream's own figures are in `stream`.
+    # totals (tokens, drafts) and means (speeds, latencies, per request) in its metrics, the
+    # first stream's text, and what they delivered together (aggregate_tok_s, overlap).
+    # Each stream's own figures are in `stream`.
     # No default on this side: an INSERT from an older farm's columns must not name it.
     concurrency: Mapped[int] = mapped_column(Integer, server_default="1")
-    aggregate_tok_s: Mapped[float | None] = mapped_column(Float)
-    overlap: Mapped[float | None] = mapped_column(Float)
     worker_name: Mapped[str | None] = mapped_column(String(255))
     attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     job: Mapped[Job] = relationship(back_populates="runs")
     streams: Mapped[list[Stream]] = relationship(back_populates="run")
+
+
+# Each metric's SQL type, by its kind (farm.run_metrics).
+METRIC_TYPES: dict[Kind, Callable[[], TypeEngine[Any]]] = {
+    "float": Float, "int": Integer, "flag": Boolean, "text": lambda: String(NAME_LENGTH)}
+
+
+def _add_metric_columns() -> None:
+    """Each declared run metric's column on ``Run`` (SQLAlchemy adds it to the table and the
+    mapper): nullable unless every run has one."""
+    for metric in RUN_METRICS:
+        setattr(Run, metric.name, mapped_column(
+            metric.name, METRIC_TYPES[metric.kind](), nullable=not metric.required,
+            default=metric.default))
+
+
+_add_metric_columns()
 
 
 class Stream(Base):

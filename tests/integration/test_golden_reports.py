@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from farm.report.text import REPORT_OPENING
+from farm.run_metrics import RUN_METRICS
 from farm.store.db import current_revision, make_engine, upgrade
 from tests.helpers import run_cli
 
@@ -61,14 +62,15 @@ ADDED_COLUMNS: tuple[str, ...] = (
     # The report's answer on every row (issue 29): its campaign x model x GPU class's.
     "headline")
 # The runs' columns added since, in exports: the commit a source build was made from
-# (issue 22), where a Hub or URL model came from (issue 23), the node's other work over
-# each run (issue 25), whether its server ran in the sandbox (issue 35), the class of the
-# machine that measured it and its GPU's memory (issue 37), its block's server start and
-# warm-up (issue 56).
+# (issue 22), where a Hub or URL model came from (issue 23), the node's busiest other
+# processes (issue 25), whether its server ran in the sandbox (issue 35), the class of the
+# machine that measured it and its GPU's memory (issue 37); and every run metric whose
+# column came after the goldens' schema (farm.run_metrics: the node's other work, issue 25;
+# its block's server start and warm-up, issue 56).
+GOLDEN_SCHEMA = "0012"
 ADDED_RUN_COLUMNS: tuple[str, ...] = (
-    "build_commit", "model_source", "node_other_cores", "node_top", "node_load_1m",
-    "cpu_governor", "cpu_freq_mhz", "gpu_other_processes", "busy_wait_s", "sandboxed",
-    "machine_class", "gpu_memory_mb", "server_start_s", "warmup_s")
+    "build_commit", "model_source", "node_top", "sandboxed", "machine_class", "gpu_memory_mb",
+    *(metric.name for metric in RUN_METRICS if metric.since > GOLDEN_SCHEMA))
 
 # Columns of the grouped reports that a statistics change made since the goldens computes
 # anew on purpose, by golden name prefix (issue 24: HKSJ's scale truncated at 1 in every

@@ -29,13 +29,14 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
 
 
 def _run(job: Job, arm: str, prompt: str, tok_s: float, rep: int,
-         drafted: int = 0, accepted: int = 0) -> Run:
+         drafted: int = 0, accepted: int = 0, **metrics: float) -> Run:
     return Run(job=job, arm=arm, arm_name=arm, block=0 if arm == "baseline" else 1, pair=0,
                position=0, prompt_id=prompt, prompt_category="c", repetition=rep,
                prompt_tokens=10, generated_tokens=32, decode_tok_s=tok_s, ttft_ms=5.0,
                e2e_ms=100.0, spec_drafted=drafted, spec_accepted=accepted, text="t",
                server_version="v", build_name="cpu", model_file="m.gguf", model_size=1,
-               model_sha256="0" * 64, host="h", argv=[], started_at=datetime.now(UTC))
+               model_sha256="0" * 64, host="h", argv=[], started_at=datetime.now(UTC),
+               **metrics)
 
 
 def _fill(engine: Engine) -> None:
@@ -81,9 +82,8 @@ def test_draft_and_verify_ms_per_token_split_the_variants_decode_time(engine: En
         # 32 tokens: 31 timed decode steps, 310 ms at 100 tok/s and 155 ms at 200 tok/s.
         for rep, (tok_s, draft_ms, accept_ms) in enumerate([(100, 31.0, 3.1),
                                                            (200, 15.5, 0.0)]):
-            run = _run(job, "variant", "a", tok_s, rep)
-            run.spec_draft_ms, run.spec_accept_ms = draft_ms, accept_ms
-            session.add(run)
+            session.add(_run(job, "variant", "a", tok_s, rep, spec_draft_ms=draft_ms,
+                             spec_accept_ms=accept_ms))
         session.add(_run(job, "variant", "a", 400, 2))  # no statistics: not counted
     [row] = job_report(engine, "views").to_dict(orient="records")
     assert row["draft_ms_per_token"] == pytest.approx((31.0 + 15.5) / 62)

@@ -142,8 +142,9 @@ def runs_of(database_url: str, campaign: str) -> list[Row[Any]]:
     try:
         with Session(engine) as session:
             return list(session.execute(
-                select(Run.arm, Run.build_commit, Run.generated_tokens, Run.decode_tok_s,
-                       Run.sandboxed, Run.server_log, Run.worker_name, Job.variant_name)
+                select(Run.arm, Run.build_commit, Run.__table__.c.generated_tokens,
+                       Run.__table__.c.decode_tok_s, Run.sandboxed, Run.server_log,
+                       Run.worker_name, Job.variant_name)
                 .join(Job).join(Campaign).where(Campaign.name == campaign)))
     finally:
         engine.dispose()

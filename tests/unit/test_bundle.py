@@ -279,7 +279,7 @@ def test_a_store_is_shared_without_its_host_paths_or_secrets(
     assert {run.worker_name for run in runs} == {None}
     assert runs[0].argv == ["BUILD:cpu", "--model", "MODELS_DIR/m.gguf", "--host", "PATH",
                             "--api-key", "***"]
-    assert runs[0].model_file == "m.gguf" and runs[0].tpot_ms is None
+    assert runs[0].model_file == "m.gguf" and runs[0].model_dump()["tpot_ms"] is None
     assert runs[0].model_source == "https://user:***@example.com/m.gguf?token=***"
     assert runs[0].started_at.tzinfo is not None
     assert {job.summary["version"] for job in jobs} == {SUMMARY_VERSION}

@@ -79,6 +79,16 @@ class RunResult:
         """The streams' decode window: aggregate tok/s and overlap (``stream_window``)."""
         return stream_window(self.streams)
 
+    @property
+    def joules_per_token(self) -> float | None:
+        """GPU energy per generated token (None without energy or tokens)."""
+        return self.telemetry.joules_per_token(self.generation.generated_tokens)
+
+    @property
+    def throttled(self) -> bool | None:
+        """Whether a GPU throttled over the run; None where no GPU was sampled."""
+        return self.telemetry.throttled if self.telemetry.max_vram_used_mb is not None else None
+
 
 @dataclass(frozen=True)
 class Window:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any
 
 from sqlalchemy import Engine, select, update
@@ -18,14 +18,13 @@ from sqlalchemy.orm import Session
 
 from farm.matrix.spec import Arm
 from farm.retry import retrying
+from farm.run_metrics import RUN_METRICS
 from farm.store import leases, repo
 from farm.store.models import GpuSample, Job, Run, Stream
 from workers.job.checks import Preflight
 from workers.job.executor import host_name
 from workers.job.results import RunKey, RunResult, Slot
-from workers.job.runtime.server_log import SpecStats
 from workers.job.telemetry import Sample
-from workers.job.telemetry.node import NodeLoad
 
 log = logging.getLogger("farm.worker")
 
@@ -47,8 +46,9 @@ class DbRunSink:
         """Runs already stored, with their decode tok/s (for the stopping rule)."""
         with Session(self.engine) as session:
             rows = session.execute(select(Run.arm, Run.block, Run.prompt_id, Run.repetition,
-                                          Run.decode_tok_s).where(Run.job_id == self.job_id))
-            return {RunKey(arm, block, prompt, rep): tok_s  # type: ignore[arg-type]
+                                          Run.__table__.c.decode_tok_s)
+                                   .where(Run.job_id == self.job_id))
+            return {RunKey(arm, block, prompt, rep): tok_s
                     for arm, block, prompt, rep, tok_s in rows}
 
     def start(self, checked: Preflight) -> None:
@@ -85,54 +85,40 @@ def sample_rows(job_id: int, attempt: int, slot: Slot, samples: list[Sample]) ->
 
 def run_row(job_id: int, result: RunResult, checked: Preflight, host: str,
             machine_class: str, worker_name: str | None = None, attempt: int = 1) -> Run:
-    """The row of one run: its measurements, telemetry, and where and how it ran."""
-    gen, counters, tele = result.generation, result.counters, result.telemetry
-    window = result.window
+    """The row of one run: its place, its metrics (``metric_values``), its raw content and
+    where and how it ran."""
+    counters, node = result.counters, result.node.other
     return Run(
         job_id=job_id, arm=result.key.arm, arm_name=result.arm_name, block=result.slot.block,
         pair=result.slot.pair, position=result.slot.position, prompt_id=result.prompt.id,
         prompt_category=result.prompt.category, repetition=result.key.repetition,
-        prompt_tokens=gen.prompt_tokens, generated_tokens=gen.generated_tokens,
-        prompt_tok_s=gen.prompt_tok_s, decode_tok_s=gen.decode_tok_s,
-        client_decode_tok_s=gen.client_decode_tok_s, ttft_ms=gen.ttft_ms, e2e_ms=gen.e2e_ms,
-        tpot_ms=gen.tpot_ms, draft_n=gen.draft_n, draft_accepted=gen.draft_accepted,
-        spec_drafts=counters.drafts, spec_drafted=counters.drafted,
-        spec_accepted=counters.accepted, spec_accepted_per_pos=list(counters.accepted_per_pos),
-        text=gen.text, server_version=checked.probe(result.key.arm).version,
+        spec_accepted_per_pos=list(counters.accepted_per_pos), text=result.generation.text,
+        server_version=checked.probe(result.key.arm).version,
         build_name=result.build_name, build_commit=_commit(checked.spec.arm(result.key.arm)),
         model_source=checked.spec.model.provenance,
         model_file=checked.model.file_name,
         model_size=checked.model.size, model_sha256=checked.model.sha256, host=host,
         argv=result.argv, sandboxed=result.sandboxed, server_log=result.server_log,
-        worker_name=worker_name,
-        attempt=attempt, started_at=result.started_at,
-        slot_speculative=result.slot_speculative, weights_spilled=result.weights_spilled,
-        rss_mb=tele.rss_mb, cpu_seconds=tele.cpu_seconds, energy_j=tele.energy_j,
-        joules_per_token=tele.joules_per_token(gen.generated_tokens),
-        mean_power_w=tele.mean_power_w, max_vram_used_mb=tele.max_vram_used_mb,
-        mean_sm_clock_mhz=tele.mean_sm_clock_mhz, max_temperature_c=tele.max_temperature_c,
-        throttled=tele.throttled if tele.max_vram_used_mb is not None else None,
-        throttle_reasons=tele.throttle_reasons or None, tokens=result.tokens,
-        seed=result.seeds[0],
-        gpu_name=result.gpu_name, gpu_memory_mb=result.gpu_memory_mb,
-        machine_class=machine_class, chunk_gap_p50_ms=gen.chunk_gap(0.5),
-        chunk_gap_max_ms=gen.chunk_gap(1.0), **_spec_stats_values(result.spec_stats),
-        kv_mib=result.memory.kv_mib if result.memory else None,
-        draft_context_mib=result.memory.draft_context_mib if result.memory else None,
-        concurrency=len(result.streams), aggregate_tok_s=window.aggregate_tok_s,
-        overlap=window.overlap, streams=stream_rows(result), **node_values(result.node),
-        server_start_s=result.start.server_s, warmup_s=result.start.warmup_s)
+        worker_name=worker_name, attempt=attempt, started_at=result.started_at,
+        throttle_reasons=result.telemetry.throttle_reasons or None, tokens=result.tokens,
+        seed=result.seeds[0], gpu_name=result.gpu_name, gpu_memory_mb=result.gpu_memory_mb,
+        machine_class=machine_class, concurrency=len(result.streams),
+        node_top=[[name, pid, round(cores, 3)] for name, pid, cores in node.top
+                  if cores >= 0.01] if node else None,
+        streams=stream_rows(result), **metric_values(result))
 
 
-def node_values(node: NodeLoad) -> dict[str, Any]:
-    """A run's ``node_*`` columns: what it shared the node with."""
-    other = node.other
-    return {"node_other_cores": other.cores if other else None,
-            "node_top": [[name, pid, round(cores, 3)] for name, pid, cores in other.top
-                         if cores >= 0.01] if other else None,
-            "node_load_1m": node.cpu.load_1m, "cpu_governor": node.cpu.governor,
-            "cpu_freq_mhz": node.cpu.freq_mhz, "gpu_other_processes": node.gpu_others,
-            "busy_wait_s": node.waited_s}
+def metric_values(result: RunResult) -> dict[str, Any]:
+    """Each run metric's value (``farm.run_metrics``), found in ``result`` where its
+    ``source`` says: a None on the way (no speculative statistics, no memory in the log,
+    no /proc) makes it null."""
+    values = {}
+    for metric in RUN_METRICS:
+        value: Any = result
+        for name in metric.source.split("."):
+            value = None if value is None else getattr(value, name)
+        values[metric.name] = value
+    return values
 
 
 def stream_rows(result: RunResult) -> list[Stream]:
@@ -149,12 +135,6 @@ def stream_rows(result: RunResult) -> list[Stream]:
                    first_ms=(gen.first_at - origin) * 1000.0,
                    last_ms=(gen.last_at - origin) * 1000.0)
             for index, (gen, seed) in enumerate(zip(result.streams, result.seeds, strict=True))]
-
-
-def _spec_stats_values(spec: SpecStats | None) -> dict[str, int | float | None]:
-    """A run's ``spec_*`` statistics columns (all null for a server that does not speculate)."""
-    return {f"spec_{f.name}": None if spec is None else getattr(spec, f.name)
-            for f in fields(SpecStats)}
 
 
 class LeasedRunSink(DbRunSink):

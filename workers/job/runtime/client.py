@@ -96,6 +96,16 @@ class Generation:
         return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))]
 
     @property
+    def chunk_gap_p50_ms(self) -> float | None:
+        """The median gap between streamed chunks."""
+        return self.chunk_gap(0.5)
+
+    @property
+    def chunk_gap_max_ms(self) -> float | None:
+        """The longest gap between streamed chunks."""
+        return self.chunk_gap(1.0)
+
+    @property
     def client_decode_tok_s(self) -> float | None:
         """Decode speed as the client saw it, to cross-check the server's figure."""
         tpot = self.tpot_ms
