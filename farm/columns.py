@@ -187,7 +187,10 @@ class ReportColumn:
 
 def _report_columns() -> tuple[ReportColumn, ...]:
     typed = _summary_dtypes() | OWN_DTYPES
-    return tuple(ReportColumn(name, typed[name]) for name in _ORDER)
+    # A run metric's summary per arm that _ORDER does not place (farm.run_metrics) joins the
+    # rows after every column there, in its declaration's order.
+    later = tuple(name for name in FACTS if name not in _ORDER)
+    return tuple(ReportColumn(name, typed[name]) for name in (*_ORDER, *later))
 
 
 REPORT = _report_columns()

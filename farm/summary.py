@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+
+from farm.run_metrics import RUN_METRICS
 
 SUMMARY_VERSION: Final = 9
 # What a job measures (farm.matrix.spec.JobSpec.kind), kept in its summary.
@@ -65,8 +67,9 @@ class _Fields(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class RunFacts(_Fields):
-    """What SQL reads from a job's runs (``farm.results.sql.run_facts_sql``)."""
+class _CountedFacts(_Fields):
+    """The run facts SQL works out of a job's runs by their own rules: medians, the speedup
+    of per-prompt medians, counters and counts (``farm.results.sql.run_facts_sql``)."""
 
     baseline_tok_s: Measure = Field(None, description="Median decode tok/s of the baseline.")
     variant_tok_s: Measure = Field(None, description="Median decode tok/s of the variant.")
@@ -83,11 +86,20 @@ class RunFacts(_Fields):
     draft_ms_per_token: Measure = Field(None, description="Variant's drafting ms per token.")
     verify_ms_per_token: Measure = Field(None, description="Variant's other decode ms per "
                                          "token, less accepting.")
-    peak_rss_mb_baseline: Measure = Field(None, description="Baseline server's peak RSS.")
-    peak_rss_mb_variant: Measure = Field(None, description="Variant server's peak RSS.")
-    peak_vram_mb_baseline: Measure = Field(None, description="Baseline's peak VRAM.")
-    peak_vram_mb_variant: Measure = Field(None, description="Variant's peak VRAM.")
-    draft_context_mib: Measure = Field(None, description="The variant's draft context size.")
+
+
+# What SQL reads from a job's runs (farm.results.sql.run_facts_sql): the counted facts, then
+# each run metric's summary per arm (farm.run_metrics: peak memory, the draft context), a
+# field each, made from the metrics' declarations. Typed code sees the counted facts alone;
+# ``model_dump()`` holds every field.
+if TYPE_CHECKING:
+    RunFacts = _CountedFacts
+else:
+    RunFacts = create_model(
+        "RunFacts", __base__=_CountedFacts, __module__=__name__,
+        __doc__="What SQL reads from a job's runs (``farm.results.sql.run_facts_sql``).",
+        **{fact.name: (Measure, Field(None, description=fact.about))
+           for metric in RUN_METRICS for fact in metric.per_arm})
 
 
 class JobSummary(_Fields):

@@ -107,7 +107,8 @@ def _job_row(job: Mapping[str, Any], spec: JobSpec, runs: Mapping[str, Any]
     speedup = _number(summary.speedup)
     decode = mean_estimate(runs.get("variant_blocks") or [])
     drafted, accepted = facts.drafted, facts.accepted
-    vram = _number(facts.peak_vram_mb_variant) - _number(facts.peak_vram_mb_baseline)
+    peaks = facts.model_dump()  # the run metrics' summaries per arm (farm.run_metrics)
+    vram = _number(peaks["peak_vram_mb_variant"]) - _number(peaks["peak_vram_mb_baseline"])
     return {"machine": job["machine_id"], "model": runs.get("model"),
             "model_name": spec.model.name,
             "gpu": normalise_gpu(runs.get("gpu_name"), runs.get("gpu_memory_mb")),

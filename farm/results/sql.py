@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from farm.run_metrics import AGGREGATES, RUN_METRICS
+
 if TYPE_CHECKING:
     from farm.summary import SpeedClock
 
@@ -59,36 +61,41 @@ SD_LOG_SPEEDUP = """CASE WHEN s.prompts > 1 AND s.sum_sq - s.prompts * s.mean_lo
        END"""
 
 
-# What a report takes from a job's runs (``run_facts_sql``). A finished job keeps them in
-# its summary, so that reports read the runs of unfinished jobs only; ``runs`` marks a
-# summary that has them (jobs finished before they were kept have not). The variant's
-# decode time per token (after the first) is split into ``draft_ms_per_token`` (llama.cpp's
-# draft timer) and ``verify_ms_per_token`` (the rest, less its accept timer: see run.spec_*).
-# Memory per arm: the server's peak RSS and (on GPUs) VRAM over its runs, and the size of the
-# variant's draft context as its server logged it.
-RUN_FACTS = ("baseline_tok_s", "variant_tok_s", "median_speedup", "sd_log_speedup",
-             "drafted", "accepted", "runs", "gpu_name", "model_size", "throttled_runs",
-             "spilled_runs", "draft_ms_per_token", "verify_ms_per_token",
-             "peak_rss_mb_baseline", "peak_rss_mb_variant", "peak_vram_mb_baseline",
-             "peak_vram_mb_variant", "draft_context_mib")
-
+# What a report takes from a job's runs (``run_facts_sql``: ``farm.summary.FACTS``). A
+# finished job keeps them in its summary, so that reports read the runs of unfinished jobs
+# only; ``runs`` marks a summary that has them (jobs finished before they were kept have
+# not). The variant's decode time per token (after the first) is split into
+# ``draft_ms_per_token`` (llama.cpp's draft timer) and ``verify_ms_per_token`` (the rest, less
+# its accept timer: see run.spec_*). Then each run metric's summary per arm, as its
+# declaration says (``farm.run_metrics``: peak memory, the variant's draft context).
+PER_ARM = tuple(metric for metric in RUN_METRICS if metric.per_arm)
+# Each arm's row of the query's ``arm_counts``.
+_ARM_ROWS = {"baseline": "bc", "variant": "vc"}
 
 # Each clock's decode speed column of a run (farm.summary.SpeedClock).
 CLOCK_COLUMNS = {"server": "decode_tok_s", "client": "client_decode_tok_s"}
 
 
 def run_facts_sql(jobs: str, dialect: str, clock: SpeedClock = "server") -> str:
-    """``job_id`` and the ``RUN_FACTS`` of each job meeting ``jobs`` (a condition on
-    ``job``): medians, the geometric-mean speedup of per-prompt medians with its spread,
-    counters and counts; decode speeds by ``clock`` (a run without the client's has none)."""
+    """``job_id`` and the run facts of each job meeting ``jobs`` (a condition on ``job``):
+    medians, the geometric-mean speedup of per-prompt medians with its spread, counters and
+    counts, each ``PER_ARM`` metric's facts; decode speeds by ``clock`` (a run without the
+    client's has none)."""
     speed = f"run.{CLOCK_COLUMNS[clock]}"
+    # Each metric summarized per arm is read, aggregated over each arm's runs (max_rss_mb),
+    # and each of its facts taken from its arm's row.
+    facts = [(metric.name, fact) for metric in PER_ARM for fact in metric.per_arm]
+    read = "".join(f", run.{metric.name}" for metric in PER_ARM)
+    summed = "".join(f",\n           {AGGREGATES[how]}({name}) AS {how}_{name}"
+                     for how, name in dict.fromkeys((fact.how, name) for name, fact in facts))
+    chosen = "".join(f",\n       {_ARM_ROWS[fact.arm]}.{fact.how}_{name} AS {fact.name}"
+                     for name, fact in facts)
     # Runs are narrowed first, so a few jobs cost their own runs, not the store's.
     return f"""
 WITH r AS (
     SELECT run.job_id, run.arm, run.prompt_id, {speed} AS decode_tok_s, run.spec_drafted,
            run.spec_accepted, run.gpu_name, run.model_size, run.throttled,
-           run.weights_spilled, run.spec_draft_ms, run.spec_accept_ms, run.rss_mb,
-           run.max_vram_used_mb, run.draft_context_mib,
+           run.weights_spilled, run.spec_draft_ms, run.spec_accept_ms{read},
            CASE WHEN run.spec_draft_ms IS NOT NULL AND {speed} > 0
                 THEN run.generated_tokens - 1 END AS timed_tokens
     FROM run JOIN job ON job.id = run.job_id WHERE {jobs}),
@@ -104,9 +111,7 @@ arm_counts AS (
            SUM(CASE WHEN timed_tokens IS NOT NULL THEN spec_draft_ms END) AS draft_ms,
            SUM(CASE WHEN timed_tokens IS NOT NULL
                     THEN timed_tokens * 1000.0 / decode_tok_s - spec_draft_ms - spec_accept_ms
-               END) AS verify_ms,
-           MAX(rss_mb) AS peak_rss_mb, MAX(max_vram_used_mb) AS peak_vram_mb,
-           MAX(draft_context_mib) AS draft_context_mib
+               END) AS verify_ms{summed}
     FROM r GROUP BY job_id, arm),
 stats AS ({speedup_stats("prompt_med")})
 SELECT job.id AS job_id, bm.median_tok_s AS baseline_tok_s, vm.median_tok_s AS variant_tok_s,
@@ -116,10 +121,7 @@ SELECT job.id AS job_id, bm.median_tok_s AS baseline_tok_s, vm.median_tok_s AS v
        COALESCE(bc.throttled_runs, 0) + COALESCE(vc.throttled_runs, 0) AS throttled_runs,
        COALESCE(bc.spilled_runs, 0) + COALESCE(vc.spilled_runs, 0) AS spilled_runs,
        vc.draft_ms / NULLIF(vc.timed_tokens, 0) AS draft_ms_per_token,
-       vc.verify_ms / NULLIF(vc.timed_tokens, 0) AS verify_ms_per_token,
-       bc.peak_rss_mb AS peak_rss_mb_baseline, vc.peak_rss_mb AS peak_rss_mb_variant,
-       bc.peak_vram_mb AS peak_vram_mb_baseline, vc.peak_vram_mb AS peak_vram_mb_variant,
-       vc.draft_context_mib
+       vc.verify_ms / NULLIF(vc.timed_tokens, 0) AS verify_ms_per_token{chosen}
 FROM job
 LEFT JOIN stats s ON s.job_id = job.id
 LEFT JOIN arm_med bm ON bm.job_id = job.id AND bm.arm = 'baseline'
