@@ -33,7 +33,7 @@ from typing import Any
 from rich.console import Console
 
 from farm.errors import SelftestFailed
-from farm.matrix.load import matrix_yaml
+from farm.matrix.yaml_file import matrix_yaml
 from farm.runner import Silent, check_matrix, run_matrix
 from farm.settings import Settings
 from farm.stats.busy import BUSY_CORES

@@ -216,7 +216,7 @@ def _write_verify_matrix(engine: Engine, campaign: str, candidates: pd.DataFrame
                          output: Path) -> None:
     """The recommended and runner-up settings of every row vs baseline, as a matrix file
     (written whole or not at all)."""
-    from farm.matrix.load import matrix_yaml
+    from farm.matrix.yaml_file import matrix_yaml
     from farm.results.recommend import verify_matrix
 
     top = candidates[candidates["rank"] <= 2]

@@ -209,7 +209,7 @@ def _checked_then_written(matrix: dict[str, Any], path: Path, settings: Settings
     machine), then written to ``path`` for the run to name. A check that fails leaves no
     file, and its error names the command line's words: the matrix is no file of the
     user's until its run begins."""
-    from farm.matrix.load import matrix_yaml
+    from farm.matrix.yaml_file import matrix_yaml
     from farm.runner import check_matrix
 
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from farm.errors import ConfigError
-from farm.matrix.load import load_matrix, read_yaml
+from farm.matrix.load import load_matrix
+from farm.matrix.yaml_file import read_yaml
 from tests.helpers import run_cli
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))

@@ -9,10 +9,10 @@ from typing import Annotated
 from pydantic import Field, ValidationError
 
 from farm.errors import ConfigError
-from farm.matrix.load import read_yaml
 from farm.matrix.options import check_allowances
 from farm.matrix.schema import Strict
 from farm.matrix.spec import SOURCE_BUILD_PREFIX
+from farm.matrix.yaml_file import read_yaml
 from farm.settings import SandboxMode
 from workers.job.resolve import NodeFiles
 from workers.paths import NodePaths
