@@ -160,6 +160,49 @@ def test_the_environment_check_finds_a_planted_read(tmp_path: Path) -> None:
     assert environment_reads(planted) == {"os.environ", "FARM_BROKER_URL", "load_settings()"}
 
 
+# An entry of the architecture page's layout: a folder or module, two spaces a level deep,
+# then what it owns.
+LAYOUT_ENTRY = re.compile(r"^(?P<indent> *)(?P<name>[a-z_]+(?:/|\.py))  +\S")
+
+
+def layout_names(page: str) -> set[str]:
+    """The folders and modules the layout block of ``page`` names, as paths."""
+    block = page.split("## The layout", 1)[1].split("```")[1]
+    names: set[str] = set()
+    above: list[str] = []
+    for line in block.splitlines():
+        if entry := LAYOUT_ENTRY.match(line) or re.match(r"^(?P<indent>)(?P<name>\w+/)$",
+                                                          line):
+            above = [*above[:len(entry["indent"]) // 2], entry["name"].rstrip("/")]
+            names.add("/".join(above))
+    return names
+
+
+def test_the_architecture_page_maps_every_package_and_top_module() -> None:
+    named = layout_names((ROOT / "docs" / "architecture.md").read_text())
+    packages = {str(path.parent.relative_to(ROOT)) for path in SOURCES
+                if path.name == "__init__.py"} - {"farm", "workers"}
+    tops = {str(path.relative_to(ROOT)) for top in ("farm", "workers")
+            for path in (ROOT / top).glob("*.py") if path.name != "__init__.py"}
+    assert not (packages | tops) - named, "name it in docs/architecture.md, with what it owns"
+    code = {name for name in named if name.startswith(("farm/", "workers/"))}
+    assert not code - packages - tops, "docs/architecture.md names what the code lacks"
+
+
+def test_the_layout_check_reads_nested_entries_and_leaves_descriptions() -> None:
+    page = ("## The layout\n\n```\nfarm/\n  cli/          the command: verbs/, see\n"
+            "                reports/ and run.py\n  gpus.py       GPUs\nworkers/\n"
+            "  job/          one job\n    runtime/    the server\n  paths.py  where\n```\n")
+    assert layout_names(page) == {"farm", "farm/cli", "farm/gpus.py", "workers",
+                                  "workers/job", "workers/job/runtime", "workers/paths.py"}
+
+
+def test_every_module_says_what_it_owns() -> None:
+    bare = [str(path.relative_to(ROOT)) for path in SOURCES
+            if len((ast.get_docstring(ast.parse(path.read_text())) or "").split()) < 4]
+    assert not bare, f"give these a module docstring saying what they own: {bare}"
+
+
 def test_a_design_is_read_without_numpy_pandas_or_pydantic() -> None:
     script = ("import sys\nfrom farm.stats.design import Design, MIN_SECOND_STAGE\n"
               "Design(4, 12)\n"

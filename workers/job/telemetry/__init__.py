@@ -1,5 +1,5 @@
-"""Per-run hardware telemetry: NVML sampling of the worker's GPUs, and the server process's
-RSS and CPU time from /proc.
+"""Per-run hardware telemetry: NVML sampling of the worker's GPUs, the server process's
+RSS and CPU time from /proc, and the node's other work.
 
 A worker runs one llama-server per arm block; a :class:`Sampler` runs beside it for the whole
 block, and the executor calls :meth:`Sampler.mark` before and after each run, then
@@ -9,6 +9,7 @@ block, and the executor calls :meth:`Sampler.mark` before and after each run, th
     procfs.py   the host CPU, and one reading of the server process (RSS, CPU time)
     summary.py  a run's energy, power, peaks and throttling from its window's readings
     sampler.py  the background thread that takes the readings while an arm runs
+    node.py     the node's other work: every other process's CPU time, from /proc
 """
 
 from workers.job.telemetry.nvml import (
