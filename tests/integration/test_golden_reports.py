@@ -36,6 +36,9 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "summaries"
 STORE = FIXTURE / "store.sqlite"
 GOLDEN = FIXTURE / "golden"
 
+# The store's schema when the goldens were made (6d1ce4e): a run metric whose column came
+# later is empty in the goldens' runs, and so are its summaries per arm.
+GOLDEN_SCHEMA = "0012"
 # Keys a change adds to the rows of `farm report --format json/csv` on purpose; every
 # other value must stay as the golden has it. Empty at the commit that made the goldens
 # (6d1ce4e); since the typed job summary (issue 21), the fields it stored and never showed.
@@ -60,14 +63,17 @@ ADDED_COLUMNS: tuple[str, ...] = (
     # Where each job was measured (issue 29): provenance in every format.
     "server_version", "hosts", "device", "measured_at",
     # The report's answer on every row (issue 29): its campaign x model x GPU class's.
-    "headline")
+    "headline",
+    # Each run metric's summary per arm whose column came after the goldens' schema
+    # (farm.run_metrics).
+    *(fact.name for metric in RUN_METRICS if metric.since > GOLDEN_SCHEMA
+      for fact in metric.per_arm))
 # The runs' columns added since, in exports: the commit a source build was made from
 # (issue 22), where a Hub or URL model came from (issue 23), the node's busiest other
 # processes (issue 25), whether its server ran in the sandbox (issue 35), the class of the
 # machine that measured it and its GPU's memory (issue 37); and every run metric whose
 # column came after the goldens' schema (farm.run_metrics: the node's other work, issue 25;
 # its block's server start and warm-up, issue 56).
-GOLDEN_SCHEMA = "0012"
 ADDED_RUN_COLUMNS: tuple[str, ...] = (
     "build_commit", "model_source", "node_top", "sandboxed", "machine_class", "gpu_memory_mb",
     *(metric.name for metric in RUN_METRICS if metric.since > GOLDEN_SCHEMA))
