@@ -1,4 +1,4 @@
-"""``farm bisect``'s measurements: each step's jobs run here as their own stored campaigns
+"""A bisect's measurements: each step's jobs run as their own stored campaigns
 (``MATRIX-CAMPAIGN.bisect.GOOD-COMMIT[.variant][.ROUND]``), read back as
 ``farm.stats.bisect.Measure``s. A step already stored is read, not run again, so an
 interrupted bisect resumes and a second one reuses it.
@@ -28,6 +28,11 @@ from farm.settings import Settings
 from farm.stats.bisect import PRIOR, Contrasts, Jobs, Measure, combine, paired_contrasts
 from farm.stats.history import BASELINE, SPEEDUP, VARIANT, Estimate
 from farm.store.db import connected, table_names
+
+Pick = Callable[[Matrix, list[JobSpec]], tuple[Matrix, list[JobSpec]]]
+# Runs a step's job (a matrix at a commit, paired with an older one, picked down to one job):
+# its key and the seconds its builds took, None for a job the store had finished already.
+RunStep = Callable[[Path, Settings, str, str, Pick], tuple[str, float | None]]
 
 
 def arms(series: str) -> tuple[ArmRole, ...]:
@@ -86,9 +91,7 @@ class StepRunner:
     target: Target
     settings: Settings
     say: Callable[[str], None]
-    run: Callable[[Path, Settings, str, str, Callable[[Matrix, list[JobSpec]],
-                                                      tuple[Matrix, list[JobSpec]]]],
-                  tuple[str, float | None]]
+    run: RunStep
     jobs: dict[tuple[int, ArmRole, int], JobSeries | None] = field(default_factory=dict)
     # Seconds spent checking and making each commit's build in this call (none for a
     # commit whose jobs were all stored already).

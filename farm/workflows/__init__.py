@@ -1,0 +1,8 @@
+"""Workflows the command line calls: each takes parsed arguments, runs its steps through
+``farm.runner``, ``farm.fleet``, the store and the node, and returns typed results for
+``farm.cli`` to render; what it tells along the way goes to a callback passed in.
+
+- ``bisect``: a bisect's target, plan and answer; ``bisect_steps`` its steps as stored
+  campaigns and their evidence; ``bisect_jobs`` the two ways a step's job runs (here or
+  on the fleet).
+"""
