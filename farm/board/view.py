@@ -13,7 +13,7 @@ import pandas as pd
 from sqlalchemy import Engine, func, select
 
 from farm.matrix.flags import FlagValue, arm_draft_length, draft_length_flag, to_argv
-from farm.matrix.options import long_name
+from farm.matrix.option_names import long_name
 from farm.matrix.spec import JobSpec
 from farm.stats.history import mean_estimate
 from farm.store.board import BoardBundle, BoardJob, BoardKey, BoardRun
@@ -49,7 +49,7 @@ def _number(value: Any) -> float:
 
 def canonical_flags(spec: JobSpec) -> list[tuple[str, FlagValue]]:
     """The variant's flags, each by its long name (``-ngl`` or the removed ``--draft-max``
-    as b11434 reads them: ``farm.matrix.options.long_name``), in name order: two
+    as b11434 reads them: ``farm.matrix.option_names.long_name``), in name order: two
     contributors who typed one setting differently share its row."""
     return sorted(((long_name(name), value) for name, value in spec.variant.flags),
                   key=lambda flag: flag[0])

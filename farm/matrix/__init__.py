@@ -5,6 +5,7 @@
     schema         the matrix's keys, their types and bounds (pydantic)
     explain        validation errors in one line each, with the key path
     options        the allow-list: which llama-server options a job may pass, their values
+    option_names   every spelling of an option (aliases, negations, renames) to one name
     flags          flags as a matrix spells them, and as argv
     cmake_options  the cmake options a source build may ask for
     cuda_arch      a CUDA architecture list

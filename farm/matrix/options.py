@@ -13,9 +13,10 @@ table does not know (a fork's) is refused unless an operator allows it, and then
 from the build's own help on the node (``workers/job/checks.py``).
 
 Names are canonical before any list is read: every alias of b11434 maps to its long
-name (``ALIASES``: ``-ngl`` -> ``n-gpu-layers``, ``-mm`` -> ``mmproj``, ``-nkvo`` ->
-``no-kv-offload``), the rule ``workers.job.runtime.probe`` applies to any build's help, so a
-short or old spelling can neither slip past a list nor reach the command line.
+name (``farm.matrix.option_names``: ``-ngl`` -> ``n-gpu-layers``, ``-mm`` -> ``mmproj``,
+``-nkvo`` -> ``no-kv-offload``), the rule ``workers.job.runtime.probe`` applies to any
+build's help, so a short or old spelling can neither slip past a list nor reach the command
+line.
 ``tests/security/test_options.py`` classifies every option of the provisioned build.
 """
 
@@ -30,6 +31,7 @@ from enum import Enum
 
 from farm.errors import ConfigError
 from farm.matrix.flags import FlagValue
+from farm.matrix.option_names import ALIASES, NEGATIONS, option_of
 
 
 class ValueType(Enum):
@@ -271,94 +273,12 @@ REFUSED: dict[str, Refused] = {
                "reverse-prompt", "reasoning-budget-message", "control-vector-layer-range"),
 }
 
-# Every other spelling of b11434's options -> its canonical name: the first long name
-# (``--n-...`` when the build also spells it so: -ngl's --gpu-layers, --n-gpu-layers), and
-# for a negated switch the first long negative (-nkvo -> no-kv-offload).
-ALIASES: dict[str, str] = {
-    "h": "help", "usage": "help", "cl": "cache-list", "t": "threads", "tb": "threads-batch",
-    "C": "cpu-mask", "Cr": "cpu-range", "Cb": "cpu-mask-batch", "Crb": "cpu-range-batch",
-    "c": "ctx-size", "n": "n-predict", "predict": "n-predict", "b": "batch-size",
-    "ub": "ubatch-size", "fa": "flash-attn", "e": "escape", "kvo": "kv-offload",
-    "nkvo": "no-kv-offload", "nr": "no-repack", "ctk": "cache-type-k", "ctv": "cache-type-v",
-    "dt": "defrag-thold", "lm": "load-mode", "lzm": "lazy-mode", "dev": "device",
-    "ot": "override-tensor", "cmoe": "cpu-moe", "ncmoe": "n-cpu-moe", "ncffn": "n-cpu-ffn",
-    "ngl": "n-gpu-layers", "gpu-layers": "n-gpu-layers", "sm": "split-mode",
-    "ts": "tensor-split", "mg": "main-gpu", "fitt": "fit-target", "fitc": "fit-ctx",
-    "m": "model", "mu": "model-url", "dr": "docker-repo", "hf": "hf-repo", "hfr": "hf-repo",
-    "hff": "hf-file", "hft": "hf-token", "v": "verbose", "log-verbose": "verbose",
-    "lv": "verbosity", "log-verbosity": "verbosity", "ctkd": "spec-draft-type-k",
-    "cache-type-k-draft": "spec-draft-type-k", "ctvd": "spec-draft-type-v",
-    "cache-type-v-draft": "spec-draft-type-v", "s": "seed", "sampling-seq": "sampler-seq",
-    "temperature": "temp", "top-n-sigma": "top-nsigma", "typical-p": "typical",
-    "l": "logit-bias", "j": "json-schema", "jf": "json-schema-file", "bs": "backend-sampling",
-    "hfd": "spec-draft-hf", "hfrd": "spec-draft-hf", "hf-repo-draft": "spec-draft-hf",
-    "td": "spec-draft-threads", "threads-draft": "spec-draft-threads",
-    "tbd": "spec-draft-threads-batch", "threads-batch-draft": "spec-draft-threads-batch",
-    "Cd": "spec-draft-cpu-mask", "cpu-mask-draft": "spec-draft-cpu-mask",
-    "Crd": "spec-draft-cpu-range", "cpu-range-draft": "spec-draft-cpu-range",
-    "cpu-strict-draft": "spec-draft-cpu-strict", "prio-draft": "spec-draft-prio",
-    "poll-draft": "spec-draft-poll", "Cbd": "spec-draft-cpu-mask-batch",
-    "cpu-mask-batch-draft": "spec-draft-cpu-mask-batch",
-    "cpu-strict-batch-draft": "spec-draft-cpu-strict-batch",
-    "prio-batch-draft": "spec-draft-prio-batch", "poll-batch-draft": "spec-draft-poll-batch",
-    "otd": "spec-draft-override-tensor", "override-tensor-draft": "spec-draft-override-tensor",
-    "cmoed": "spec-draft-cpu-moe", "cpu-moe-draft": "spec-draft-cpu-moe",
-    "spec-draft-ncmoe": "spec-draft-n-cpu-moe", "ncmoed": "spec-draft-n-cpu-moe",
-    "n-cpu-moe-draft": "spec-draft-n-cpu-moe", "draft-p-split": "spec-draft-p-split",
-    "draft-p-min": "spec-draft-p-min", "devd": "spec-draft-device",
-    "device-draft": "spec-draft-device", "ngld": "spec-draft-ngl",
-    "gpu-layers-draft": "spec-draft-ngl", "n-gpu-layers-draft": "spec-draft-ngl",
-    "md": "spec-draft-model", "model-draft": "spec-draft-model", "draft-n": "draft",
-    "draft-max": "draft", "draft-n-min": "draft-min", "lcs": "lookup-cache-static",
-    "lcd": "lookup-cache-dynamic", "ctxcp": "ctx-checkpoints", "swa-checkpoints":
-    "ctx-checkpoints", "cms": "checkpoint-min-step", "cram": "cache-ram", "kvu": "kv-unified",
-    "no-kvu": "no-kv-unified", "r": "reverse-prompt", "sp": "special", "np": "parallel",
-    "cb": "cont-batching", "nocb": "no-cont-batching", "mm": "mmproj", "mmu": "mmproj-url",
-    "no-mmproj-auto": "no-mmproj", "mmdev": "mmproj-device", "a": "alias",
-    "webui-config": "ui-config", "webui-config-file": "ui-config-file",
-    "webui-mcp-proxy": "ui-mcp-proxy", "no-webui-mcp-proxy": "no-ui-mcp-proxy",
-    "ag": "agent", "no-ag": "no-agent", "webui": "ui", "no-webui": "no-ui",
-    "embeddings": "embedding", "reranking": "rerank", "to": "timeout", "rea": "reasoning",
-    "sps": "slot-prompt-similarity",
-}
-# The negated spellings of b11434's switches -> the option they negate.
-NEGATIONS: dict[str, str] = {
-    "no-perf": "perf", "no-escape": "escape", "no-kv-offload": "kv-offload",
-    "no-repack": "repack", "no-op-offload": "op-offload", "no-log-jsonl": "log-jsonl",
-    "no-log-prefix": "log-prefix", "no-log-timestamps": "log-timestamps",
-    "no-spec-draft-backend-sampling": "spec-draft-backend-sampling",
-    "no-kv-unified": "kv-unified", "no-cache-idle-slots": "cache-idle-slots",
-    "no-context-shift": "context-shift", "no-warmup": "warmup",
-    "no-cont-batching": "cont-batching", "no-mmproj": "mmproj-auto",
-    "no-mmproj-offload": "mmproj-offload", "no-cors-credentials": "cors-credentials",
-    "no-ui-mcp-proxy": "ui-mcp-proxy", "no-agent": "agent", "no-ui": "ui",
-    "no-cache-prompt": "cache-prompt", "no-slots": "slots",
-    "no-models-autoload": "models-autoload", "no-jinja": "jinja",
-    "no-reasoning-preserve": "reasoning-preserve", "no-skip-chat-parsing": "skip-chat-parsing",
-    "no-prefill-assistant": "prefill-assistant",
-}
-
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
 # C0 controls and DEL: NUL would make Popen raise, CR/LF would forge log lines.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Shell syntax in free text: command separators, pipes, redirections, substitutions,
 # variables, quotes, home expansion. Argv never passes through a shell, so it is a mistake.
 _SHELL_META = re.compile(r"[;&`<>\"']|\$[\w({]\w*|\s\|\s|^~")
-
-
-# Old flag name -> new name, applied by a node when the build has removed the old one
-# (workers/job/checks.py) and by a board reading what another farm's job ran.
-FLAG_RENAMES = {"draft": "spec-draft-n-max", "draft-n": "spec-draft-n-max",
-                "draft-max": "spec-draft-n-max", "draft-min": "spec-draft-n-min",
-                "draft-n-min": "spec-draft-n-min"}
-
-
-def long_name(raw: str) -> str:
-    """What a stored flag's name means today, never refused: its canonical long name
-    (``ALIASES``), renamed where b11434 removed it (``FLAG_RENAMES``). For names another
-    farm wrote (a bundle's jobs); a matrix's own names go through ``canonical``."""
-    name = ALIASES.get(raw.lstrip("-"), raw.lstrip("-"))
-    return FLAG_RENAMES.get(name, name)
 
 
 def canonical(raw: str, where: str) -> str:
@@ -368,11 +288,6 @@ def canonical(raw: str, where: str) -> str:
         raise ConfigError(f"{where}: {raw!r} is not a llama-server option name (use its long "
                           "name, e.g. ctx-size, or a short one such as -c)")
     return ALIASES.get(name, name)
-
-
-def option_of(name: str) -> str:
-    """The option a canonical spelling belongs to: a negated switch's positive name."""
-    return NEGATIONS.get(name, name)
 
 
 def _operator_fix(name: str) -> str:

@@ -16,17 +16,15 @@ import yaml
 
 from farm.errors import ConfigError
 from farm.matrix.load import load_matrix
+from farm.matrix.option_names import ALIASES, NEGATIONS, option_of
 from farm.matrix.options import (
-    ALIASES,
     ALLOWED,
     GROUP_REASONS,
-    NEGATIONS,
     REFUSED,
     Reason,
     canonical,
     check_allowances,
     check_flag,
-    option_of,
     refusal,
 )
 from farm.matrix.spec import Arm, BuildRef

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from farm.errors import ConfigError, NoMtpHeads, UnsupportedByBuild
 from farm.matrix.flags import FlagValue
-from farm.matrix.options import FLAG_RENAMES, check_flag, value_type
+from farm.matrix.option_names import FLAG_RENAMES
+from farm.matrix.options import check_flag, value_type
 from farm.matrix.spec import Arm, JobSpec
 from workers.job.model_info import ModelInfo, inspect_model
 from workers.job.resolve import NodeFiles, draft_files, resolve_flag_files
