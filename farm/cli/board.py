@@ -6,43 +6,20 @@ site, each through the format registry."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from rich.console import Console
-from sqlalchemy import Engine
 
 from farm.cli.base import cli
 from farm.cli.output import output_options
 from farm.errors import ConfigError
 from farm.report import kinds
-from farm.settings import Settings, load_settings
+from farm.settings import load_settings
 
 _BOARD = click.option("--board", "board_url", envvar="FARM_BOARD_URL", metavar="URL",
                       help="The board's store (default: board.db in the data dir; a "
                            "postgresql:// URL for a shared one). Env: FARM_BOARD_URL.")
-
-
-@contextmanager
-def _board_store(settings: Settings, url: str | None) -> Iterator[Engine]:
-    """The board's store at the current schema (the farm's migrations): a SQLite file made
-    or migrated here, a PostgreSQL one upgraded with `farm db upgrade --url`. Never the
-    farm's own store: a board's jobs come from strangers and must sit where no worker
-    looks for work."""
-    from sqlalchemy.engine import make_url
-
-    from farm.store.db import at_schema_head, connected, normalise_url
-
-    url = url or f"sqlite:///{settings.data_dir / 'board.db'}"
-    if normalise_url(url) == normalise_url(settings.database_url):
-        raise ConfigError("--board: that is the farm's own store (FARM_DATABASE_URL); a "
-                          "board keeps strangers' jobs in a store of its own: give another "
-                          "database, or leave --board out for board.db in the data dir")
-    with connected(url) as engine:
-        at_schema_head(engine, migrate=make_url(engine.url).get_backend_name() == "sqlite")
-        yield engine
 
 
 @cli.command()
@@ -85,24 +62,22 @@ def board() -> None:
 def board_add(bundles: tuple[Path, ...], board_url: str | None, require_signed: bool) -> None:
     """Check BUNDLES and take their new jobs and runs onto the board, every figure
     recomputed; a bundle that fails any check changes nothing."""
-    from farm.board.add import add_bundle
+    from farm.board.steps import add_bundles
     from farm.report.cells import clean
 
     console = Console(stderr=True)
-    with _board_store(load_settings(), board_url) as engine:
-        for path in bundles:
-            added = add_bundle(engine, path, require_signed)
-            if added.known:
-                click.echo(f"{path}: on the board already; nothing added")
-                continue
-            click.echo(f"{path}: {added.jobs} new jobs, {added.runs} new runs")
-            # A reason may quote a stranger's spec: shown without control characters.
-            for key, why in added.refused:
-                click.echo(f"  refused job {key[:12]}: {clean(why)}")
-            for line in added.differences:
-                click.echo(f"  differs from its stated summary: {clean(line)}")
-            for line in added.notes:
-                console.print(f"  note: {clean(line)}", markup=False, soft_wrap=True)
+    for path, added in add_bundles(load_settings(), board_url, bundles, require_signed):
+        if added.known:
+            click.echo(f"{path}: on the board already; nothing added")
+            continue
+        click.echo(f"{path}: {added.jobs} new jobs, {added.runs} new runs")
+        # A reason may quote a stranger's spec: shown without control characters.
+        for key, why in added.refused:
+            click.echo(f"  refused job {key[:12]}: {clean(why)}")
+        for line in added.differences:
+            click.echo(f"  differs from its stated summary: {clean(line)}")
+        for line in added.notes:
+            console.print(f"  note: {clean(line)}", markup=False, soft_wrap=True)
 
 
 @board.command("show")
@@ -113,8 +88,7 @@ def board_show(board_url: str | None, fmt: str, output: Path | None, wide: bool)
     machines as random effects, and the best setting per model and GPU."""
     from farm.report.formats import Target, write
 
-    with _board_store(load_settings(), board_url) as engine:
-        found = _view(engine)
+    found = _view(board_url)
     write(found, fmt, Target(wide=wide, output=output))
 
 
@@ -130,8 +104,7 @@ def board_site(board_url: str | None, output: Path) -> None:
     `farm board show --format site -o DIR`)."""
     from farm.report.formats import Target, write
 
-    with _board_store(load_settings(), board_url) as engine:
-        found = _view(engine)
+    found = _view(board_url)
     write(found, "site", Target(output=output))
 
 
@@ -142,10 +115,9 @@ def board_site(board_url: str | None, output: Path) -> None:
 def board_trust(public_key: Path, name: str, board_url: str | None) -> None:
     """Know PUBLIC_KEY (a `farm board key` .pub file) as NAME: bundles it signed show as
     signed by NAME, and `--require-signed` takes them."""
-    from farm.board.trust import trust
+    from farm.board.steps import trust_key
 
-    with _board_store(load_settings(), board_url) as engine:
-        click.echo(trust(engine, public_key, name))
+    click.echo(trust_key(load_settings(), board_url, public_key, name))
 
 
 @board.command("key")
@@ -158,15 +130,9 @@ def board_key(path: Path) -> None:
     click.echo(make_key(path))
 
 
-def _view(engine: Engine) -> kinds.Board:
-    from farm.board.add import pending, recompute
-    from farm.board.predict import machine_predictions
-    from farm.board.view import board_bundles, board_jobs
-    from farm.stats.board import best_settings, board_rows, pool_predictions
+def _view(board_url: str | None) -> kinds.Board:
+    from farm.board.steps import board_tables
 
-    recompute(engine, pending(engine))
-    jobs = board_jobs(engine)
-    predictions = pool_predictions(machine_predictions(engine, jobs))
-    rows = board_rows(jobs[jobs["kind"] == "variant"], predictions)
-    return kinds.Board(rows=rows, best=best_settings(rows, predictions),
-                       bundles=board_bundles(engine), predictions=predictions)
+    found = board_tables(load_settings(), board_url)
+    return kinds.Board(rows=found.rows, best=found.best, bundles=found.bundles,
+                       predictions=found.predictions)

@@ -5,4 +5,5 @@
 - ``bisect``: a bisect's target, plan and answer; ``bisect_steps`` its steps as stored
   campaigns and their evidence; ``bisect_jobs`` the two ways a step's job runs (here or
   on the fleet).
+- ``track``: a matrix at a ref's current commit, once per commit, run here or submitted.
 """
