@@ -29,7 +29,7 @@ from pathlib import Path
 from farm.matrix.spec import BuildSource
 from farm.settings import load_settings
 from workers.paths import NodePaths
-from workers.setup.builds import load_manifest
+from workers.setup.manifests import load_manifest
 from workers.setup.ondemand import make_source_build
 from workers.setup.provision import provision
 

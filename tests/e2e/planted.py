@@ -13,7 +13,7 @@ import yaml
 from farm.settings import load_settings
 from tests.helpers import git
 from workers.paths import NodePaths
-from workers.setup.builds import load_manifest
+from workers.setup.manifests import load_manifest
 
 SPECULATIVE = "common/speculative.cpp"
 TIMED_DRAFT = "            impl->draft(dparams);\n"

@@ -35,7 +35,7 @@ from tests.hub_standin import (
     smol_gguf,
 )
 from workers.paths import NodePaths, file_sha256
-from workers.setup.builds import load_manifest
+from workers.setup.manifests import load_manifest
 from workers.setup.provision import provision
 
 pytestmark = pytest.mark.server

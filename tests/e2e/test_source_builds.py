@@ -31,7 +31,8 @@ from farm.store.models import Job, Run
 from tests.e2e.test_fleet import Fleet, shared_redis_fleet, wait_for
 from tests.helpers import COPY_PROMPT, run_cli
 from workers.paths import NodePaths
-from workers.setup.builds import INSIDE_TREE, load_manifest
+from workers.setup.builds import INSIDE_TREE
+from workers.setup.manifests import load_manifest
 from workers.setup.ondemand import make_source_build
 from workers.setup.provision import Provisioned
 

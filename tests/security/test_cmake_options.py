@@ -32,7 +32,8 @@ from farm.settings import load_settings
 from tests.helpers import matrix_dict, new_repository, run_cli, write_matrix
 from workers.job.runtime.sandbox import Sandbox
 from workers.paths import NodePaths
-from workers.setup.builds import INSIDE_TREE, BuildRequest, configure_argv, load_manifest
+from workers.setup.builds import INSIDE_TREE, BuildRequest, configure_argv
+from workers.setup.manifests import load_manifest
 from workers.setup.provision import CPU_BUILD_NAME, Provisioned
 
 ROOT = Path(__file__).resolve().parents[2]

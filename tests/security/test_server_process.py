@@ -13,7 +13,8 @@ import pytest
 from farm.errors import ConfigError, ProcessNotStarted
 from workers.job.runtime.server import LlamaServer
 from workers.paths import NodePaths
-from workers.setup.builds import SAFE_FLAGS, BuildRequest, configure_argv, load_manifest
+from workers.setup.builds import SAFE_FLAGS, BuildRequest, configure_argv
+from workers.setup.manifests import load_manifest
 from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server

@@ -7,8 +7,9 @@ recompiles only what changed, and ccache (in the node's cache dir unless ``CCACH
 set; it sees paths relative to the tree) serves the rest, also to another tree of mostly
 the same sources (a fork). Every build is self-contained: linked statically and its
 binaries copied into its own folder, so that building another commit in the same tree
-cannot change what an earlier build runs. The manifest records source, ref, commit (or
-the sdist's sha256), backend, the exact configure command and what the binary says.
+cannot change what an earlier build runs. The manifest (``workers.setup.manifests``)
+records source, ref, commit (or the sdist's sha256), backend, the exact configure command
+and what the binary says.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Literal
@@ -36,11 +37,12 @@ from farm.words import plural
 from workers.job.resolve import NodeFiles
 from workers.job.runtime.probe import probe_binary
 from workers.job.runtime.sandbox import Sandbox
-from workers.job.runtime.untrusted_files import copy_file, file_below, remove_folder
+from workers.job.runtime.untrusted_files import file_below, remove_folder
 from workers.paths import NodePaths, file_sha256
 from workers.setup.ccache import CCACHE_LOG, build_env, ccache_counts, ccache_dir
 from workers.setup.gitfetch import clear_stale_locks, clone, missing_commit, remote_git
-from workers.setup.steps import FILE_BYTES, compile_step, say
+from workers.setup.manifests import BuildManifest, load_manifest, write_manifest
+from workers.setup.steps import compile_step, say
 
 Backend = Literal["cpu", "cuda", "metal", "vulkan"]
 BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
@@ -92,29 +94,6 @@ class SourceTree:
         pointer = dot_git.read_text().strip().removeprefix("gitdir:").strip()
         gitdir = (self.path / pointer).resolve()  # REPO/.git/worktrees/NAME
         return [self.path, gitdir.parent.parent]
-
-
-@dataclass(frozen=True)
-class BuildManifest:
-    """A finished build as stored in its build.json: provenance, binary, capabilities."""
-
-    name: str
-    key: str
-    source: str
-    ref: str | None
-    commit: str | None
-    sdist_sha256: str | None
-    backend: str
-    configure: list[str]
-    targets: list[str]
-    server: str
-    version: str
-    build_number: int | None
-    spec_types: list[str] = field(default_factory=list)
-    cache_types: list[str] = field(default_factory=list)
-    # The source tree on this node (``configure`` names it as the build saw it: in the
-    # sandbox, INSIDE_TREE); None in manifests written before it was kept.
-    tree: str | None = None
 
 
 def run_command(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
@@ -297,49 +276,11 @@ def build_key(request: BuildRequest, source: SourceTree) -> str:
     return _sha256({"source": source.identity, **_configuration(request)})
 
 
-def manifest_path(name: str, paths: NodePaths) -> Path:
-    """Where the build called ``name`` keeps its manifest."""
-    return under(paths.builds_dir, name, "build.json", what="build")
-
-
-def load_manifest(name: str, paths: NodePaths) -> BuildManifest | None:
-    """The manifest of the build ``name``, None if it is missing or unreadable."""
-    try:
-        return BuildManifest(**json.loads(manifest_path(name, paths).read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
-
-
 def all_manifests(paths: NodePaths) -> list[BuildManifest]:
     """Every readable build manifest on this machine, by name."""
     found = (load_manifest(p.parent.name, paths)
              for p in sorted(paths.builds_dir.glob("*/build.json")))
     return [m for m in found if m is not None]
-
-
-def _write_manifest(manifest: BuildManifest, binaries: list[Path], paths: NodePaths) -> None:
-    """The manifest, and (for a build the farm made) copies of its binaries in ``bin``:
-    the build's own, whatever is built in its source tree later."""
-    home = under(paths.builds_dir, manifest.name, what="build")
-    home.mkdir(parents=True, exist_ok=True)
-    link = home / "bin"
-    if link.is_symlink():
-        link.unlink()
-    if binaries:
-        partial = home / "bin.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir()
-        for binary in binaries:  # from a build folder: not through a link, bounded
-            copy_file(binary, partial / binary.name, FILE_BYTES, error=BuildFailed,
-                      what=f"the build's {binary.name}")
-        shutil.rmtree(link, ignore_errors=True)
-        partial.rename(link)
-    else:
-        shutil.rmtree(link, ignore_errors=True)
-    target = manifest_path(manifest.name, paths)
-    partial = target.with_suffix(".partial")
-    partial.write_text(json.dumps(asdict(manifest), indent=2))
-    partial.replace(target)
 
 
 def register_binary(name: str, binary: Path, paths: NodePaths) -> BuildManifest:
@@ -357,7 +298,7 @@ def register_binary(name: str, binary: Path, paths: NodePaths) -> BuildManifest:
         server=str(server), version=probe.version, build_number=probe.build_number,
         spec_types=list(probe.choices("spec-type")),
         cache_types=list(probe.choices("cache-type-k")))
-    _write_manifest(manifest, [], paths)
+    write_manifest(manifest, [], paths)
     return manifest
 
 
@@ -429,7 +370,7 @@ def _build_in(build_dir: Path, request: BuildRequest, source: SourceTree, key: s
         version=probe.version, build_number=probe.build_number,
         spec_types=list(probe.choices("spec-type")),
         cache_types=list(probe.choices("cache-type-k")), tree=str(source.path))
-    _write_manifest(manifest, binaries, paths)
+    write_manifest(manifest, binaries, paths)
     return manifest
 
 

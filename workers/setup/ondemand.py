@@ -28,13 +28,8 @@ from workers.job.admission import check_allowed
 from workers.job.resolve import NodeFiles
 from workers.job.telemetry import GpuInfo
 from workers.paths import NodePaths
-from workers.setup.builds import (
-    BuildManifest,
-    BuildRequest,
-    all_manifests,
-    build,
-    load_manifest,
-)
+from workers.setup.builds import BuildRequest, all_manifests, build
+from workers.setup.manifests import BuildManifest, load_manifest
 
 LAST_USED = "last-used"
 
