@@ -1,4 +1,4 @@
-"""``farm db``: the result database's schema."""
+"""``farm db``: the result database's schema (its steps: ``farm.workflows.database``)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,11 @@ def db() -> None:
 @click.option("--url", help="Database URL (default: FARM_DATABASE_URL or the embedded one).")
 def db_upgrade(url: str | None) -> None:
     """Migrate the database to the newest schema."""
-    from farm.store.db import connected, current_revision, schema_head, upgrade
+    from farm.workflows.database import upgrade_database
 
     target = url or load_settings().database_url
-    with connected(target) as engine:
-        with engine.connect() as connection:
-            before = current_revision(connection)
-        upgrade(engine)
-    where, head = redact_url(target), schema_head()
+    upgraded = upgrade_database(target)
+    before, head, where = upgraded.before, upgraded.head, redact_url(target)
     if before is None:
         click.echo(f"database {where}: created the schema (revision {head})")
     elif before != head:
@@ -40,11 +37,8 @@ def db_grant_worker(role: str, url: str | None) -> None:
     """Give the PostgreSQL ROLE what a GPU worker needs and nothing more: it can claim and
     run jobs and write their results, not create or change campaigns or job specs (run it
     after every `farm db upgrade`)."""
-    from farm.store.db import connected, require_current_schema
-    from farm.store.roles import grant_worker
+    from farm.workflows.database import grant_worker_role
 
     target = url or load_settings().database_url
-    with connected(target) as engine:
-        require_current_schema(engine)
-        grant_worker(engine, role)
+    grant_worker_role(target, role)
     click.echo(f"role {role} may run jobs on {redact_url(target)}")

@@ -6,4 +6,5 @@
   campaigns and their evidence; ``bisect_jobs`` the two ways a step's job runs (here or
   on the fleet).
 - ``track``: a matrix at a ref's current commit, once per commit, run here or submitted.
+- ``database``: a result database's schema migrated, a worker's role granted.
 """
