@@ -1,6 +1,6 @@
 """The per-job report's columns, as data, read by every side that shows them: the rows and
 their dtypes (``farm.results.rows``: CSV, JSON, the frame) and the per-job tables (the
-terminal's, ``farm.report.text``, and the page's, ``farm.report.html``).
+terminal's, ``farm.report.text``, and the page's, ``farm.report.html_tables``).
 
 ``REPORT_COLUMNS`` is each row's columns in order. A column the summary or its run facts
 hold (``farm.summary``) takes its dtype from the field's type; the others (the job's own

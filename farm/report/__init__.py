@@ -4,7 +4,8 @@ no statistics, and only the CLI imports them.
 
 - ``cells``: how one value reads in a table cell, the same in every output.
 - ``text``: terminal tables (fitted to the terminal's width), CSV and JSON.
-- ``html`` and ``plots``: the self-contained HTML page and its PNG plots.
+- ``html`` and ``plots``: the self-contained HTML page and its PNG plots; ``html_tables``:
+  the page's tables.
 - ``history``: ``farm history`` as tables, markdown, JSON and a page with trend plots.
 
 Nothing is imported here: a command that prints JSON loads neither rich nor matplotlib.

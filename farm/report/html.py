@@ -1,26 +1,33 @@
 """One self-contained HTML page for a campaign: tables, embedded PNG plots, a reading guide.
 
 No external resources: CSS is inline and the plots are ``data:image/png;base64`` URIs, so
-the file can be mailed or opened offline. All text taken from the frames is escaped.
+the file can be mailed or opened offline. All text taken from the frames is escaped. Its
+tables come from ``farm.report.html_tables``; this module lays out the page and its other
+sections.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
 
 import pandas as pd
 
-from farm.columns import table_columns
 from farm.report import cells, plots
 from farm.report.headline import headlines, provenance
+from farm.report.html_tables import (
+    Cell,
+    categories_table,
+    jobs_table,
+    number,
+    plain,
+    sheet_table,
+    table,
+)
 from farm.report.sheet import Sheet
 from farm.report.where_ran import where_sheet
-from farm.words import CLIENT_CLOCK, CLOCKS_DISAGREE
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
@@ -91,156 +98,6 @@ _GUIDE = (
 )
 
 
-def _badge(kind: str, text: str) -> str:
-    return f'<span class="badge {kind}">{escape(text)}</span>'
-
-
-# --------------------------------------------------------------------------- tables
-
-_Cell = Callable[[Mapping[Any, Any]], str]  # returns HTML (already escaped)
-
-
-def _plain(column: str) -> _Cell:
-    return lambda row: escape(cells.text(row.get(column)))
-
-
-def _number(column: str, fmt: Callable[[Any], str]) -> _Cell:
-    return lambda row: escape(fmt(row.get(column)))
-
-
-def _agreement_cell(row: Mapping[Any, Any]) -> str:
-    suspect = cells.flag(row.get("agreement_suspect"))
-    return escape(cells.percent(row.get("agreement"))) + (
-        _badge("suspect", "suspect") if suspect else "")
-
-
-def _drift_cell(row: Mapping[Any, Any]) -> str:
-    return _badge("drift", "drift") if cells.flag(row.get("drift_flag")) else ""
-
-
-def _speedup_cell(row: Mapping[Any, Any]) -> str:
-    """The speedup with its interval; a badge where the server's timings disagree with the
-    client's clock, a note where the speeds are the client's."""
-    notes = [_badge("clock", CLOCKS_DISAGREE)] if cells.flag(row.get("clock_flag")) else []
-    if row.get("speed_clock") == "client":
-        notes.append(_badge("client", CLIENT_CLOCK))
-    return escape(cells.interval(row.get("speedup"), row.get("ci_low"),
-                                 row.get("ci_high"))) + "".join(notes)
-
-
-def _busy_cell(row: Mapping[Any, Any]) -> str:
-    return escape("; ".join(cells.block_notes(row)))
-
-
-def _flags_cell(row: Mapping[Any, Any]) -> str:
-    """One varying flag per line, never broken inside a flag."""
-    return "<br>".join(f'<span class="flags">{escape(flag)}</span>'
-                       for flag in cells.text(row.get("varying_flags")).split())
-
-
-# Each per-job column's cell on the page (farm.columns.JOB_TABLE: headers, order, ranks).
-JOB_CELLS: dict[str, _Cell] = {
-    "job": lambda row: escape(cells.text(row.get("job_key"))[:10]),
-    "model": _plain("model"),
-    "variant": lambda row: escape(cells.variant(row)),
-    "varying flags": _flags_cell,
-    "baseline tok/s": _number("baseline_tok_s", cells.number),
-    "variant tok/s": _number("variant_tok_s", cells.number),
-    "speedup [95% CI]": _speedup_cell,
-    "pairs": _number("pairs", cells.count),
-    "stop reason": _plain("stop_reason"),
-    "accept": _number("acceptance_rate", cells.percent),
-    "mean accepted length": _number("mean_accepted_length", lambda v: cells.number(v, 2)),
-    "agree": _agreement_cell,
-    "drift": _drift_cell,
-    "node": _busy_cell,
-    "draft / verify ms/tok": lambda row: escape(cells.time_split(
-        row.get("draft_ms_per_token"), row.get("verify_ms_per_token"))),
-    "memory MiB": lambda row: escape(cells.memory_cost(row.get("memory_cost_mb"),
-                                                       row.get("draft_context_mib"))),
-}
-_JOB_RANKS = {column.header: column.html_rank for column in table_columns("html")}
-
-
-def _job_columns(jobs: pd.DataFrame) -> list[tuple[str, _Cell, bool]]:
-    """(header, cell renderer, numeric) for the per-job table; a campaign column first when
-    its rows come from several, the mean accepted length where the rows have it."""
-    several = "campaign" in jobs.columns and jobs["campaign"].nunique() > 1
-    return [*([("campaign", _plain("campaign"), False)] if several else []),
-            *((column.header, JOB_CELLS[column.header], column.numeric)
-              for column in table_columns("html")
-              if column.header != "mean accepted length"
-              or "mean_accepted_length" in jobs.columns)]
-
-
-def _table(frame: pd.DataFrame, columns: list[tuple[str, _Cell, bool]], empty: str,
-           ranks: Mapping[str, int] | None = None) -> str:
-    if frame.empty:
-        return f"<p><em>{escape(empty)}</em></p>"
-
-    def classes(header: str, numeric: bool) -> str:
-        names = " ".join(filter(None, ("num" if numeric else "",
-                                       f"r{(ranks or {}).get(header, 0)}")))
-        return f' class="{names}"'
-
-    head = "".join(f"<th{classes(header, False)}>{escape(header)}</th>"
-                   for header, _, _ in columns)
-    body = []
-    for row in frame.to_dict(orient="records"):
-        tds = "".join(f"<td{classes(header, numeric)}>{cell(row)}</td>"
-                      for header, cell, numeric in columns)
-        body.append(f"<tr>{tds}</tr>")
-    return (f'<div class="scroll"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
-            + "\n".join(body) + "\n</tbody>\n</table></div>")
-
-
-def jobs_table(jobs: pd.DataFrame) -> str:
-    """The per-job table as HTML; a narrow window hides its least needed columns, named
-    in a note that shows only then."""
-    columns = _job_columns(jobs)
-    # One note per width the CSS hides at (rank 2 below 1800 px, rank 1 too below 1100),
-    # each naming what that width hides and shown only at it.
-    notes = ""
-    for rank in (2, 1):
-        hidden = [header for header, _, _ in columns if _JOB_RANKS.get(header, 0) >= rank]
-        if hidden:
-            notes += (f'<p class="narrow-note hides-r{rank}">This window hides '
-                      f'{escape(", ".join(hidden))} (widen it, or run '
-                      "<code>farm report --wide</code>).</p>")
-    return _table(jobs, columns, "No jobs.", _JOB_RANKS) + ("" if jobs.empty else notes)
-
-
-def sheet_table(sheet: Sheet) -> str:
-    """A text report's sheet (``farm report --group-by``'s) as an HTML table with its title:
-    the same cells, its lower-ranked columns hidden in a narrow window as the jobs' are."""
-    ranks = {column.header: min(column.rank, 2) for column in sheet.columns}
-    frame = pd.DataFrame({column.header: list(texts)
-                          for column, texts in zip(sheet.columns, sheet.texts, strict=True)})
-    columns = [(column.header, _plain(column.header), column.numeric)
-               for column in sheet.columns]
-    return (f"<h2>{escape(sheet.title[:1].upper() + sheet.title[1:])}</h2>\n"
-            + _table(frame, columns, "No rows.", ranks))
-
-
-def categories_table(categories: pd.DataFrame) -> str:
-    """The per-category table (job_key, model, variant, category, estimate, low, high, pairs)
-    with each row's verdict against 1x (q: the false discovery rate across the rows)."""
-    columns: list[tuple[str, _Cell, bool]] = [
-        ("job", lambda row: escape(cells.text(row.get("job_key"))[:10]), False),
-        ("model", _plain("model"), False),
-        ("variant", _plain("variant"), False),
-        ("category", _plain("category"), False),
-        ("speedup", lambda row: escape(cells.interval(row.get("estimate"), row.get("low"),
-                                                      row.get("high"))), True),
-        ("pairs", _number("pairs", cells.count), True),
-        ("q", _number("q_value", lambda value: cells.number(value, 3)), True),
-        ("verdict", _plain("verdict"), False),
-    ]
-    return _table(categories, columns, "No per-category estimates.")
-
-
-# --------------------------------------------------------------------------- page
-
 def _figures(jobs: pd.DataFrame, runs: pd.DataFrame) -> str:
     parts = []
     for name, png in plots.render_all(jobs, runs).items():
@@ -275,22 +132,22 @@ def _engine_curve(curve: EngineCurve | None) -> str:
     if curve is None or curve.points.empty:
         return ""
 
-    def fit(value: str, low: str, high: str) -> _Cell:
+    def fit(value: str, low: str, high: str) -> Cell:
         return lambda row: escape(cells.interval(row.get(value), row.get(low),
                                                  row.get(high)).replace(cells.TIMES, ""))
 
-    columns: list[tuple[str, _Cell, bool]] = [
-        ("model", _plain("model"), False), ("GPU class", _plain("gpu_class"), False),
-        ("build", _plain("build"), False), ("spec type", _plain("spec_type"), False),
-        ("n-max", _number("draft_n_max", cells.count), True),
-        ("points", _number("points", cells.count), True),
+    columns: list[tuple[str, Cell, bool]] = [
+        ("model", plain("model"), False), ("GPU class", plain("gpu_class"), False),
+        ("build", plain("build"), False), ("spec type", plain("spec_type"), False),
+        ("n-max", number("draft_n_max", cells.count), True),
+        ("points", number("points", cells.count), True),
         ("step cost (plain steps)", fit("step_cost", "step_cost_low", "step_cost_high"), True),
         ("break-even length", fit("break_even", "break_even_low", "break_even_high"), True),
     ]
     data = base64.b64encode(plots.engine_curve(curve.points, curve.fits)).decode("ascii")
     return f"""<section>
 <h2>Engine cost curve (synthetic acceptance)</h2>
-{_table(curve.table, columns, "No curve.")}
+{table(curve.table, columns, "No curve.")}
 <figure><img src="data:image/png;base64,{data}" alt="engine_curve" width="{plots.WIDTH_PX}">
 <figcaption>{escape(_ENGINE_CURVE_CAPTION)}</figcaption></figure>
 </section>"""
@@ -308,12 +165,12 @@ def _recommendation(found: Recommendation | None) -> str:
     if found is None or found.candidates.empty:
         return ""
 
-    columns: list[tuple[str, _Cell, bool]] = [
-        ("GPU class", _plain("gpu_class"), False), ("model", _plain("model"), False),
-        ("category", _plain("category"), False), ("use", _plain("recommended"), False),
+    columns: list[tuple[str, Cell, bool]] = [
+        ("GPU class", plain("gpu_class"), False), ("model", plain("model"), False),
+        ("category", plain("category"), False), ("use", plain("recommended"), False),
         ("predicted", lambda row: escape(cells.interval(row.get("speedup"), row.get("low"),
                                                         row.get("high"))), True),
-        ("runner-up", _plain("runner_up"), False), ("why", _plain("why"), False),
+        ("runner-up", plain("runner_up"), False), ("why", plain("why"), False),
     ]
     figures = [plots.recommendation(found.candidates)]
     if found.curve is not None and not found.curve.points.empty:
@@ -324,7 +181,7 @@ def _recommendation(found: Recommendation | None) -> str:
     return f"""<section>
 <h2>Recommendation</h2>
 <p>{escape(_RECOMMENDATION_NOTE)}</p>
-{_table(found.picks, columns, "Nothing to recommend.")}
+{table(found.picks, columns, "Nothing to recommend.")}
 {images}
 </section>"""
 
@@ -345,18 +202,18 @@ def _traffic(jobs: pd.DataFrame) -> str:
     if not (streams or lengths):
         return ""
 
-    def interval(value: str, low: str, high: str) -> _Cell:
+    def interval(value: str, low: str, high: str) -> Cell:
         return lambda row: escape(cells.interval(row.get(value), row.get(low), row.get(high)))
 
-    columns: list[tuple[str, _Cell, bool]] = [
-        ("model", _plain("model"), False), ("variant", _plain("variant"), False),
-        ("varying flags", lambda row: f"<code>{_plain('varying_flags')(row)}</code>", False),
-        ("streams", _number("concurrency", cells.count), True),
-        ("prompt tokens", _number("prompt_tokens", lambda v: cells.number(v, 0)), True),
+    columns: list[tuple[str, Cell, bool]] = [
+        ("model", plain("model"), False), ("variant", plain("variant"), False),
+        ("varying flags", lambda row: f"<code>{plain('varying_flags')(row)}</code>", False),
+        ("streams", number("concurrency", cells.count), True),
+        ("prompt tokens", number("prompt_tokens", lambda v: cells.number(v, 0)), True),
         ("per request", interval("speedup", "ci_low", "ci_high"), True),
         ("aggregate", interval("aggregate_speedup", "aggregate_ci_low", "aggregate_ci_high"),
          True),
-        ("overlap (least)", _number("overlap_min", cells.percent), True),
+        ("overlap (least)", number("overlap_min", cells.percent), True),
         ("prompt tok/s base / var", lambda row: escape(
             f"{cells.number(row.get('prompt_tok_s_baseline'), 0)} / "
             f"{cells.number(row.get('prompt_tok_s_variant'), 0)}"), True),
@@ -372,7 +229,7 @@ def _traffic(jobs: pd.DataFrame) -> str:
     return f"""<section>
 <h2>Traffic: concurrency and prompt length</h2>
 <p>{escape(_TRAFFIC_NOTE)}</p>
-{_table(shown, columns, "No jobs.")}
+{table(shown, columns, "No jobs.")}
 {images}
 </section>"""
 

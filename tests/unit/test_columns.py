@@ -17,7 +17,7 @@ from farm.columns import (
     report_frame,
     table_columns,
 )
-from farm.report.html import JOB_CELLS as HTML_CELLS
+from farm.report.html_tables import JOB_CELLS as HTML_CELLS
 from farm.report.text import JOB_CELLS as TEXT_CELLS
 from farm.summary import FACTS, STATISTICS
 

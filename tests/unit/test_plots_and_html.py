@@ -16,7 +16,8 @@ import pytest
 
 from farm.report import cells, plots
 from farm.report.cells import TIMES
-from farm.report.html import categories_table, jobs_table, render_html
+from farm.report.html import render_html
+from farm.report.html_tables import categories_table, jobs_table
 
 NAN = math.nan
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
