@@ -21,7 +21,6 @@ from farm.matrix.load import load_matrix
 from farm.matrix.options import canonical
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec, ModelRef
-from farm.results.finish import finished_job_values
 from farm.settings import Settings
 from farm.stats.design import StopDecision
 from farm.store import repo
@@ -30,17 +29,16 @@ from farm.store.models import JobState
 from farm.words import plural
 from workers.job.admission import admit_jobs, in_matrix
 from workers.job.checks import Preflight, check_arms, preflight
-from workers.job.executor import execute_job
 from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_builds
 from workers.job.results import RunResult
 from workers.job.runtime.sandbox import Sandbox
 from workers.job.sinks import DbRunSink
 from workers.job.telemetry import GpuInfo, all_gpus
+from workers.lifecycle import Hold, measure, prepare, summarize
 from workers.paths import NodePaths, downloaded_files
 from workers.setup.builds import built_here
 from workers.setup.download import fetch_models
 from workers.setup.hub import HubAccess, pin_specs
-from workers.setup.ondemand import measuring, with_source_builds
 
 
 def checked_jobs(path: Path, matrix: Matrix, specs: list[JobSpec], node: NodeFiles,
@@ -113,25 +111,23 @@ class Silent:
         """Say nothing."""
 
 
-def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: NodeFiles,
-             settings: Settings, progress: Progress, gpus: list[GpuInfo]) -> int:
-    pending = [(spec, job_id) for spec, job_id in zip(specs, job_ids, strict=True)
+def _execute(engine: Engine, checked: CheckedMatrix, job_ids: list[int], settings: Settings,
+             progress: Progress, gpus: list[GpuInfo]) -> int:
+    pending = [(spec, job_id, seconds) for spec, job_id, seconds
+               in zip(checked.specs, job_ids, checked.build_seconds, strict=True)
                if repo.job_state(engine, job_id) != JobState.DONE]
-    progress.start([spec for spec, _ in pending], len(specs) - len(pending))
+    progress.start([spec for spec, _, _ in pending], len(job_ids) - len(pending))
     failed = 0
     try:
-        for index, (spec, job_id) in enumerate(pending, start=1):
+        for index, (spec, job_id, build_seconds) in enumerate(pending, start=1):
             sink = DbRunSink(engine, job_id, settings.gpu_class)
             progress.job(index, len(pending), spec, len(sink.done()))
             repo.mark_running(engine, job_id)
             try:
-                # As a worker measures: no build of this node's workers runs meanwhile
-                # (one that waits goes first between blocks).
-                with measuring(NodePaths.of(settings)) as let_builds_go:
-                    outcome = execute_job(spec, sink, node=node, paths=NodePaths.of(settings),
-                                          on_run=progress.run,
-                                          on_decision=progress.decision, gpus=gpus,
-                                          between_blocks=let_builds_go)
+                # As a worker measures (workers.lifecycle): no build of this node's workers
+                # runs meanwhile (one that waits goes first between blocks).
+                outcome = measure(spec, checked.node, NodePaths.of(settings), sink, Hold(
+                    gpus=gpus, on_run=progress.run, on_decision=progress.decision))
             except KeyboardInterrupt:
                 repo.mark_finished(engine, job_id, JobState.QUEUED,
                                    "interrupted; `farm run` resumes")
@@ -141,9 +137,7 @@ def _execute(engine: Engine, specs: list[JobSpec], job_ids: list[int], node: Nod
                 progress.failed(spec, exc)
                 failed += 1
                 continue
-            summary = finished_job_values(engine, job_id, outcome.checked.spec,
-                                          asked=outcome.speculation_asked, pairs=outcome.pairs,
-                                          stop_reason=outcome.stop_reason)
+            summary = summarize(engine, job_id, outcome, build_seconds)
             repo.mark_finished(engine, job_id, JobState.DONE, summary=summary)
     finally:
         progress.close()
@@ -217,6 +211,8 @@ class CheckedMatrix:
     unbuilt: list[tuple[JobSpec, str]] = field(default_factory=list)
     # A dry run's notes on models: what it could not pin, what a run would download.
     notes: list[str] = field(default_factory=list)
+    # The seconds each checked job's source builds took here (0: none made for it).
+    build_seconds: list[float] = field(default_factory=list)
 
     @property
     def specs(self) -> list[JobSpec]:
@@ -297,11 +293,12 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
     admit_jobs(path, matrix, specs, node, None)
     specs, notes = _models_here(path, specs, settings, say, make_builds)
     notes += _idle_drafters(matrix, specs)
-    unbuilt = []
+    unbuilt, build_seconds = [], [0.0] * len(specs)
     if make_builds:
-        gpus = all_gpus()
-        for spec in specs:
-            node = with_source_builds(spec, node, paths, gpus, None)[0]
+        hold, hub = Hold(gpus=all_gpus(), say=say), HubAccess.of(settings)
+        for index, spec in enumerate(specs):
+            prepared = prepare(spec, node, paths, hub, None, hold)
+            node, build_seconds[index] = prepared.files, prepared.build_seconds
     else:
         ready = [s for s in specs if _built(s, node) and all(
             _on_node(model, paths.downloads_dir) for model in (s.model, *s.draft_models))]
@@ -310,9 +307,9 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
         for spec, _ in unbuilt:  # a named build is never made by a run: it must be here
             if _built(spec, node):
                 resolve_builds(spec, node)
-        specs = ready
+        specs, build_seconds = ready, [0.0] * len(ready)
     return CheckedMatrix(path, matrix, checked_jobs(path, matrix, specs, node, paths), node,
-                         unbuilt, notes)
+                         unbuilt, notes, build_seconds)
 
 
 def _idle_drafters(matrix: Matrix, specs: list[JobSpec]) -> list[str]:
@@ -377,7 +374,7 @@ def run_matrix(checked: CheckedMatrix, settings: Settings, progress: Progress,
     with connected(settings.database_url) as engine:
         upgrade(engine)
         job_ids = repo.register(engine, matrix.campaign, str(checked.path.resolve()), specs)
-        failed = _execute(engine, specs, job_ids, checked.node, settings, progress,
+        failed = _execute(engine, checked, job_ids, settings, progress,
                           all_gpus() if gpus is None else gpus)
     if failed:
         raise JobsFailed(f"{failed} of {plural(len(specs), 'job')} failed; see `farm report "

@@ -37,23 +37,20 @@ from farm.errors import (
 from farm.fleet.app import TASK_NAME
 from farm.fleet.reconcile import reconcile
 from farm.matrix.spec import JobSpec
-from farm.results.finish import finished_job_values
 from farm.retry import OUTAGE, TRANSIENT, FailingLog, retrying
 from farm.settings import Settings
 from farm.store import leases, registry
 from farm.store.db import make_engine
 from farm.store.models import Job, JobState
 from workers.fleet.config import WorkerConfig
-from workers.job.admission import admit
-from workers.job.executor import execute_job, host_name
+from workers.job.executor import host_name
 from workers.job.resolve import resolve
 from workers.job.results import Outcome
 from workers.job.sinks import LeasedRunSink
 from workers.job.telemetry import GpuInfo
+from workers.lifecycle import Hold, measure, prepare, summarize
 from workers.paths import NodePaths
-from workers.setup.download import fetch_models
 from workers.setup.hub import HubAccess
-from workers.setup.ondemand import measuring, with_source_builds
 
 
 @dataclass
@@ -227,26 +224,15 @@ def job_clock(seconds: int) -> Iterator[None]:
 
 def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
              keeper: LeaseKeeper) -> tuple[Outcome, float]:
-    """Admit the stored row (flags, paths, sources: before anything is downloaded or
-    built), make the job's source builds (under the lease, the node's build lock, outside
-    the job's time limit), then run it with the lock shared: no build beside a
-    measurement."""
-    settings, paths = worker.settings, NodePaths.of(worker.settings)
-    admit(spec, worker.config.files(), worker.config.sources)
-    # A Hub or URL model is downloaded first, also outside the time limit (one download
-    # per box: a second worker waits for it, then finds it there).
-    _through_outages(lambda: fetch_models(
-        [spec], worker.config.downloads_dir, HubAccess.of(settings),
-        lambda line: log.info("job %s: %s", lease.job_id, line)), lease.job_id)
-    files, build_seconds = _through_outages(lambda: with_source_builds(
-        spec, worker.config.files(), paths, worker.gpus, worker.config.sources), lease.job_id)
-    if build_seconds:
-        log.info("job %s: builds made in %.0f s", lease.job_id, build_seconds)
-    sink = LeasedRunSink(worker.engine(), lease, keeper.lost, worker.config.worker_name,
-                         worker.config.gpu_class, settings.repost_after)
+    """The job's lifecycle under the lease (``workers.lifecycle``): admitted, its models
+    fetched and builds made (outages tried again, outside the job's time limit), then
+    measured within it, the node's builds let go first between blocks for up to a build's
+    time limit in all."""
+    settings, paths, job_id = worker.settings, NodePaths.of(worker.settings), lease.job_id
     let_go = 0.0  # seconds this job waited for other jobs' builds
-    with measuring(paths) as let_builds_go, job_clock(settings.job_time_limit):
-        def between_blocks() -> None:
+
+    def between_blocks(let_builds_go: Callable[[], float]) -> Callable[[], None]:
+        def let_a_build_go() -> None:
             # Up to a build's time limit in all (Settings.task_time_limit allows for it);
             # then other jobs' builds wait for this one's end.
             nonlocal let_go
@@ -256,12 +242,21 @@ def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
                 waited = let_builds_go()
             let_go += waited
             if waited:
-                log.info("job %s: let a build of this node go first (%.0f s)", lease.job_id,
-                         waited)
+                log.info("job %s: let a build of this node go first (%.0f s)", job_id, waited)
+        return let_a_build_go
 
-        return execute_job(resolve(spec, files), sink, node=files, paths=paths,
-                           gpus=worker.gpus, siblings=lambda: _node_pids(worker.engine()),
-                           between_blocks=between_blocks), build_seconds
+    hold = Hold(gpus=worker.gpus, attempt=lambda call: _through_outages(call, job_id),
+                clock=lambda: job_clock(settings.job_time_limit),
+                between_blocks=between_blocks, siblings=lambda: _node_pids(worker.engine()),
+                say=lambda line: log.info("job %s: %s", job_id, line))
+    prepared = prepare(spec, worker.config.files(), paths, HubAccess.of(settings),
+                       worker.config.sources, hold)
+    if prepared.build_seconds:
+        log.info("job %s: builds made in %.0f s", job_id, prepared.build_seconds)
+    sink = LeasedRunSink(worker.engine(), lease, keeper.lost, worker.config.worker_name,
+                         worker.config.gpu_class, settings.repost_after)
+    return measure(resolve(spec, prepared.files), prepared.files, paths, sink,
+                   hold), prepared.build_seconds
 
 
 @contextmanager
@@ -303,10 +298,8 @@ def _run(worker: WorkerContext, lease: leases.Lease, spec: JobSpec, max_attempts
     try:
         with LeaseKeeper(engine, lease, settings.lease_seconds) as keeper:
             outcome, build_seconds = _measure(worker, lease, spec, keeper)
-        summary = patient(lambda: {**finished_job_values(
-            engine, job_id, outcome.checked.spec, asked=outcome.speculation_asked,
-            pairs=outcome.pairs, stop_reason=outcome.stop_reason),
-            "build_seconds": build_seconds or None}, "summarizing")
+        summary = patient(lambda: summarize(engine, job_id, outcome, build_seconds),
+                          "summarizing")
     except Unavailable as exc:
         return _defer(worker, lease, exc) if exc.transient else _refuse(worker, lease, exc)
     except leases.LeaseLost as exc:
