@@ -4,7 +4,11 @@ or a build makes is made by ``farm.matrix.files.under``: resolved and proven to 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,3 +127,23 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: handle.read(4 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def written_whole(target: Path) -> Iterator[Path]:
+    """A temporary file of this process's own beside ``target``, to write in the block;
+    renamed onto ``target`` (mode 0644) when the block ends without an error, else removed.
+    A reader never sees part of the file, and two processes writing it at once (two
+    provisions of one node) each rename a whole one."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial",
+                                        dir=target.parent)
+    os.close(descriptor)
+    temporary = Path(name)
+    try:
+        yield temporary
+        temporary.chmod(0o644)  # mkstemp creates 0600
+        os.replace(temporary, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()

@@ -53,6 +53,18 @@ def _figure(height_px: int = HEIGHT_PX) -> Figure:
     return fig
 
 
+def _flagged_png(fig: Figure, ax: Axes, present: set[tuple[bool, bool]],
+                 path: Path | str | None) -> bytes:
+    """``_png`` of a plot whose points are styled by their flags, with a legend of the
+    styles ``present``."""
+    handles = [Line2D([], [], color=_FLAG_STYLE[s][0], marker=_FLAG_STYLE[s][1],
+                      linestyle="", label=_FLAG_STYLE[s][2]) for s in _FLAG_STYLE
+               if s in present]
+    ax.legend(handles=handles, loc="best", fontsize=8)
+    fig.tight_layout()
+    return _png(fig, path)
+
+
 def _png(fig: Figure, path: Path | str | None) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
@@ -131,12 +143,7 @@ def speedup_intervals(jobs: pd.DataFrame, path: Path | str | None = None) -> byt
     ax.set_xlabel("speedup (\u00d7), bars = confidence interval")
     ax.set_title(title)
     ax.grid(axis="x", alpha=0.3)
-    handles = [Line2D([], [], color=_FLAG_STYLE[s][0], marker=_FLAG_STYLE[s][1],
-                      linestyle="", label=_FLAG_STYLE[s][2]) for s in _FLAG_STYLE
-               if s in present]
-    ax.legend(handles=handles, loc="best", fontsize=8)
-    fig.tight_layout()
-    return _png(fig, path)
+    return _flagged_png(fig, ax, present, path)
 
 
 def speedup_vs_draft_length(jobs: pd.DataFrame, path: Path | str | None = None) -> bytes:
@@ -208,12 +215,7 @@ def acceptance_vs_speedup(jobs: pd.DataFrame, path: Path | str | None = None) ->
     ax.set_ylabel("speedup (\u00d7)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    handles = [Line2D([], [], color=_FLAG_STYLE[s][0], marker=_FLAG_STYLE[s][1],
-                      linestyle="", label=_FLAG_STYLE[s][2]) for s in _FLAG_STYLE
-               if s in present]
-    ax.legend(handles=handles, loc="best", fontsize=8)
-    fig.tight_layout()
-    return _png(fig, path)
+    return _flagged_png(fig, ax, present, path)
 
 
 def _block_medians(runs: pd.DataFrame) -> pd.DataFrame:

@@ -25,10 +25,7 @@ package). Each file is written via a temporary file renamed onto the target.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +33,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+
+from workers.paths import written_whole
 
 ORACLE_NAME = "qwen35-mtp-oracle.gguf"
 ANTI_ORACLE_NAME = "qwen35-mtp-anti.gguf"
@@ -122,11 +121,7 @@ def _load(path: Path) -> _Gguf:
 
 def _save(model: _Gguf, target: Path) -> Path:
     """Write ``model`` to a temporary file next to ``target``, then rename it onto it."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    os.close(fd)
-    temp = Path(name)
-    try:
+    with written_whole(target) as temp:
         writer = GGUFWriter(temp, model.arch)
         for key, entry in model.kv.items():
             if key == "general.alignment":
@@ -139,11 +134,6 @@ def _save(model: _Gguf, target: Path) -> Path:
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        temp.chmod(0o644)  # mkstemp creates 0600
-        os.replace(temp, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
     return target
 
 

