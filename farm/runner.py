@@ -30,7 +30,7 @@ from farm.words import plural
 from workers.job.admission import admit_jobs, in_matrix
 from workers.job.checks import Preflight, check_arms, preflight
 from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_builds
-from workers.job.results import RunResult
+from workers.job.results import RunResult as RunResult  # Progress.run's, for the CLI
 from workers.job.runtime.sandbox import Sandbox
 from workers.job.sinks import DbRunSink
 from workers.job.telemetry import GpuInfo, all_gpus

@@ -20,10 +20,9 @@ from farm.errors import FarmError
 from farm.matrix.spec import JobSpec
 from farm.report.cells import clean_lines
 from farm.results.runs import ArmCost
-from farm.runner import run_range, runs_per_pair
+from farm.runner import RunResult, run_range, runs_per_pair
 from farm.stats.design import StopDecision
 from farm.words import plural
-from workers.job.results import RunResult
 
 
 @dataclass
