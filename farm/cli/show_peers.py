@@ -1,44 +1,26 @@
-"""What ``farm import`` and ``farm peers`` do: files read whole before anything is written,
-then stored in one transaction; stored figures matched to the farm's arms and rendered."""
+"""What ``farm import`` and ``farm peers`` print: what each imported file became, and the
+stored figures beside the farm's arms (``farm.workflows.peers`` reads, stores and matches
+them)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
-from farm.peers.figures import with_given
-from farm.peers.read import read_peer_file
 from farm.report import kinds
 from farm.report.cells import clean
 from farm.settings import Settings
-from farm.store.campaigns import latest_campaign
-from farm.store.db import connected, open_store, require_current_schema, upgrade
-from farm.store.peers import PeerUpload, store_peer_files
+from farm.workflows.peers import import_peer_files, peers_beside
 
 
 def import_files(settings: Settings, files: Sequence[Path], fmt: str | None,
                  given: Mapping[str, Any], note: str | None) -> None:
-    """Read every file (a bad one stops the import before anything is stored), then store
-    them all in one transaction and say what each became."""
-    uploads = []
-    # What the user added is part of what was imported: the same file given a build it
-    # lacked the first time is a new import, not "already imported".
-    added = json.dumps({k: v for k, v in given.items() if v is not None}, sort_keys=True)
-    for path in files:
-        peer, data = read_peer_file(path, fmt)
-        identity = data if added == "{}" else data + b"\0" + added.encode()
-        uploads.append(PeerUpload(with_given(peer, given, str(path)), path.name, identity))
-    with connected(settings.database_url) as engine:
-        if settings.embedded:
-            upgrade(engine)
-        else:
-            require_current_schema(engine)
-        done = store_peer_files(engine, uploads, note)
-    for upload, imported in zip(uploads, done, strict=True):
+    """Import the files (a bad one stops the import before anything is stored) and say
+    what each became."""
+    for upload, imported in import_peer_files(settings, files, fmt, given, note):
         peer, name = upload.peer, clean(upload.file_name)  # a file from anyone
         if imported.already:
             click.echo(f"{name}: already imported (import {imported.import_id}, "
@@ -59,10 +41,7 @@ def show_peers(settings: Settings, campaign: str | None, fmt: str, *,
                wide: bool = False) -> None:
     """Imported figures beside the farm's matching arms, then those no arm matches."""
     from farm.report.formats import Target, write
-    from farm.results.peers import beside, farm_arms, peer_figures
 
-    with open_store(settings) as engine:
-        name = None if all_campaigns else (campaign or latest_campaign(engine))
-        matched, unmatched = beside(farm_arms(engine, name), peer_figures(engine))
-    title = "all campaigns" if name is None else f"campaign {name}"
-    write(kinds.Peers(matched, unmatched, title), fmt, Target(wide, output))
+    found = peers_beside(settings, campaign, all_campaigns)
+    title = "all campaigns" if found.campaign is None else f"campaign {found.campaign}"
+    write(kinds.Peers(found.matched, found.unmatched, title), fmt, Target(wide, output))

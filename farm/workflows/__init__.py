@@ -7,4 +7,6 @@
   on the fleet).
 - ``track``: a matrix at a ref's current commit, once per commit, run here or submitted.
 - ``database``: a result database's schema migrated, a worker's role granted.
+- ``peers``: peers' files read and stored (``farm import``), their figures beside the
+  farm's arms (``farm peers``).
 """
