@@ -16,11 +16,9 @@ from farm.errors import ConfigError
 from farm.report import kinds
 from farm.report.cells import clean
 from farm.settings import Settings
-from farm.store.db import open_store
 
 if TYPE_CHECKING:
     import pandas as pd
-    from sqlalchemy import Engine
 
 # The exit code of a gate that found a regression (0 success, 1 failure, 2 bad input).
 REGRESSION_EXIT = 3
@@ -57,42 +55,18 @@ def fail_on(regressed: pd.DataFrame, what: str) -> None:
     raise click.exceptions.Exit(REGRESSION_EXIT)
 
 
-def _keys(engine: Engine, target: str) -> tuple[list[str], str]:
-    """The comparable keys of ``target``: a matrix file's jobs, or the keys starting with
-    it (at least 8 hex digits); and a title."""
-    from sqlalchemy import select
-
-    from farm.store.models import Job
-
-    path = Path(target)
-    if path.is_file():
-        from farm.matrix.load import load_matrix
-
-        return sorted({spec.comparable_key for spec in load_matrix(path)[1]}), f"matrix {path}"
-    if not re.fullmatch(r"[0-9a-f]{8,64}", target):
-        raise ConfigError(f"{target!r} is neither a matrix file nor a comparable key (8 to 64 "
-                          "hex digits, as `farm compare --format json` gives in `key`)")
-    with engine.connect() as connection:
-        keys = sorted({key for key in connection.scalars(
-            select(Job.comparable_key).where(Job.comparable_key.startswith(target))) if key})
-    if not keys:
-        raise ConfigError(f"no job has a comparable key starting {target!r}")
-    return keys, f"key {target[:12]}"
-
-
 def show_history(settings: Settings, target: str, fmt: str, output: Path | None,
                  gates: tuple[str, ...], *, wide: bool = False) -> None:
     """``farm history TARGET``: the table, markdown, JSON or HTML page; the gate after."""
     from farm.report.formats import Target, check_target, write
-    from farm.results.history import history
     from farm.stats.changes import beyond
+    from farm.workflows.reports import key_history
 
     check_target(kinds.History, fmt, output)
-    with open_store(settings) as engine:
-        keys, title = _keys(engine, target)
-        found = history(engine, keys)
+    loaded = key_history(settings, target)
+    found = loaded.history
     limits = thresholds(gates, set(found.points["series"]))
-    write(kinds.History(found, f"history of {title}"), fmt, Target(wide, output))
+    write(kinds.History(found, f"history of {loaded.title}"), fmt, Target(wide, output))
     if limits:
         gated = found.changes[found.changes["gate_verdict"] != ""]
         _differs(gated)

@@ -9,4 +9,6 @@
 - ``database``: a result database's schema migrated, a worker's role granted.
 - ``peers``: peers' files read and stored (``farm import``), their figures beside the
   farm's arms (``farm peers``).
+- ``reports``: the reports' loaders (``farm report``, ``compare``, ``curve``, ``recommend``,
+  ``export``, ``history``): the store opened, the campaign found, frames loaded.
 """
