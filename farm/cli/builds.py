@@ -9,7 +9,6 @@ import click
 from farm.cli.base import cli
 from farm.matrix.cuda_arch import CudaArch, checked_cuda_arch
 from farm.settings import load_settings
-from workers.paths import NodePaths
 
 
 @cli.command("build")
@@ -42,15 +41,13 @@ def build_command(name: str | None, source: str | None, binary: Path | None, ref
     register one built elsewhere (--binary), or prune unused source builds (--prune)."""
     from typing import cast
 
-    from workers.setup.builds import (
+    from farm.workflows.node import (
         Backend,
         BuildRequest,
-        build,
-        build_argv,
-        configure_argv,
-        register_binary,
+        build_commands,
+        make_build,
+        register_build,
     )
-    from workers.setup.ondemand import building
 
     if prune_days is not None:
         if name or source or binary:
@@ -60,7 +57,7 @@ def build_command(name: str | None, source: str | None, binary: Path | None, ref
     if name is None:
         raise click.UsageError("give the build's NAME (or --prune DAYS)")
     if binary is not None and source is None:
-        manifest = register_binary(name, binary, _paths())
+        manifest = register_build(load_settings(), name, binary)
         click.echo(f"build {manifest.name}: {manifest.server} (registered)")
         click.echo(manifest.version)
         return
@@ -71,13 +68,10 @@ def build_command(name: str | None, source: str | None, binary: Path | None, ref
                            cuda_architectures=cuda_arch, cmake_args=cmake_args,
                            targets=targets, build_number=build_number)
     if dry_run:
-        tree, out = Path("<source>"), Path("<source>/build-specfarm-KEY")
-        click.echo(" ".join(configure_argv(request, tree, out)))
-        click.echo(" ".join(build_argv(out, request.targets)))
+        for argv in build_commands(request):
+            click.echo(" ".join(argv))
         return
-    paths = _paths()
-    with building(paths):
-        manifest = build(request, paths)
+    manifest = make_build(load_settings(), request)
     click.echo(f"build {manifest.name}: {manifest.server}")
     click.echo(manifest.version)
 
@@ -88,9 +82,9 @@ def _cuda_arch(value: str | None) -> CudaArch | None:
 
 
 def _prune(days: float) -> None:
-    from workers.setup.ondemand import prune
+    from farm.workflows.node import prune_builds
 
-    removed = prune(_paths(), days)
+    removed = prune_builds(load_settings(), days)
     for item in removed:
         click.echo(f"removed {item.manifest.name} ({item.manifest.source} at "
                    f"{(item.manifest.commit or '?')[:12]}, {item.size / 1e6:.0f} MB)")
@@ -105,20 +99,19 @@ def builds_command() -> None:
 
     from farm.matrix.spec import SOURCE_BUILD_PREFIX
     from farm.report.sheet import plain_sheet, table_text, terminal_width
-    from workers.setup.builds import all_manifests
-    from workers.setup.ondemand import source_builds
+    from farm.workflows.node import node_builds
 
-    paths = _paths()
+    manifests, made_here = node_builds(load_settings())
     named = [(manifest.name, manifest.backend, manifest.source, manifest.ref or "-",
               (manifest.commit or manifest.sdist_sha256 or "-")[:12],
               manifest.version.splitlines()[0])
-             for manifest in all_manifests(paths)
+             for manifest in manifests
              if not manifest.name.startswith(SOURCE_BUILD_PREFIX)]
     made = [(item.manifest.name, item.manifest.commit or "-", item.manifest.backend,
              item.manifest.source, f"{item.size / 1e6:.0f} MB",
              datetime.datetime.fromtimestamp(item.last_used, datetime.UTC).strftime(
                  "%Y-%m-%d %H:%M UTC"))
-            for item in source_builds(paths)]
+            for item in made_here]
     click.echo(table_text([
         plain_sheet("builds", ("name", "backend", "source", "ref", "commit / sdist",
                                "version"), named),
@@ -130,13 +123,9 @@ def builds_command() -> None:
 @cli.command()
 def provision() -> None:
     """Build the CPU llama-server and fetch the tiny models (idempotent, cached)."""
-    from workers.setup.provision import provision as do_provision
+    from farm.workflows.node import provision_node
 
-    result = do_provision(_paths())
+    result = provision_node(load_settings())
     click.echo(f"build cpu: {result.server}")
     for name, path in result.models.items():
         click.echo(f"model {name}: {path}")
-
-
-def _paths() -> NodePaths:
-    return NodePaths.of(load_settings())

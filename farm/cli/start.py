@@ -26,7 +26,7 @@ from farm.settings import Settings, load_settings, redact_url
 if TYPE_CHECKING:
     from farm.runner import CheckedMatrix
     from farm.stats.design import Answer, Design
-    from workers.paths import NodePaths
+    from farm.workflows.node import ModelsHere
 
 # `farm ab`'s default design runs up to this many pairs; --pairs takes at most MAX_AB_PAIRS.
 DEFAULT_MAX_PAIRS = 12
@@ -60,14 +60,19 @@ def _answer(row: dict[str, Any], design: Design) -> str:
     if low is None or high is None:
         return (f"answer: the variant decoded {speedup:.2f}x as fast as the baseline; too few "
                 "block pairs for an interval (give --pairs 2 or more)")
-    if design.sequential and row.get("stop_reason"):
-        saved = 1 - int(row.get("pairs") or 0) / design.max_pairs
-        return (f"answer: the variant decodes {speedup:.2f}x as fast as the baseline "
-                f"[{low:.2f}, {high:.2f}] (95% interval): {row['stop_reason']}; about "
-                f"{saved:.0%} of a fixed {design.max_pairs}-pair design's GPU time saved")
     from farm.stats.design import answer
 
     found = answer(low, high, design.target)
+    if design.sequential and row.get("stop_reason"):
+        saved = 1 - int(row.get("pairs") or 0) / design.max_pairs
+        # A decision design's stop reason is its answer; a precision design's says when it
+        # met its target, after what its interval answers.
+        said = row["stop_reason"] if design.rule == "decision" else (
+            f"{found if found != 'within' else f'within ±{design.target * 100:g}%'} "
+            f"({row['stop_reason']})")
+        return (f"answer: the variant decodes {speedup:.2f}x as fast as the baseline "
+                f"[{low:.2f}, {high:.2f}] (95% interval): {said}; about "
+                f"{saved:.0%} of a fixed {design.max_pairs}-pair design's GPU time saved")
     verdict = found if found in ("faster", "slower") else \
         _around_one(found, speedup, low, high, int(row.get("pairs") or 0), design)
     return (f"answer: the variant decodes {speedup:.2f}x as fast as the baseline "
@@ -132,8 +137,8 @@ class _AbCommand(click.Command):
 @click.option("--stop-rule", type=click.Choice(["decision", "precision"]),
               help=f"decision (the default): from 4 pairs, a look after each, stop once "
                    f"faster, slower or within ±3% is decided (at most {DEFAULT_MAX_PAIRS}); "
-                   f"precision: 4 pairs plan how many more (at most {DEFAULT_MAX_PAIRS}) "
-                   "measure the speedup to ±3%.")
+                   f"precision: from 4 pairs, a look after each, stop once the speedup's "
+                   f"interval is within ±3% (at most {DEFAULT_MAX_PAIRS}).")
 @click.option("--n-predict", type=click.IntRange(2, 32768), default=128, show_default=True,
               help="Tokens generated per run.")
 @click.option("--repetitions", type=click.IntRange(1, 1000), metavar="N",
@@ -158,8 +163,7 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
     (re-run it with `farm run`, send it to a fleet with `farm submit`). MODEL is a GGUF
     file, or its name in the models dir (`.gguf` optional)."""
     from farm.matrix.starter import ab_matrix, flag_map, model_entry
-    from farm.results.rows import job_rows
-    from farm.store.db import open_store
+    from farm.workflows.reports import job_rows_of
 
     settings = load_settings()
     design: dict[str, Any] = {
@@ -184,8 +188,7 @@ def ab(model: str, variant: tuple[str, ...], ngl: int | None, ctx: int | None,
     checked = _checked_then_written(matrix, path, settings, lambda line: console.print(
         line, markup=False, soft_wrap=True))
     campaign = run_checked(checked, settings, console)
-    with open_store(settings) as engine:
-        rows = job_rows(engine, campaign)
+    rows = job_rows_of(settings, campaign)
     key = checked.specs[0].job_key
     click.echo(_answer(next(row for row in rows if row["job_key"] == key),
                        checked.specs[0].design))
@@ -286,10 +289,10 @@ def paths() -> None:
     """Where the farm keeps things on this machine: the database, the logs, the caches,
     the builds and the models (each set by a FARM_* variable: `farm -h`); then each model
     file it finds, with its size."""
-    from workers.paths import NodePaths
+    from farm.workflows.node import models_here
 
     settings = load_settings()
-    node = NodePaths.of(settings)
+    node = models_here(settings)
     for name, place, why in (
             ("database", _database(settings), "results (FARM_DATABASE_URL)"),
             ("data", settings.data_dir, "database, logs, `farm ab`'s matrices (FARM_DATA_DIR)"),
@@ -302,11 +305,9 @@ def paths() -> None:
     click.echo("\n".join(["", *_models_seen(node)]))
 
 
-def _models_seen(node: NodePaths) -> list[str]:
+def _models_seen(node: ModelsHere) -> list[str]:
     """The model files on this machine, a line each with its size; or where to get one."""
-    from workers.paths import models_here
-
-    own, fetched = models_here(node)
+    own, fetched = node.own, node.fetched
     if not own and not fetched:
         return [f"models: none in {node.models_dir} yet; `farm provision` fetches the "
                 "tutorial's there, `farm ab PATH` takes any GGUF file, and a matrix's model "

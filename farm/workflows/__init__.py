@@ -11,4 +11,6 @@
   farm's arms (``farm peers``).
 - ``reports``: the reports' loaders (``farm report``, ``compare``, ``curve``, ``recommend``,
   ``export``, ``history``): the store opened, the campaign found, frames loaded.
+- ``node``: this machine's places and model files (``farm paths``), its builds made,
+  registered, listed and pruned (``farm build``, ``builds``), provisioned (``provision``).
 """

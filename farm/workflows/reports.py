@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from farm.matrix.spec import JobSpec
     from farm.results.history import History
     from farm.results.printed import Printed
-    from farm.results.rows import JobRows
+    from farm.results.rows import JobRows, Row
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,15 @@ def campaign_report(settings: Settings, campaign: str | None, all_campaigns: boo
         specs = job_specs(engine, name) if frame is not None else {}
         picks = _recommending(engine, name) if draws else None
     return CampaignReport(name, printed, found, frame, specs, picks)
+
+
+def job_rows_of(settings: Settings, campaign: str) -> list[Row]:
+    """One row per job of ``campaign`` (``farm ab``'s answer reads its job's)."""
+    from farm.results.rows import job_rows
+    from farm.store.db import open_store
+
+    with open_store(settings) as engine:
+        return job_rows(engine, campaign)
 
 
 def keep_report(settings: Settings, printed: Printed, body: bytes) -> None:
