@@ -2,8 +2,8 @@
 on the embedded store, telling a ``Progress`` what happens (the CLI prints it).
 
 ``check_matrix`` makes every check a run makes (nothing written or started: a dry run
-stops there); ``run_matrix`` runs what it checked; ``check_as_worker`` checks jobs as a
-worker would (``farm submit --dry-run``).
+stops there, printing each arm's ``arm_command``); ``run_matrix`` runs what it checked;
+``check_as_worker`` checks jobs as a worker would (``farm submit --dry-run``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from farm.matrix.crossbuild import cross_build_specs
 from farm.matrix.load import load_matrix
 from farm.matrix.options import canonical
 from farm.matrix.schema import Matrix
-from farm.matrix.spec import JobSpec, ModelRef
+from farm.matrix.spec import ArmRole, JobSpec, ModelRef
 from farm.settings import Settings
 from farm.stats.design import StopDecision
 from farm.store import repo
@@ -28,14 +28,16 @@ from farm.store.db import connected, upgrade
 from farm.store.models import JobState
 from farm.words import plural
 from workers.job.admission import admit_jobs, in_matrix
-from workers.job.checks import Preflight, check_arms, preflight
+from workers.job.checks import Preflight as Preflight  # arm_command's, for the CLI
+from workers.job.checks import check_arms, preflight
 from workers.job.resolve import NodeFiles, NotOnThisNode, resolve, resolve_builds
 from workers.job.results import RunResult as RunResult  # Progress.run's, for the CLI
 from workers.job.runtime.sandbox import Sandbox
+from workers.job.runtime.server import server_argv
 from workers.job.sinks import DbRunSink
 from workers.job.telemetry import GpuInfo, all_gpus
 from workers.lifecycle import Hold, measure, prepare, summarize
-from workers.paths import NodePaths, downloaded_files
+from workers.paths import NodePaths, downloaded_files, hub_file
 from workers.setup.builds import built_here
 from workers.setup.download import fetch_models
 from workers.setup.hub import HubAccess, pin_specs
@@ -343,6 +345,29 @@ def _built(spec: JobSpec, node: NodeFiles) -> bool:
     """Whether every source build of the job is made on ``node``."""
     return all(arm.build.source is None or arm.build.source.local_name in node.builds
                for arm in (spec.baseline, spec.variant))
+
+
+def _model_place(spec: JobSpec) -> str:
+    """Where the arm's model will be on the node: in the models dir, a download in the
+    downloads dir (a Hub model not yet pinned: under the commit its revision names then)."""
+    model, downloads = spec.model, Path("DOWNLOADS_DIR")
+    if model.remote and model.pinned:
+        return str(downloaded_files(model, downloads)[0][1])
+    if model.hf is not None:
+        return str(hub_file(downloads, model.hf, f"COMMIT-OF-{model.revision}",
+                            model.file or ""))
+    return str(Path("MODELS_DIR") / (model.file or f"{model.name}.gguf"))
+
+
+def arm_command(spec: JobSpec, role: ArmRole, checked: Preflight | None) -> list[str]:
+    """The argv an arm's server runs with (``server_argv``, as each block starts it), the
+    UNIX socket the farm makes for it shown as ``SOCKET``; ``--offline`` where the checked
+    build knows it."""
+    arm = spec.arm(role)
+    offline = checked is not None and checked.probe(role).option("offline") is not None
+    return server_argv(arm.build.path or f"<build {arm.build.name}>",
+                       spec.model.path or _model_place(spec), arm.argv, socket="SOCKET",
+                       parallel=spec.concurrency, offline=offline)
 
 
 def pair_range(spec: JobSpec) -> tuple[int, int]:

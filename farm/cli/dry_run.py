@@ -10,36 +10,9 @@ from rich.console import Console
 
 from farm.matrix.spec import ArmRole, JobSpec
 from farm.report.sheet import plain_sheet, table_text, terminal_width
-from farm.results.runs import ArmCost, arm_costs
-from farm.runner import WorkerCheck, pair_range, run_range
-from farm.settings import Settings
+from farm.results.runs import ArmCost
+from farm.runner import Preflight, WorkerCheck, arm_command, pair_range, run_range
 from farm.words import plural
-from workers.job.checks import Preflight
-from workers.job.runtime.server import server_argv
-from workers.paths import downloaded_files, hub_file
-
-
-def _model_place(spec: JobSpec) -> str:
-    """Where the arm's model will be on the node: in the models dir, a download in the
-    downloads dir (a Hub model not yet pinned: under the commit its revision names then)."""
-    model, downloads = spec.model, Path("DOWNLOADS_DIR")
-    if model.remote and model.pinned:
-        return str(downloaded_files(model, downloads)[0][1])
-    if model.hf is not None:
-        return str(hub_file(downloads, model.hf, f"COMMIT-OF-{model.revision}",
-                            model.file or ""))
-    return str(Path("MODELS_DIR") / (model.file or f"{model.name}.gguf"))
-
-
-def arm_command(spec: JobSpec, role: ArmRole, checked: Preflight | None) -> list[str]:
-    """The argv an arm's server runs with (``server_argv``, as each block starts it), the
-    UNIX socket the farm makes for it shown as ``SOCKET``; ``--offline`` where the checked
-    build knows it."""
-    arm = spec.arm(role)
-    offline = checked is not None and checked.probe(role).option("offline") is not None
-    return server_argv(arm.build.path or f"<build {arm.build.name}>",
-                       spec.model.path or _model_place(spec), arm.argv, socket="SOCKET",
-                       parallel=spec.concurrency, offline=offline)
 
 
 def build_line(spec: JobSpec, role: ArmRole) -> str | None:
@@ -114,20 +87,6 @@ def _about(low: float, high: float) -> str:
 
 def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
-
-
-def measured_costs(settings: Settings) -> dict[tuple[str, str], ArmCost]:
-    """``arm_costs`` of the store, or nothing where there is no store yet (a dry run writes
-    nothing, not even an empty database)."""
-    from sqlalchemy.engine import make_url
-
-    from farm.store.db import connected, table_names
-
-    database = make_url(settings.database_url).database
-    if settings.embedded and not (database and Path(database).exists()):
-        return {}
-    with connected(settings.database_url) as engine:
-        return arm_costs(engine) if "run" in table_names(engine) else {}
 
 
 def print_worker_check(found: WorkerCheck, console: Console) -> None:

@@ -37,7 +37,7 @@ class _Block:
 
 class RunProgress:
     """A ``farm.runner.Progress`` drawn with rich on ``console``. ``costs`` (a run's and a
-    block start's seconds by build and model file, ``farm.cli.dry_run.measured_costs``):
+    block start's seconds by build and model file, ``farm.workflows.reports.measured_costs``):
     the up-front estimate's; None prints no up-front line."""
 
     def __init__(self, console: Console,

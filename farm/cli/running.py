@@ -47,9 +47,10 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, as_class: str | None
         allow_options: tuple[str, ...], allow_build_path: bool,
         allow_paths: tuple[Path, ...]) -> None:
     """Run MATRIX on this machine against real llama-server processes."""
-    from farm.cli.dry_run import measured_costs, print_dry_run
+    from farm.cli.dry_run import print_dry_run
     from farm.matrix.options import check_allowances
     from farm.runner import check_matrix, this_machine
+    from farm.workflows.reports import measured_costs
 
     settings = load_settings()
     console = Console(stderr=True)
@@ -87,10 +88,10 @@ def run_checked(checked: CheckedMatrix, settings: Settings, console: Console) ->
     """Run a checked matrix here with a progress bar on ``console`` (after a line of how long
     it may take), then print its report (failed jobs too); returns the campaign. SIGTERM
     should be ``sigterm_as_interrupt``."""
-    from farm.cli.dry_run import measured_costs
     from farm.cli.progress import RunProgress
     from farm.cli.show import show_report
     from farm.runner import run_matrix
+    from farm.workflows.reports import measured_costs
 
     try:
         campaign = run_matrix(checked, settings,

@@ -1,7 +1,7 @@
 """The reports' loaders: the store opened (the embedded one migrated in place), the campaign
 found (default: the latest), and what ``farm report``, ``compare``, ``curve``,
 ``recommend``, ``export`` and ``history`` show loaded as frames and typed results, for
-``farm.cli`` to render.
+``farm.cli`` to render; and the arms' measured costs that ``farm run``'s estimates read.
 
 Each loads what it needs where it is used: ``farm report --format json`` prints its rows
 without pandas, numpy or yaml.
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from farm.results.history import History
     from farm.results.printed import Printed
     from farm.results.rows import JobRows, Row
+    from farm.results.runs import ArmCost
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,21 @@ def job_rows_of(settings: Settings, campaign: str) -> list[Row]:
 
     with open_store(settings) as engine:
         return job_rows(engine, campaign)
+
+
+def measured_costs(settings: Settings) -> dict[tuple[str, str], ArmCost]:
+    """``arm_costs`` of the store, or nothing where there is no store yet (a dry run writes
+    nothing, not even an empty database)."""
+    from sqlalchemy.engine import make_url
+
+    from farm.results.runs import arm_costs
+    from farm.store.db import connected, table_names
+
+    database = make_url(settings.database_url).database
+    if settings.embedded and not (database and Path(database).exists()):
+        return {}
+    with connected(settings.database_url) as engine:
+        return arm_costs(engine) if "run" in table_names(engine) else {}
 
 
 def keep_report(settings: Settings, printed: Printed, body: bytes) -> None:
