@@ -55,11 +55,9 @@ def _figure(height_px: int = HEIGHT_PX) -> Figure:
 
 def _flagged_png(fig: Figure, ax: Axes, present: set[tuple[bool, bool]],
                  path: Path | str | None) -> bytes:
-    """``_png`` of a plot whose points are styled by their flags, with a legend of the
-    styles ``present``."""
-    handles = [Line2D([], [], color=_FLAG_STYLE[s][0], marker=_FLAG_STYLE[s][1],
-                      linestyle="", label=_FLAG_STYLE[s][2]) for s in _FLAG_STYLE
-               if s in present]
+    """``_png`` of a plot whose points are styled by flags, a legend of those ``present``."""
+    handles = [Line2D([], [], color=color, marker=marker, linestyle="", label=label)
+               for state, (color, marker, label) in _FLAG_STYLE.items() if state in present]
     ax.legend(handles=handles, loc="best", fontsize=8)
     fig.tight_layout()
     return _png(fig, path)
