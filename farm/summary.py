@@ -116,8 +116,9 @@ class JobSummary(_Fields):
     df: int | None = Field(None, description="Its degrees of freedom.")
     interval_method: str | None = Field(None, description="second-stage crossover (from "
                                         "issue 24; two-stage crossover before), sequential "
-                                        "crossover (a decision design), crossover, paired t, "
-                                        "or zero spread (no interval).")
+                                        "crossover (a decision design), sequential "
+                                        "crossover, adjusted (a precision design), crossover, "
+                                        "paired t, or zero spread (no interval).")
     order_effect: Measure = Field(None, description="How much faster a pair's second block "
                                   "runs than its first.")
     order_low: Measure = Field(None, description="Its 95% interval, low end.")

@@ -10,6 +10,11 @@ NOT_REACHABLE = "target not reachable"
 # stop reason is its answer ("faster (decided after 4 of at most 12 pairs)"), which
 # reports show among its flags.
 SEQUENTIAL = "sequential crossover"
+# A precision design's (``farm.stats.sequential``): its stop reason says at how many pairs
+# it met its target, which reports show among its flags.
+ADJUSTED_SEQUENTIAL = "sequential crossover, adjusted"
+# The interval methods of jobs that looked after each pair: reports show their stop reason.
+LOOKING = (SEQUENTIAL, ADJUSTED_SEQUENTIAL)
 # What reports say of a job whose server's timings the client's clock contradicts
 # (``farm.stats.clock``: the summary's ``clock_flag``), and of one whose speeds are the
 # client's (``speed_clock``: a job on a commit's build).

@@ -298,24 +298,28 @@ class Matrix(Strict):
     concurrency: Concurrency | Annotated[list[Concurrency], Field(min_length=1)] = Field(
         1, description="Simultaneous streams per run, against a server with as many slots "
                        "(--parallel); a list sweeps it, one job per value.")
-    # How many pairs (docs/statistics.md "How many pairs"): the decision design looks after
-    # each pair (farm.stats.sequential); the two-stage rule's first stage fixes the number of
-    # pairs, its second stage measures the interval (farm.stats.twostage).
+    # How many pairs (docs/statistics.md "How many pairs"): the decision and precision
+    # designs look after each pair (farm.stats.sequential); the two-stage rule's first stage
+    # fixes the number of pairs, its second stage measures the interval (farm.stats.twostage).
     stop_rule: StopRule = Field(
         "precision", description="decision: after `pairs` (4 or more), stop once \"is it "
         "faster?\" is answered (faster, slower, or within ±target-ci), at most max-pairs; "
-        "precision: the first stage plans the pairs that meet target-ci; fixed: `pairs` "
-        "pairs.")
+        "precision: after `pairs` (4 at least), stop once the interval is within "
+        "±target-ci, at most max-pairs (two-stage with target-assurance); two-stage: the "
+        "first stage plans the pairs that meet target-ci (the design before precision); "
+        "fixed: `pairs` pairs.")
     pairs: Pairs = Field(4, description="First stage: block pairs (AB, BA, ...) every job "
-                                        "runs; they plan the rest.")
+                                        "runs before it looks (or plans the rest).")
     max_pairs: Pairs = Field(12, description="Most block pairs per job; equal to `pairs` for "
-                             "a fixed number, else at least `pairs` + 4.")
-    target_ci: TargetCi = Field(0.03, description="The speedup's 95% interval half-width the "
-                                "first stage plans for (0.03 = ±3%).")
+                             "a fixed number; a two-stage design's at least `pairs` + 4.")
+    target_ci: TargetCi = Field(0.03, description="The speedup interval's half-width a "
+                                "precision design runs to (0.03 = ±3%); a decision design's "
+                                "equivalence margin.")
     target_assurance: Assurance | None = Field(
-        None, description="Plan the fewest pairs whose interval meets "
-        "`target-ci` with this probability (0.9: nine jobs in ten); unset plans as if the "
-        "first stage's spread were exact, which meets it about six times in ten.")
+        None, description="Two-stage: plan the fewest pairs whose interval meets "
+        "`target-ci` with this probability (0.9: nine jobs in ten), then run on until it "
+        "does; unset, a two-stage design plans as if the first stage's spread were exact, "
+        "which meets it about six times in ten.")
     sampling: Sampling = Field(default_factory=Sampling)
     flags: FlagSpec = Field(default_factory=dict, description="The baseline's flags.")
     args: str | None = None
@@ -340,6 +344,10 @@ class Matrix(Strict):
         if self.engine_curve is not None and not self.engine_curve.arms():
             raise ValueError("engine-curve: every synth-len is above draft-n-max + 1, which no "
                              "draft reaches; give lengths from 1 to the largest draft-n-max + 1")
+        return self
+
+    @model_validator(mode="after")
+    def _design_fits_its_rule(self) -> Matrix:
         if self.stop_rule == "fixed":
             if "max_pairs" in self.model_fields_set and self.max_pairs != self.pairs:
                 raise ValueError(f"stop-rule fixed runs `pairs` ({self.pairs}) pairs: remove "
@@ -353,6 +361,8 @@ class Matrix(Strict):
                                  f"which must be {MIN_DECISION_PAIRS} or more (the crossover "
                                  "fit's first interval)")
             return self
+        if self.stop_rule == "precision" and self.target_assurance is None:
+            return self  # it looks from max(pairs, 4) on
         if self.pairs < self.max_pairs < self.pairs + MIN_SECOND_STAGE:
             raise ValueError(f"max-pairs ({self.max_pairs}) leaves a second stage of fewer than "
                              f"{MIN_SECOND_STAGE} pairs: set it to {self.pairs} (a fixed number "

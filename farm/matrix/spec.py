@@ -251,7 +251,9 @@ class JobSpec(Frozen):
     max_pairs: Pairs
     target_ci: TargetCi
     target_assurance: Assurance | None = None  # None: plan from the first stage's spread as is
-    stop_rule: StopRule = "precision"  # how the job decides it has enough pairs
+    # How the job decides it has enough pairs; a job stored before stop rules were written
+    # ran the two-stage design (a matrix's jobs are given their matrix's rule).
+    stop_rule: StopRule = "two-stage"
     control: bool = False  # an A/A job: the variant is the baseline again
     stop: StopMode = "fixed"  # natural: no ignore_eos, n_predict a cap
     concurrency: Concurrency = 1  # simultaneous streams per run, one server slot each

@@ -26,7 +26,7 @@ from farm.columns import (
 )
 from farm.report import cells
 from farm.report.sheet import Column, Row, Sheet, frame_sheet
-from farm.words import CLIENT_CLOCK, CLOCKS_DISAGREE, NOT_REACHABLE, SEQUENTIAL
+from farm.words import CLIENT_CLOCK, CLOCKS_DISAGREE, LOOKING, NOT_REACHABLE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -124,7 +124,7 @@ def _flags(row: Row) -> str:
         flags.append("drift")
     flags += _clock_flags(row)
     stopped = cells.text(row.get("stop_reason"))
-    if stopped.startswith(NOT_REACHABLE) or row.get("interval_method") == SEQUENTIAL:
+    if stopped.startswith(NOT_REACHABLE) or row.get("interval_method") in LOOKING:
         flags.append(stopped)
     flags += cells.block_notes(row)
     if failure := cells.text(row["failure_class"]):

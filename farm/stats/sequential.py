@@ -13,6 +13,15 @@ undecided when more pairs would not decide it (futility: the interval projected 
 pairs around today's estimate, its half-width times ``FUTILITY``, would answer nothing), or
 at max pairs. The interval a report shows is the usual 95% one over the pairs run, which
 covers 0.93-0.98 at the stop in every cell; the answer is the look's, not that interval's.
+
+The precision design looks the same way, from its first stage (4 pairs at least), for an
+interval within its target: it stops at the first look whose interval over every pair (the
+same fit, at ``PRECISION_LEVEL``) is within ±target, or at max pairs. Stopping when an
+interval is narrow picks the jobs whose spread came out small, so a 95% interval at the stop
+would undercover (0.90 where the noise doubles); the interval such a job reports is the one
+it stopped on, at ``PRECISION_LEVEL``, chosen by simulation so that it covers 0.936-0.972
+at the stop in every audit cell (an adjusted interval, not a repeated one: tests/unit/
+simulate_design.py, docs/statistics.md "The precision design").
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from farm.stats.design import Answer, Design, StopDecision, answer
 from farm.stats.frame import LogRatios, Orders
 from farm.stats.intervals import t_margin
 from farm.stats.speedup import aligned_pairs, estimate, order_factor
+from farm.words import NOT_REACHABLE
 
 # Each look's interval level: 1% at each of up to nine looks.
 LOOK_LEVEL = 0.99
@@ -103,3 +113,34 @@ def decision_stop(values: LogRatios, orders: Orders, design: Design,
     found = look(values, orders, design, pairs_done)
     most = (pairs_done, pairs_done) if found.final else (pairs_done + 1, design.max_pairs)
     return StopDecision(found.final, found.reason(design), most)
+
+
+def precision_stop(values: LogRatios, orders: Orders, design: Design,
+                   pairs_done: int) -> StopDecision:
+    """After each complete pair: the first stage (4 pairs at least), then a look after every
+    pair until the interval over every pair, at ``PRECISION_LEVEL``, is within the target."""
+    if pairs_done < design.least_pairs:
+        return StopDecision(False, f"first stage: {pairs_done} of {design.least_pairs} pairs",
+                            (design.least_pairs, design.max_pairs))
+    half_width = estimate(values, orders, design).speedup.half_width
+    done = (pairs_done, pairs_done)
+    if half_width <= design.target:
+        return StopDecision(True, f"target met at {pairs_done} of at most {design.max_pairs} "
+                                  f"pairs (±{half_width:.1%})", done)
+    if pairs_done >= design.max_pairs:
+        return StopDecision(True, f"{NOT_REACHABLE}: half-width {half_width:.1%} at max pairs "
+                                  f"({design.max_pairs})", done)
+    return StopDecision(False, f"half-width {half_width:.1%} over the target "
+                               f"{design.target:.1%}: looking on",
+                        (pairs_done + 1, design.max_pairs))
+
+
+def precise(values: LogRatios, orders: Orders, design: Design) -> int:
+    """The pairs a precision job stops at: its first look within the target, from the first
+    stage to the pairs it has (the executor stopped there)."""
+    y, o, index = aligned_pairs(values, orders)
+    done = min(int(index.max()) + 1 if index.size else 0, design.max_pairs)
+    for pairs in range(design.least_pairs, done + 1):
+        if precision_stop(y[index < pairs], o[index < pairs], design, pairs).stop:
+            return pairs
+    return done

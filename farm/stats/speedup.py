@@ -19,10 +19,10 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from farm.stats.design import MIN_SECOND_STAGE, Design
+from farm.stats.design import MIN_SECOND_STAGE, PRECISION_LEVEL, Design
 from farm.stats.frame import ARMS, NAN, LogRatios, Orders, check_one_job, valid_runs
 from farm.stats.intervals import Interval, t_margin
-from farm.words import SEQUENTIAL
+from farm.words import ADJUSTED_SEQUENTIAL, SEQUENTIAL
 
 
 def pair_log_ratios(runs: pd.DataFrame) -> pd.Series:
@@ -154,6 +154,7 @@ class Estimate:
 # The interval methods ``estimate`` names (a summary's ``interval_method``).
 SECOND_STAGE = "second-stage crossover"
 DECISION = SEQUENTIAL
+PRECISION = ADJUSTED_SEQUENTIAL
 CROSSOVER = "crossover"
 PAIRED_T = "paired t"
 ZERO_SPREAD = "zero spread"
@@ -197,6 +198,9 @@ def estimate(values: LogRatios, orders: Orders,
     * Decision design (``DECISION``, farm.stats.sequential): the crossover estimate over
       every pair, its variance scaled by ``autocorrelation_factor``; at its stop the 95%
       interval covers 0.93-0.98 in every audit cell (docs/statistics.md).
+    * Precision design without an assurance (``PRECISION``): the same, at
+      ``PRECISION_LEVEL`` whatever ``level`` asks, the interval it stopped on, adjusted so
+      that it covers 0.936-0.972 at the stop in every audit cell.
     * Fixed design, or a two-stage job cut short: the crossover interval over all pairs when
       there are 4 or more with both orders (``CROSSOVER``), else the paired t
       (``speedup_interval``, ``PAIRED_T``).
@@ -211,7 +215,11 @@ def estimate(values: LogRatios, orders: Orders,
         variance, method = fit.variance * autocorrelation_factor(y, o), SECOND_STAGE
     elif design is not None and design.sequential:
         fit = crossover(y, o)
-        variance, method = fit.variance * autocorrelation_factor(y, o), DECISION
+        variance = fit.variance * autocorrelation_factor(y, o)
+        if design.rule == "precision":  # the level it stopped on (farm.stats.sequential)
+            level, method = PRECISION_LEVEL, PRECISION
+        else:
+            method = DECISION
     else:
         fit = crossover(y, o)
         variance, method = fit.variance, CROSSOVER

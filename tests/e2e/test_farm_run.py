@@ -18,6 +18,7 @@ import pytest
 from farm.results.runs import runs_frame
 from farm.store.db import make_engine
 from tests.helpers import matrix_dict, write_matrix
+from workers.setup.provision import Provisioned
 
 pytestmark = pytest.mark.server
 FARM = str(Path(sys.executable).with_name("farm"))
@@ -208,3 +209,28 @@ def test_a_control_arm_runs_the_baseline_twice_and_is_reported_as_such(
         argv = {arm: json.loads(text) for arm, text in db.execute("select arm, argv from run")}
     # The same command line: each server's socket has the same path inside its sandbox.
     assert argv["baseline"] == argv["variant"]
+
+
+def test_a_precision_job_stops_once_its_interval_meets_the_target_and_says_when(
+        tmp_path: Path, provisioned: Provisioned, isolated_data_dir: Path) -> None:
+    # The CPU-paying MTP oracle (every draft accepted, about 1.5x), a matrix's default
+    # rule: a look after each pair from the fourth, until the interval is within ±20%.
+    oracle = provisioned.models["qwen35-mtp-oracle-cpu"]
+    matrix = matrix_dict(oracle, **{
+        "prompt-mode": "completion", "repetitions": 1, "pairs": 4, "max-pairs": 7,
+        "target-ci": 0.2, "models": [{"name": "oracle", "path": str(oracle)}],
+        "variants": [{"name": "mtp", "flags": {"spec-type": "draft-mtp",
+                                               "spec-draft-n-max": 3}}]})
+    assert "stop-rule" not in matrix
+    result = farm("run", str(write_matrix(tmp_path, matrix)))
+    assert result.returncode == 0, result.stderr
+    [row] = report_rows()
+    assert row["interval_method"] == "sequential crossover, adjusted"
+    assert 4 <= row["pairs"] <= 7 and row["runs"] == row["pairs"] * 2
+    half_width = (row["ci_high"] - row["ci_low"]) / 2 / row["speedup"]
+    if half_width <= 0.2:
+        assert row["stop_reason"] == (f"target met at {row['pairs']} of at most 7 pairs "
+                                      f"(±{half_width:.1%})")
+    else:  # a machine too noisy for ±20% in 7 pairs says so
+        assert row["pairs"] == 7 and row["stop_reason"].startswith("target not reachable")
+    assert row["stop_reason"] in farm("report", "--wide").stdout  # among its flags

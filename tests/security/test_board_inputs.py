@@ -281,7 +281,8 @@ def _design(**design: Any) -> Any:
     ({"stop_rule": "fastest"}, "stop_rule"),
     ({"stop_rule": "decision", "pairs": 2, "max_pairs": 12}, "decision design looks from 4"),
     ({"stop_rule": "fixed", "pairs": 3, "max_pairs": 12}, "a fixed design runs first_stage"),
-    ({"pairs": 4, "max_pairs": 6}, "max_pairs (6) must equal first_stage"),
+    ({"stop_rule": "two-stage", "pairs": 4, "max_pairs": 6},
+     "max_pairs (6) must equal first_stage"),
     ({"pairs": 12, "max_pairs": 4}, "below the fewest pairs the design runs"),
 ])
 def test_a_strangers_spec_whose_pairs_no_design_runs_is_kept_off_by_its_reason(

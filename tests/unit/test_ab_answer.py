@@ -9,8 +9,9 @@ from typing import Any
 from farm.cli.start import _answer
 from farm.stats.design import Design
 
-DEFAULT = Design(4, 12)  # farm ab --stop-rule precision: 4 pairs, then up to 12, ±3%
+DEFAULT = Design(4, 12)  # two-stage: 4 pairs plan the rest, up to 12, ±3%
 DECISION = Design(4, 12, rule="decision")  # farm ab's default
+PRECISION = Design(4, 12, rule="precision")  # farm ab --stop-rule precision
 
 
 def _row(speedup: float, low: float, high: float, pairs: int,
@@ -83,3 +84,16 @@ def test_a_decision_designs_answer_is_its_stop_reason_with_the_time_saved() -> N
     assert _answer(row, DECISION).endswith(
         "(95% interval): undecided at max pairs (12); about 0% of a fixed 12-pair design's "
         "GPU time saved")
+
+
+def test_a_precision_designs_answer_reads_its_interval_then_says_when_it_met_its_target(
+        ) -> None:
+    def said(low: float, high: float, pairs: int, reason: str) -> str:
+        row = _row((low + high) / 2, low, high, pairs, reason)
+        return _answer(row, PRECISION).split(" (95% interval): ", 1)[1]
+
+    assert said(1.28, 1.34, 7, "target met at 7 of at most 12 pairs (±2.3%)") == (
+        "faster (target met at 7 of at most 12 pairs (±2.3%)); about 42% of a fixed 12-pair "
+        "design's GPU time saved")
+    assert said(0.98, 1.02, 9, "target met at 9 of at most 12 pairs (±2.0%)").startswith(
+        "within ±3% (target met at 9 ")

@@ -359,9 +359,9 @@ HELP: dict[tuple[str, ...], Help] = {
                       "[1<=x<=100]",
          "--stop-rule [decision|precision]": "decision (the default): from 4 pairs, a look "
                                              "after each, stop once faster, slower or within "
-                                             "±3% is decided (at most 12); precision: 4 pairs "
-                                             "plan how many more (at most 12) measure the "
-                                             "speedup to ±3%.",
+                                             "±3% is decided (at most 12); precision: from "
+                                             "4 pairs, a look after each, stop once the "
+                                             "speedup's interval is within ±3% (at most 12).",
          "--n-predict INTEGER RANGE": "Tokens generated per run. [default: 128; 2<=x<=32768]",
          "--repetitions N": "Runs per prompt per block (default 3). [1<=x<=1000]",
          "--prompt-suite CATEGORY": "Built-in prompts of this category (repeatable; `all` for "

@@ -220,11 +220,18 @@ def test_prompt_suite_categories_join_the_prompts(files: dict[str, Any]) -> None
     assert "unknown prompt category: poetry" in error_of(files, None, **suite)
 
 
-def test_a_design_without_room_for_its_second_stage_is_refused(files: dict[str, Any]) -> None:
-    short = error_of(files, None, pairs=4, **{"max-pairs": 6})
+def test_a_two_stage_design_without_room_for_its_second_stage_is_refused(
+        files: dict[str, Any]) -> None:
+    two_stage = {"stop-rule": "two-stage"}
+    short = error_of(files, None, pairs=4, **{"max-pairs": 6}, **two_stage)
     assert "max-pairs (6)" in short and "set it to 4" in short and "8 or more" in short
-    assert "3 or more" in error_of(files, None, pairs=2, **{"max-pairs": 8})
-    assert load(files, pairs=4, **{"max-pairs": 8})[0].max_pairs == 8  # two-stage
+    assert "3 or more" in error_of(files, None, pairs=2, **{"max-pairs": 8}, **two_stage)
+    # So is a precision design with an assurance (two-stage); without one it looks from 4.
+    assert "8 or more" in error_of(files, None, pairs=4, **{"max-pairs": 6,
+                                                            "target-assurance": 0.9})
+    [looking] = load(files, pairs=2, **{"max-pairs": 6})
+    assert looking.design.sequential and looking.design.least_pairs == 4
+    assert load(files, pairs=4, **{"max-pairs": 8}, **two_stage)[0].design.two_stage
     assert load(files, pairs=2, **{"max-pairs": 2})[0].pairs == 2  # fixed
 
 
@@ -234,7 +241,11 @@ def test_a_stop_rule_names_its_design_and_its_errors_name_the_fix(
     [decision] = load(files, **design, **{"stop-rule": "decision"})
     assert decision.design.sequential and (decision.pairs, decision.max_pairs) == (4, 12)
     [precision] = load(files, **design)
-    assert precision.design.two_stage and decision.job_key != precision.job_key
+    assert precision.design.sequential and precision.design.rule == "precision"
+    assert decision.job_key != precision.job_key
+    # A two-stage job (a stored one's design) is the same experiment as a precision one.
+    [two_stage] = load(files, **design, **{"stop-rule": "two-stage"})
+    assert two_stage.design.two_stage and two_stage.job_key == precision.job_key
     # A fixed rule runs `pairs` (max-pairs left out), the job of a matrix that set
     # max-pairs to pairs.
     matrix = _matrix(files, pairs=5, **{"stop-rule": "fixed"})

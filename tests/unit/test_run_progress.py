@@ -107,7 +107,8 @@ class Clock:
 
 def test_a_pipe_gets_the_design_up_front_then_a_line_per_block_with_runs_and_time_left(
         tmp_path: Path) -> None:
-    spec = _spec(tmp_path, pairs=4, **{"max-pairs": 12})  # 2 runs a block, 8 to 12 pairs
+    # 2 runs a block, 8 to 12 pairs (a two-stage design: the first stage plans the rest).
+    spec = _spec(tmp_path, pairs=4, **{"max-pairs": 12, "stop-rule": "two-stage"})
     out, clock = io.StringIO(), Clock()
     progress = RunProgress(Console(file=out, force_terminal=False, width=300), {}, clock)
     progress.start([spec], 0)

@@ -25,7 +25,7 @@ from farm.matrix.files import under
 from farm.matrix.spec import ArmRole, JobSpec, Prompt
 from farm.stats.design import StopDecision
 from farm.stats.frame import tidy_runs
-from farm.stats.sequential import decision_stop
+from farm.stats.sequential import decision_stop, precision_stop
 from farm.stats.speedup import pair_log_ratios, pair_orders
 from farm.stats.twostage import stop_decision
 from workers.job.checks import Preflight, preflight
@@ -125,15 +125,17 @@ def slot_of(block: int) -> tuple[int, int]:
 
 
 def stop_rule(spec: JobSpec, measured: dict[RunKey, float], pairs_done: int) -> StopDecision:
-    """After each complete pair, the job's stop rule: the decision design's look
-    (``farm.stats.sequential``), else the two-stage rule (``farm.stats.twostage``)."""
+    """After each complete pair, the job's stop rule: the decision or precision design's
+    look (``farm.stats.sequential``), else the two-stage rule (``farm.stats.twostage``)."""
     frame = tidy_runs([(key.arm, key.block, *slot_of(key.block), key.prompt_id,
                         key.repetition, tok_s)
                        for key, tok_s in measured.items() if slot_of(key.block)[0] < pairs_done],
                       ["arm", "block", "pair", "position", "prompt_id", "repetition",
                        "decode_tok_s"])
-    rule = decision_stop if spec.design.sequential else stop_decision
-    return rule(pair_log_ratios(frame), pair_orders(frame), spec.design, pairs_done)
+    design = spec.design
+    rule = (stop_decision if not design.sequential else
+            decision_stop if design.rule == "decision" else precision_stop)
+    return rule(pair_log_ratios(frame), pair_orders(frame), design, pairs_done)
 
 
 @dataclass(frozen=True)
