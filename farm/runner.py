@@ -70,47 +70,36 @@ def _flags_checked(path: Path, matrix: Matrix, spec: JobSpec, node: NodeFiles,
 
 
 class Progress(Protocol):
-    """What ``run_matrix`` tells as it goes (the CLI draws a bar; a selftest nothing)."""
+    """What ``run_matrix`` tells as it goes (the CLI draws a bar). Each step does nothing
+    unless an implementation says otherwise (``Silent``: a selftest's)."""
 
     def start(self, pending: Sequence[JobSpec], skipped: int) -> None:
         """The ``pending`` jobs will run in this order (``skipped`` already done)."""
+        return None
 
     def job(self, index: int, count: int, spec: JobSpec, runs_done: int) -> None:
         """Job ``index`` of ``count`` starts, with ``runs_done`` runs already stored."""
+        return None
 
     def run(self, result: RunResult) -> None:
         """One run finished."""
+        return None
 
     def decision(self, decision: StopDecision) -> None:
         """A pair finished: the job's stopping rule decided (its pairs: the plan so far)."""
+        return None
 
     def failed(self, spec: JobSpec, error: FarmError) -> None:
         """A job failed (the campaign goes on)."""
+        return None
 
     def close(self) -> None:
         """Every job ran (or the run was interrupted)."""
+        return None
 
 
-class Silent:
+class Silent(Progress):
     """A ``Progress`` that says nothing."""
-
-    def start(self, pending: Sequence[JobSpec], skipped: int) -> None:
-        """Say nothing."""
-
-    def job(self, index: int, count: int, spec: JobSpec, runs_done: int) -> None:
-        """Say nothing."""
-
-    def run(self, result: RunResult) -> None:
-        """Say nothing."""
-
-    def decision(self, decision: StopDecision) -> None:
-        """Say nothing."""
-
-    def failed(self, spec: JobSpec, error: FarmError) -> None:
-        """Say nothing."""
-
-    def close(self) -> None:
-        """Say nothing."""
 
 
 def _execute(engine: Engine, checked: CheckedMatrix, job_ids: list[int], settings: Settings,

@@ -77,11 +77,10 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, as_class: str | None
 def say_sandbox(settings: Settings, console: Console) -> None:
     """One line when a commit's code would not run in the sandbox here (it is off, or
     bubblewrap cannot run): what a user of this machine should know before a build."""
-    from workers.job.runtime.sandbox import Sandbox, sandbox_status
+    from farm.workflows.node import sandbox_note
 
-    sandbox = Sandbox(settings.sandbox)
-    if not sandbox.on or not sandbox.wraps(trusted=True):
-        console.print(f"note: {sandbox_status(sandbox)}", markup=False, soft_wrap=True)
+    if (note := sandbox_note(settings)) is not None:
+        console.print(note, markup=False, soft_wrap=True)
 
 
 def run_checked(checked: CheckedMatrix, settings: Settings, console: Console) -> str:

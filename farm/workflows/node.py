@@ -1,6 +1,7 @@
 """This machine as a node: its places and the model files found there (``farm paths``), its
-builds made, registered, listed and pruned (``farm build``, ``farm builds``), and the
-tutorial's build and models provisioned (``farm provision``)."""
+builds made, registered, listed and pruned (``farm build``, ``farm builds``), the
+tutorial's build and models provisioned (``farm provision``), and whether a commit's code
+would run in its sandbox (``farm run``'s note)."""
 
 from __future__ import annotations
 
@@ -89,3 +90,14 @@ def provision_node(settings: Settings) -> Provisioned:
     from workers.setup.provision import provision
 
     return provision(NodePaths.of(settings))
+
+
+def sandbox_note(settings: Settings) -> str | None:
+    """One line when a commit's code would not run in the sandbox here (it is off, or
+    bubblewrap cannot run), else None."""
+    from workers.job.runtime.sandbox import Sandbox, sandbox_status
+
+    sandbox = Sandbox(settings.sandbox)
+    if sandbox.on and sandbox.wraps(trusted=True):
+        return None
+    return f"note: {sandbox_status(sandbox)}"
