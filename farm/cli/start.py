@@ -134,11 +134,12 @@ class _AbCommand(click.Command):
               help="More baseline flags as one string, e.g. '-ctk q8_0 -ctv q8_0'.")
 @click.option("--pairs", type=click.IntRange(1, MAX_AB_PAIRS), metavar="N",
               help="A fixed number of block pairs (default: the --stop-rule's).")
-@click.option("--stop-rule", type=click.Choice(["decision", "precision"]),
+@click.option("--stop-rule", type=click.Choice(["decision", "precision", "two-stage"]),
               help=f"decision (the default): from 4 pairs, a look after each, stop once "
                    f"faster, slower or within ±3% is decided (at most {DEFAULT_MAX_PAIRS}); "
                    f"precision: from 4 pairs, a look after each, stop once the speedup's "
-                   f"interval is within ±3% (at most {DEFAULT_MAX_PAIRS}).")
+                   f"interval is within ±3% (at most {DEFAULT_MAX_PAIRS}); two-stage: 4 "
+                   "pairs plan how many more measure it to ±3% (the design before).")
 @click.option("--n-predict", type=click.IntRange(2, 32768), default=128, show_default=True,
               help="Tokens generated per run.")
 @click.option("--repetitions", type=click.IntRange(1, 1000), metavar="N",

@@ -2,10 +2,11 @@
 (`farm run` of examples/smollm2-ngram.yaml and examples/qwen35-mtp-oracle.yaml) and a
 default `farm ab` on the CPU MTP oracle (draft-mtp, n-max 3) and on SmolLM2 (n-gram), each
 in a private data dir, through each ``--design``: "decision" (`farm ab`'s default; the
-Quickstart's matrices with `stop-rule: decision`, from 4 pairs to their 6) and
-"two-stage" (`farm ab --stop-rule precision`; the Quickstart's fixed 6 pairs), one after
-the other in each of ``--rounds``; per job, its pairs, its answer (its stop reason) and its
-wall time (the job's start to its end in the store) split into
+Quickstart's matrices with `stop-rule: decision`, from 4 pairs to their 6), "precision"
+(`farm ab --stop-rule precision`; the Quickstart's with `stop-rule: precision`, 4 to 6) and
+"two-stage" (`farm ab --stop-rule two-stage`, the design before; the Quickstart's fixed 6
+pairs), one after the other in each of ``--rounds``; per job, its pairs, its answer (its
+stop reason) and its wall time (the job's start to its end in the store) split into
 
     start     each block's server start (launch to /health answering), per arm
     warm-up   each block's warm-up request
@@ -45,7 +46,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def _commands(models: Provisioned, design: str, folder: Path) -> dict[str, list[list[str]]]:
     oracle, smollm2 = models.models["qwen35-mtp-oracle-cpu"], models.models["smollm2"]
-    rule = ["--stop-rule", "precision"] if design == "two-stage" else []
+    rule = ["--stop-rule", design]
     return {
         "quickstart": [["run", str(_quickstart(name, design, folder))]
                        for name in ("smollm2-ngram.yaml", "qwen35-mtp-oracle.yaml")],
@@ -56,12 +57,13 @@ def _commands(models: Provisioned, design: str, folder: Path) -> dict[str, list[
 
 
 def _quickstart(name: str, design: str, folder: Path) -> Path:
-    """The example matrix as it is (its fixed pairs), or with the decision design from 4
-    pairs to its fixed number (written to ``folder``, the models dir's names kept)."""
+    """The example matrix as it is (its fixed pairs) for "two-stage", or with the decision
+    or precision design from 4 pairs to its fixed number (written to ``folder``, the models
+    dir's names kept)."""
     if design == "two-stage":
         return EXAMPLES / name
     matrix = yaml.safe_load((EXAMPLES / name).read_text())
-    matrix |= {"stop-rule": "decision", "pairs": 4, "campaign": f"{matrix['campaign']}-decision"}
+    matrix |= {"stop-rule": design, "pairs": 4, "campaign": f"{matrix['campaign']}-{design}"}
     path = folder / name
     path.write_text(yaml.safe_dump(matrix, sort_keys=False))
     return path
@@ -128,15 +130,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=["quickstart", "ab-mtp", "ab-ngram"], action="append",
                         help="measure only these (repeatable; default all)")
-    parser.add_argument("--design", choices=["decision", "two-stage"], action="append",
-                        help="only this design (repeatable; default both, interleaved)")
+    parser.add_argument("--design", choices=["decision", "precision", "two-stage"],
+                        action="append",
+                        help="only this design (repeatable; default all three, interleaved)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every design")
     parser.add_argument("--keep", type=Path, help="keep each data dir under this folder")
     options = parser.parse_args()
     models = provision(NodePaths.of(load_settings()))
     with tempfile.TemporaryDirectory(prefix="specfarm-job-time-") as folder:
         for round_ in range(1, options.rounds + 1):
-            for design in options.design or ["two-stage", "decision"]:
+            for design in options.design or ["two-stage", "decision", "precision"]:
                 commands = _commands(models, design, Path(folder))
                 for name in options.only or list(commands):
                     keep = options.keep / f"{name}-{design}-{round_}" if options.keep else None

@@ -357,11 +357,11 @@ HELP: dict[tuple[str, ...], Help] = {
          "--args FLAGS": "More baseline flags as one string, e.g. '-ctk q8_0 -ctv q8_0'.",
          "--pairs N": "A fixed number of block pairs (default: the --stop-rule's). "
                       "[1<=x<=100]",
-         "--stop-rule [decision|precision]": "decision (the default): from 4 pairs, a look "
-                                             "after each, stop once faster, slower or within "
-                                             "±3% is decided (at most 12); precision: from "
-                                             "4 pairs, a look after each, stop once the "
-                                             "speedup's interval is within ±3% (at most 12).",
+         "--stop-rule [decision|precision|two-stage]": (
+             "decision (the default): from 4 pairs, a look after each, stop once faster, "
+             "slower or within ±3% is decided (at most 12); precision: from 4 pairs, a look "
+             "after each, stop once the speedup's interval is within ±3% (at most 12); "
+             "two-stage: 4 pairs plan how many more measure it to ±3% (the design before)."),
          "--n-predict INTEGER RANGE": "Tokens generated per run. [default: 128; 2<=x<=32768]",
          "--repetitions N": "Runs per prompt per block (default 3). [1<=x<=1000]",
          "--prompt-suite CATEGORY": "Built-in prompts of this category (repeatable; `all` for "
