@@ -36,7 +36,7 @@ from workers.job.runtime.sandbox import Sandbox
 from workers.job.runtime.server import server_argv
 from workers.job.sinks import DbRunSink
 from workers.job.telemetry import GpuInfo, all_gpus
-from workers.lifecycle import Hold, measure, prepare, summarize
+from workers.lifecycle import Hold, build, measure, summarize
 from workers.paths import NodePaths, downloaded_files, hub_file
 from workers.setup.builds import built_here
 from workers.setup.download import fetch_models
@@ -286,10 +286,10 @@ def check_matrix(path: Path, settings: Settings, *, gpu_class: str | None = None
     notes += _idle_drafters(matrix, specs)
     unbuilt, build_seconds = [], [0.0] * len(specs)
     if make_builds:
-        hold, hub = Hold(gpus=all_gpus(), say=say), HubAccess.of(settings)
-        for index, spec in enumerate(specs):
-            prepared = prepare(spec, node, paths, hub, None, hold)
-            node, build_seconds[index] = prepared.files, prepared.build_seconds
+        hold = Hold(gpus=all_gpus(), say=say)
+        for index, spec in enumerate(specs):  # admitted and fetched above, as a matrix
+            built = build(spec, node, paths, None, hold)
+            node, build_seconds[index] = built.files, built.build_seconds
     else:
         ready = [s for s in specs if _built(s, node) and all(
             _on_node(model, paths.downloads_dir) for model in (s.model, *s.draft_models))]

@@ -15,9 +15,10 @@ the embedded store, a fleet worker under a lease, and the workflows built on `fa
    (``farm.results.finish.finished_job_values``).
 
 Finishing the job's row is the holder's: `farm run` marks it in its store, a worker
-finishes its lease. What differs between them is passed in: a ``Hold`` (how a step that
-meets an outage is tried, the job's clock, what runs between blocks, the farm's other
-processes on the node) and the sink its runs go to.
+finishes its lease. `farm run` admits and fetches a whole matrix's jobs before it builds
+any (``build``), a worker one job at a time (``prepare``). What else differs between them
+is passed in: a ``Hold`` (how a step that meets an outage is tried, the job's clock, what
+runs between blocks, the farm's other processes on the node) and the sink its runs go to.
 """
 
 from __future__ import annotations
@@ -91,6 +92,13 @@ def prepare(spec: JobSpec, files: NodeFiles, paths: NodePaths, hub: HubAccess,
     on `farm run`), fetch its models into ``files``' downloads dir, make its builds."""
     admit(spec, files, sources)
     hold.attempt(lambda: fetch_models([spec], files.downloads_dir, hub, hold.say))
+    return build(spec, files, paths, sources, hold)
+
+
+def build(spec: JobSpec, files: NodeFiles, paths: NodePaths, sources: Sequence[str] | None,
+          hold: Hold) -> Prepared:
+    """Step 3 alone, for a job admitted and its models fetched (`farm run` does both for a
+    whole matrix first, its errors naming the matrix's file and place)."""
     built: tuple[NodeFiles, float] = hold.attempt(lambda: with_source_builds(
         spec, files, paths, hold.gpus, sources))
     return Prepared(*built)

@@ -67,9 +67,10 @@ def _answer(row: dict[str, Any], design: Design) -> str:
         saved = 1 - int(row.get("pairs") or 0) / design.max_pairs
         # A decision design's stop reason is its answer; a precision design's says when it
         # met its target, after what its interval answers.
-        said = row["stop_reason"] if design.rule == "decision" else (
-            f"{found if found != 'within' else f'within ±{design.target * 100:g}%'} "
-            f"({row['stop_reason']})")
+        said = row["stop_reason"]
+        if design.rule != "decision":
+            what = f"within ±{design.target * 100:g}%" if found == "within" else found
+            said = f"{what} ({said})"
         return (f"answer: the variant decodes {speedup:.2f}x as fast as the baseline "
                 f"[{low:.2f}, {high:.2f}] (95% interval): {said}; about "
                 f"{saved:.0%} of a fixed {design.max_pairs}-pair design's GPU time saved")
