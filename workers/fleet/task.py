@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from types import FrameType, TracebackType
 from typing import TypeVar
 
@@ -222,6 +223,30 @@ def job_clock(seconds: int) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+@dataclass
+class _BuildsFirst:
+    """Between a job's blocks, a waiting build of this node goes first, for up to ``limit``
+    seconds in all (Settings.task_time_limit allows for it); then other jobs' builds wait
+    for this one's end. Another job's build is not this job's time: its clock stops."""
+
+    job_id: int
+    limit: float
+    waited: float = 0.0
+
+    def between_blocks(self, let_builds_go: Callable[[], float]) -> Callable[[], None]:
+        """What runs between blocks, given the measurement's ``let_builds_go``."""
+        return partial(self._let_a_build_go, let_builds_go)
+
+    def _let_a_build_go(self, let_builds_go: Callable[[], float]) -> None:
+        if self.waited >= self.limit:
+            return
+        with clock_stopped():
+            waited = let_builds_go()
+        self.waited += waited
+        if waited:
+            log.info("job %s: let a build of this node go first (%.0f s)", self.job_id, waited)
+
+
 def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
              keeper: LeaseKeeper) -> tuple[Outcome, float]:
     """The job's lifecycle under the lease (``workers.lifecycle``): admitted, its models
@@ -229,25 +254,11 @@ def _measure(worker: WorkerContext, lease: leases.Lease, spec: JobSpec,
     measured within it, the node's builds let go first between blocks for up to a build's
     time limit in all."""
     settings, paths, job_id = worker.settings, NodePaths.of(worker.settings), lease.job_id
-    let_go = 0.0  # seconds this job waited for other jobs' builds
-
-    def between_blocks(let_builds_go: Callable[[], float]) -> Callable[[], None]:
-        def let_a_build_go() -> None:
-            # Up to a build's time limit in all (Settings.task_time_limit allows for it);
-            # then other jobs' builds wait for this one's end.
-            nonlocal let_go
-            if let_go >= settings.build_time_limit:
-                return
-            with clock_stopped():  # another job's build is not this job's time
-                waited = let_builds_go()
-            let_go += waited
-            if waited:
-                log.info("job %s: let a build of this node go first (%.0f s)", job_id, waited)
-        return let_a_build_go
-
+    builds_first = _BuildsFirst(job_id, settings.build_time_limit)
     hold = Hold(gpus=worker.gpus, attempt=lambda call: _through_outages(call, job_id),
                 clock=lambda: job_clock(settings.job_time_limit),
-                between_blocks=between_blocks, siblings=lambda: _node_pids(worker.engine()),
+                between_blocks=builds_first.between_blocks,
+                siblings=lambda: _node_pids(worker.engine()),
                 say=lambda line: log.info("job %s: %s", job_id, line))
     prepared = prepare(spec, worker.config.files(), paths, HubAccess.of(settings),
                        worker.config.sources, hold)
