@@ -8,13 +8,10 @@
     │   └── BundleError               a shared bundle a board refuses (farm.board.verify)
     └── RuntimeFarmError          something failed while doing the work: exit 1
         ├── ServiceUnavailable        the database or the broker does not answer
-        ├── ServerStartError          llama-server exited while starting (a crash)
-        │   ├── ServerStartTimeout        ... or never answered /health in time
-        │   ├── ServerBadFlag             ... on a flag or value it could not parse
-        │   ├── ServerUnsupportedByBuild  ... on a type this build does not have
-        │   ├── ServerNoMtpHeads          ... because the model has no MTP layers
-        │   ├── ServerOutOfMemory         ... because the model did not fit
-        │   └── ServerModelUnreadable     ... because it could not open or load the model
+        ├── ServerStartError          llama-server did not start; its failure class says why:
+        │                                 crash (it exited), timeout (no /health in time),
+        │                                 bad_flag, unsupported_by_build, no_mtp_heads,
+        │                                 out_of_memory, model_unreadable
         ├── BuildFailed               a job's llama.cpp commit did not compile (its last lines)
         ├── Unavailable               this node cannot get what a job needs (now): handed back
         │   ├── BuildUnavailable          ... its build (source not allowed, fetch, disk)
@@ -27,11 +24,14 @@
 
 Each class names its ``failure_class``: the string stored with a failed job, grouped by in
 reports and keyed on by retries, so these strings never change. The code that knows why
-something failed raises the matching class (llama-server's own words are read in
-``workers/job/runtime/server_log.py``); nothing downstream parses messages.
+something failed raises the matching class, or for a server that did not start the failure
+class its own words name (read in ``workers/job/runtime/server_log.py``); nothing downstream
+parses messages.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 
 class FarmError(Exception):
@@ -81,54 +81,25 @@ class ServiceUnavailable(RuntimeFarmError):
     """The database or the broker does not answer; the message names which and what to check."""
 
 
-class ServerStartError(RuntimeFarmError):
-    """llama-server did not start; this class itself: it exited for no reason its log names.
+# Why llama-server did not start, as its log names it (``workers.job.runtime.server_log``):
+# it exited for no reason the log names, never answered /health in time, refused a flag or
+# value, lacks a type or flag in this build, found no MTP layers in the model it drafts
+# with, could not allocate the model or its context, or could not open or load the model.
+StartFailure = Literal["crash", "timeout", "bad_flag", "unsupported_by_build", "no_mtp_heads",
+                       "out_of_memory", "model_unreadable"]
 
-    ``workers/job/runtime/server_log.py`` picks the subclass from the server's log.
-    """
+
+class ServerStartError(RuntimeFarmError):
+    """llama-server did not start; ``failure_class`` says why (``StartFailure``)."""
 
     failure_class = "crash"
 
-    def __init__(self, message: str, log_tail: str = "") -> None:
+    def __init__(self, message: str, log_tail: str = "", *,
+                 failure_class: StartFailure = "crash") -> None:
         super().__init__(message + (f"\n--- server log (its failure lines) ---\n{log_tail}"
                                     if log_tail else ""))
         self.log_tail = log_tail
-
-
-class ServerStartTimeout(ServerStartError):
-    """llama-server did not answer /health in time (it may succeed on a later try)."""
-
-    failure_class = "timeout"
-
-
-class ServerBadFlag(ServerStartError):
-    """llama-server refused a flag or value of the arm's command line."""
-
-    failure_class = "bad_flag"
-
-
-class ServerUnsupportedByBuild(ServerStartError):
-    """llama-server does not know a speculative or cache type, or removed a flag."""
-
-    failure_class = "unsupported_by_build"
-
-
-class ServerNoMtpHeads(ServerStartError):
-    """llama-server found no MTP layers in the model it was asked to draft with."""
-
-    failure_class = "no_mtp_heads"
-
-
-class ServerOutOfMemory(ServerStartError):
-    """llama-server could not allocate the model or its context."""
-
-    failure_class = "out_of_memory"
-
-
-class ServerModelUnreadable(ServerStartError):
-    """llama-server could not open or load the model file."""
-
-    failure_class = "model_unreadable"
+        self.failure_class = failure_class
 
 
 class BuildFailed(RuntimeFarmError):
@@ -209,6 +180,6 @@ def first_line(error: BaseException | None) -> str:
 
 # Failure classes that can succeed when tried again (a slow start, a crash, a dropped
 # request); the others fail at once.
-RETRYABLE = frozenset({ServerStartTimeout.failure_class, ServerStartError.failure_class,
+RETRYABLE = frozenset({"timeout", ServerStartError.failure_class,
                        BenchmarkError.failure_class, InternalError.failure_class,
                        NodeBusy.failure_class})

@@ -12,30 +12,21 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from farm.errors import (
-    BenchmarkError,
-    ServerBadFlag,
-    ServerModelUnreadable,
-    ServerNoMtpHeads,
-    ServerOutOfMemory,
-    ServerStartError,
-    ServerStartTimeout,
-    ServerUnsupportedByBuild,
-)
+from farm.errors import BenchmarkError, ServerStartError, StartFailure
 from workers.job.runtime.untrusted_files import read_file, read_tail
 
 # Why a start failed, in lower case, most specific first (first match wins): llama.cpp
 # names a speculative or cache type it lacks inside its generic "error while handling
 # argument" line.
-_START_FAILURES: tuple[tuple[type[ServerStartError], tuple[str, ...]], ...] = (
-    (ServerNoMtpHeads, ("doesn't contain mtp layers", "failed to create mtp context")),
-    (ServerUnsupportedByBuild, ("unknown speculative type", "unsupported cache type",
-                                "the argument has been removed")),
-    (ServerBadFlag, ("invalid argument", "error while handling argument")),
-    (ServerOutOfMemory, ("out of memory", "failed to allocate", "cudamalloc failed",
-                         "unable to allocate")),
-    (ServerModelUnreadable, ("failed to open", "no such file", "failed to load model",
-                             "error loading model")),
+_START_FAILURES: tuple[tuple[StartFailure, tuple[str, ...]], ...] = (
+    ("no_mtp_heads", ("doesn't contain mtp layers", "failed to create mtp context")),
+    ("unsupported_by_build", ("unknown speculative type", "unsupported cache type",
+                              "the argument has been removed")),
+    ("bad_flag", ("invalid argument", "error while handling argument")),
+    ("out_of_memory", ("out of memory", "failed to allocate", "cudamalloc failed",
+                       "unable to allocate")),
+    ("model_unreadable", ("failed to open", "no such file", "failed to load model",
+                          "error loading model")),
 )
 # The line llama.cpp's llama_model::load_tensors logs on a build with GPU offload support:
 #   LLAMA_LOG_INFO("%s: offloaded %d/%d layers to GPU\n", __func__, ...)
@@ -91,7 +82,7 @@ def failure_lines(log_tail: str) -> str:
 
 
 def start_error(message: str, log_tail: str, *, timed_out: bool = False) -> ServerStartError:
-    """The error for a failed start, of the class the log names, carrying the log's
+    """The error for a failed start, of the failure class the log names, carrying the log's
     failure lines only (``failure_lines``).
 
     A server still starting at the deadline may have logged why it was stuck (an
@@ -99,10 +90,9 @@ def start_error(message: str, log_tail: str, *, timed_out: bool = False) -> Serv
     timeout or, if it exited, a crash.
     """
     text, shown = log_tail.lower(), failure_lines(log_tail)
-    for error, markers in _START_FAILURES:
-        if any(marker in text for marker in markers):
-            return error(message, shown)
-    return (ServerStartTimeout if timed_out else ServerStartError)(message, shown)
+    named = (why for why, markers in _START_FAILURES if any(marker in text for marker in markers))
+    return ServerStartError(message, shown,
+                            failure_class=next(named, "timeout" if timed_out else "crash"))
 
 
 def weights_spilled(log_text: str) -> bool:
