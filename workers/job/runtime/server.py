@@ -14,7 +14,6 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 
 import httpx
 
@@ -24,6 +23,7 @@ from workers.job.runtime import server_log
 from workers.job.runtime.sandbox import Sandbox, inner_pid
 from workers.job.runtime.server_output import OutputToLog
 from workers.job.runtime.untrusted_files import HeldSocket, read_file, remove_folder
+from workers.job.started import Started
 
 # The server answers HTTP on a UNIX socket in a folder of its own: with the sandbox on,
 # in a network namespace with nothing but loopback, nothing else can reach it; a path
@@ -96,7 +96,7 @@ def server_argv(binary: str, model: str, arm_argv: Sequence[str], *, socket: str
             "--metrics", *(["--offline"] if offline else []), *arm_argv]
 
 
-class LlamaServer:
+class LlamaServer(Started):
     """One server process for one arm. Use as a context manager: it always stops."""
 
     def __init__(self, binary: str, model: str, arm_argv: list[str], log_path: Path,
@@ -172,14 +172,6 @@ class LlamaServer:
         reads = [Path(self.binary).resolve(), *shards, *self.reads]
         return self.sandbox.command(self.argv, self.env, trusted=self.trusted, read=reads,
                                     moved=[(self._socket_dir, SOCKET_DIR)], gpu=self.gpu)
-
-    def __enter__(self) -> LlamaServer:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Launch the server and wait until /health answers; ``ServerStartError`` if not."""

@@ -5,9 +5,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection
-from types import TracebackType
-from typing import Self
 
+from workers.job.started import Started
 from workers.job.telemetry.nvml import (
     GpuInfo,
     NvmlSource,
@@ -21,7 +20,7 @@ from workers.job.telemetry.procfs import ProcessSample, read_process
 from workers.job.telemetry.summary import RunTelemetry, summarize
 
 
-class Sampler:
+class Sampler(Started):
     """Samples the given GPUs (by uuid) every ``interval`` s in a background thread while an
     arm runs, and the server process's RSS/CPU time from /proc.
 
@@ -47,14 +46,6 @@ class Sampler:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     @property
     def samples(self) -> list[Sample]:
