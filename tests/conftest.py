@@ -39,11 +39,13 @@ def no_colour_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def one_thread_beside_another(request: pytest.FixtureRequest) -> Iterator[None]:
-    """In tests/run's shared phase (pytest-xdist), a server test that is not marked
-    ``alone`` fails when it started a llama-server at more than one thread
-    (``tests.beside``)."""
-    if ("PYTEST_XDIST_WORKER" not in os.environ or request.node.get_closest_marker("server")
-            is None or request.node.get_closest_marker("alone") is not None):
+    """In tests/run's shared phase (pytest-xdist) and beside it (marked ``waits``), a
+    server test that is not marked ``alone`` fails when it started a llama-server at more
+    than one thread (``tests.beside``)."""
+    beside = ("PYTEST_XDIST_WORKER" in os.environ
+              or request.node.get_closest_marker("waits") is not None)
+    if (not beside or request.node.get_closest_marker("server") is None
+            or request.node.get_closest_marker("alone") is not None):
         yield
         return
     watch = Watch().start()

@@ -14,7 +14,10 @@ import yaml
 from tests.e2e.test_farm_run import farm, report_rows
 from workers.setup.provision import Provisioned
 
-pytestmark = pytest.mark.server
+# Alone: it decides on measured speed (about 1.5x, plain at 4 pairs on a quiet node);
+# beside a neighbour's build in the shared phase it once read 1.04x [0.87, 1.26] and
+# stopped, rightly, as undecided.
+pytestmark = [pytest.mark.server, pytest.mark.alone]
 
 DECIDED = re.compile(r"answer: the variant decodes (?P<speedup>\d+\.\d\d)x as fast as the "
                      r"baseline \[(?P<low>\d+\.\d\d), (?P<high>\d+\.\d\d)\] \(95% interval\): "

@@ -30,10 +30,11 @@ from tests.e2e.test_fleet import Fleet, open_fleet, servers_of, wait_for
 from tests.helpers import COPY_PROMPT
 from workers.setup.provision import Provisioned
 
-# Alone: each scenario is held to times (recovery within three leases, a crash that must
+# Waits: each scenario is held to times (recovery within three leases, a crash that must
 # land mid-block), which a neighbour's work on the two cores stretched (once beside
-# another test, the killed server's crash was not recorded within its 60 s).
-pytestmark = [pytest.mark.server, pytest.mark.alone]
+# another test, the killed server's crash was not recorded within its 60 s). tests/run runs
+# them one at a time beside the shared phase, whose CPU group yields them the cores.
+pytestmark = [pytest.mark.server, pytest.mark.waits]
 LEASE = 15
 # How long a lost message can go unnoticed; the default is two leases, a short one keeps
 # the suite quick and the recovery times far from the three-lease bound they are held to.

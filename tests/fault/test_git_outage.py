@@ -20,7 +20,7 @@ from workers.setup.provision import Provisioned
 
 # Fixtures used by name: a fleet (built on the Hub stand-in's fixtures).
 __all__ = ["fleet", "hub", "shards", "smol_gguf"]
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.waits]
 
 
 def test_a_git_source_stopped_for_a_minute_delays_the_job_and_it_finishes(

@@ -1,6 +1,5 @@
 """Outages that pass: the Hub answering 503 for 60 s (here), a git source stopped for 60 s
-(tests/fault/test_git_outage.py: its own module, so the two minutes of waiting run on both
-cores of the shared phase at once). A real worker meets each on a job's model or build,
+(tests/fault/test_git_outage.py). A real worker meets each on a job's model or build,
 tries again within the job, hands the job back for later without refusing it
 (``job.deferrals``), and the job finishes once the source is back. Each prints its
 timeline."""
@@ -23,7 +22,8 @@ from workers.setup.provision import Provisioned
 
 # Fixtures used by name: the stand-in's, and a fleet whose nodes reach it.
 __all__ = ["fleet", "hub", "shards", "smol_gguf"]
-pytestmark = pytest.mark.server
+# Waits: a minute of outage each, beside the shared phase (tests/run).
+pytestmark = [pytest.mark.server, pytest.mark.waits]
 OUTAGE = 60.0
 
 
