@@ -108,7 +108,7 @@ def test_a_process_name_with_spaces_and_parentheses_parses() -> None:
     fields = " ".join(["S", "7", *["0"] * 9, "11", "12", "13", "14", *["0"] * 30])
     process = pid_ticks(42, f"42 (a (b) c) {fields}")
     assert (process.pid, process.ppid, process.name) == (42, 7, "a (b) c")
-    assert (process.ticks, process.reaped, process.total) == (23, 27, 50)
+    assert (process.ticks, process.total) == (23, 50)  # utime + stime, with cutime + cstime
 
 
 def test_the_tree_holds_descendants_and_only_roots_present() -> None:

@@ -27,20 +27,15 @@ TOP = 5
 
 @dataclass(frozen=True)
 class ProcTicks:
-    """One process in a snapshot: its parent, name, its own CPU ticks and its reaped
-    children's (so that a child of the farm's that ends between two snapshots is still
-    counted as the farm's)."""
+    """One process in a snapshot: its parent, name, its own CPU ticks (what names the
+    busiest) and its total, with its reaped children's (so that a child of the farm's that
+    ends between two snapshots is still counted as the farm's)."""
 
     pid: int
     ppid: int
     name: str
     ticks: int
-    reaped: int
-
-    @property
-    def total(self) -> int:
-        """Its ticks and its reaped children's."""
-        return self.ticks + self.reaped
+    total: int
 
 
 @dataclass(frozen=True)
@@ -84,13 +79,13 @@ def stat_busy_ticks(stat: str) -> int:
 
 
 def pid_ticks(pid: int, stat: str) -> ProcTicks:
-    """A process from its /proc/<pid>/stat text: utime + stime, and cutime + cstime."""
+    """A process from its /proc/<pid>/stat text: utime + stime, and with cutime + cstime."""
     # The name (field 2) is in parentheses and may hold spaces or ')': fields are counted
     # from after its last ')': ppid is field 4, utime 14, stime 15, cutime 16, cstime 17.
     name = stat[stat.index("(") + 1:stat.rindex(")")]
     fields = stat[stat.rindex(")") + 2:].split()
-    return ProcTicks(pid, int(fields[1]), name, int(fields[11]) + int(fields[12]),
-                     int(fields[13]) + int(fields[14]))
+    ticks = int(fields[11]) + int(fields[12])
+    return ProcTicks(pid, int(fields[1]), name, ticks, ticks + int(fields[13]) + int(fields[14]))
 
 
 def snapshot(proc: Path = PROC, clock: Callable[[], float] = time.monotonic) -> Snapshot:
