@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,24 @@ from workers.paths import NodePaths
 from workers.setup.provision import Provisioned, provision
 
 PG_ADMIN_URL = os.environ.get("FARM_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+# Where each test's start and end go, one line each (wall clock, the xdist worker, the
+# test), when set: the timeline docs/testing.md reads the suite's idle stretches from.
+TIMELINE = os.environ.get("SPECFARM_TEST_TIMELINE")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """Where the test runs (an xdist worker, or the one process): its start and end."""
+    if not TIMELINE:
+        return (yield)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
+    with open(TIMELINE, "a", encoding="utf-8") as out:
+        out.write(f"{time.time():.1f} {worker} start {item.nodeid}\n")
+    try:
+        return (yield)
+    finally:
+        with open(TIMELINE, "a", encoding="utf-8") as out:
+            out.write(f"{time.time():.1f} {worker} end {item.nodeid}\n")
 
 
 @pytest.fixture(autouse=True)
