@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import psycopg
@@ -25,7 +25,7 @@ TIMELINE = os.environ.get("SPECFARM_TEST_TIMELINE")
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
     """Where the test runs (an xdist worker, or the one process): its start and end."""
     if not TIMELINE:
         return (yield)
