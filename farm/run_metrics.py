@@ -7,7 +7,8 @@ bounded by its unit), what a worker writes (``workers.job.sinks.run_row`` reads 
 run's result where ``source`` says), the runs frame (every column; ``statistics``: the
 frame a job's statistics read), and, where it is summarized per arm, the job summary's
 fields (``farm.summary.RunFacts``), the SQL that makes them (``farm.results.sql``) and
-their report columns (``farm.columns``).
+their report columns (``farm.columns``); where each of a run's simultaneous streams has its
+own figure too, the stream's column (``farm.store.models.Stream``).
 
 A new metric is its declaration here, a migration that adds its column (``since``) and its
 measurement on the node; one summarized per arm also makes the next summary version
@@ -61,6 +62,7 @@ class RunMetric:
     statistics: bool = False  # a job's statistics read it (farm.results.runs.job_runs)
     shared: bool = True  # a bundle carries it (farm.board.bundle.RunRecord)
     per_arm: tuple[ArmFact, ...] = ()  # its summary per arm, in the job's run facts
+    stream: bool = False  # each stream's row holds its own (farm.store.models.Stream)
 
     @property
     def kind(self) -> Kind:
@@ -69,11 +71,11 @@ class RunMetric:
 
 
 def _timing(name: str, unit: Unit, about: str, *, required: bool = True,
-            statistics: bool = True) -> RunMetric:
+            stream: bool = True) -> RunMetric:
     """A figure of the request's own timings and counts (``Generation``: its one stream's,
     or its streams' merged)."""
     return RunMetric(name, unit, about, f"generation.{name}", required=required,
-                     statistics=statistics)
+                     statistics=True, stream=stream)
 
 
 def _counter(name: str, about: str, source: str) -> RunMetric:
@@ -105,15 +107,16 @@ RUN_METRICS: Final = (
     _timing("decode_tok_s", "tok/s", "Decode speed by the server's timings "
             "(predicted_per_second)."),
     _timing("client_decode_tok_s", "tok/s", "Decode speed by the client's clock, the server's "
-            "witness.", required=False),
+            "witness.", required=False, stream=False),
     _timing("ttft_ms", "ms", "Time to the first token."),
     _timing("e2e_ms", "ms", "The request's end-to-end time."),
-    _timing("tpot_ms", "ms", "Time per output token after the first.", required=False),
+    _timing("tpot_ms", "ms", "Time per output token after the first.", required=False,
+            stream=False),
     # Speculation: the request's timings and the /metrics counter deltas, raw.
     RunMetric("draft_n", "tokens", "Tokens drafted, by the request's timings.",
-              "generation.draft_n", required=True, default=0),
+              "generation.draft_n", required=True, default=0, stream=True),
     RunMetric("draft_accepted", "tokens", "Drafted tokens accepted, by the request's timings.",
-              "generation.draft_accepted", required=True, default=0),
+              "generation.draft_accepted", required=True, default=0, stream=True),
     _counter("spec_drafts", "Drafts made (/metrics delta).", "counters.drafts"),
     _counter("spec_drafted", "Tokens drafted (/metrics delta).", "counters.drafted"),
     _counter("spec_accepted", "Drafted tokens accepted (/metrics delta).", "counters.accepted"),

@@ -164,12 +164,12 @@ def job_streams(engine: Engine, job_id: int) -> pd.DataFrame:
     from farm.stats.frame import tidy_runs
     from farm.store.models import Run, Stream
 
-    columns = [Run.arm, Run.block, Run.prompt_id, Run.repetition, Stream.slot, Stream.draft_n,
-               Stream.draft_accepted]
+    query = (select(Run.arm, Run.block, Run.prompt_id, Run.repetition, Stream.slot,
+                    Stream.__table__.c.draft_n, Stream.__table__.c.draft_accepted)
+             .join(Stream, Stream.run_id == Run.id).where(Run.job_id == job_id))
     with engine.connect() as connection:
-        rows = connection.execute(select(*columns).join(Stream, Stream.run_id == Run.id)
-                                  .where(Run.job_id == job_id)).mappings().all()
-    return tidy_runs(rows, [str(column.key) for column in columns])
+        rows = connection.execute(query).mappings().all()
+    return tidy_runs(rows, list(query.selected_columns.keys()))
 
 
 def _job_kind(summary: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> str:

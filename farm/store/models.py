@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -25,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeEngine
 
-from farm.run_metrics import NAME_LENGTH, RUN_METRICS, Kind
+from farm.run_metrics import NAME_LENGTH, RUN_METRICS, Kind, RunMetric
 
 # Deterministic constraint names, so batch migrations can alter them on SQLite too.
 NAMING_CONVENTION = {
@@ -237,21 +237,23 @@ METRIC_TYPES: dict[Kind, Callable[[], TypeEngine[Any]]] = {
     "float": Float, "int": Integer, "flag": Boolean, "text": lambda: String(NAME_LENGTH)}
 
 
-def _add_metric_columns() -> None:
-    """Each declared run metric's column on ``Run`` (SQLAlchemy adds it to the table and the
-    mapper): nullable unless every run has one."""
-    for metric in RUN_METRICS:
-        setattr(Run, metric.name, mapped_column(
+def _add_metric_columns(table: type[Base], metrics: Iterable[RunMetric]) -> None:
+    """Each declared run metric's column on ``table`` (SQLAlchemy adds it to the table and
+    the mapper): nullable unless every run has one."""
+    for metric in metrics:
+        setattr(table, metric.name, mapped_column(
             metric.name, METRIC_TYPES[metric.kind](), nullable=not metric.required,
             default=metric.default))
 
 
-_add_metric_columns()
+_add_metric_columns(Run, RUN_METRICS)
 
 
 class Stream(Base):
     """One of a run's simultaneous streams (runs of concurrency > 1 only): the slot it ran
-    on, its own figures, and its client times in ms from the run's first request."""
+    on, its client times in ms from the run's first request, and its own figures: the
+    columns of the run metrics declared per stream (``farm.run_metrics``), below the class:
+    in typed code, ``Stream.__table__.c.draft_n``."""
 
     __tablename__ = "stream"
     __table_args__ = (UniqueConstraint("run_id", "stream"),)
@@ -261,19 +263,14 @@ class Stream(Base):
     stream: Mapped[int] = mapped_column(Integer)
     slot: Mapped[int | None] = mapped_column(Integer)
     seed: Mapped[int | None] = mapped_column(BigInteger)
-    prompt_tokens: Mapped[int] = mapped_column(Integer)
-    generated_tokens: Mapped[int] = mapped_column(Integer)
-    prompt_tok_s: Mapped[float | None] = mapped_column(Float)
-    decode_tok_s: Mapped[float] = mapped_column(Float)
-    ttft_ms: Mapped[float] = mapped_column(Float)
-    e2e_ms: Mapped[float] = mapped_column(Float)
-    draft_n: Mapped[int] = mapped_column(Integer)
-    draft_accepted: Mapped[int] = mapped_column(Integer)
     sent_ms: Mapped[float] = mapped_column(Float)
     first_ms: Mapped[float] = mapped_column(Float)
     last_ms: Mapped[float] = mapped_column(Float)
 
     run: Mapped[Run] = relationship(back_populates="streams")
+
+
+_add_metric_columns(Stream, (metric for metric in RUN_METRICS if metric.stream))
 
 
 class Model(Base):

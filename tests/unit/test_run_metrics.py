@@ -25,7 +25,7 @@ from farm.results.runs import DRIFT_COLUMNS, STATS_COLUMNS
 from farm.results.sql import run_facts_sql
 from farm.run_metrics import RUN_METRICS, RunMetric, Unit
 from farm.store.db import make_engine, upgrade
-from farm.store.models import Run
+from farm.store.models import Base, Run, Stream
 from farm.summary import FACTS
 from workers.job.checks import Preflight
 from workers.job.results import BlockStart, RunKey, RunResult, Slot
@@ -38,6 +38,7 @@ from workers.job.telemetry.node import CpuState, NodeLoad, OtherWork
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = [metric.name for metric in RUN_METRICS]
 ARM_FACTS = [fact.name for metric in RUN_METRICS for fact in metric.per_arm]
+PER_STREAM = [metric for metric in RUN_METRICS if metric.stream]
 PYTHON_TYPES = {"float": float, "int": int, "flag": bool, "text": str}
 
 
@@ -55,12 +56,15 @@ def test_each_metric_and_each_of_its_facts_is_named_once() -> None:
     assert len(set(ARM_FACTS)) == len(ARM_FACTS)
 
 
-def test_the_run_table_is_its_hand_written_columns_and_the_metrics() -> None:
-    hand = _hand_written("farm/store/models.py", "Run") - {"job", "streams"}
+@pytest.mark.parametrize(("table", "metrics"), [(Run, RUN_METRICS), (Stream, PER_STREAM)],
+                         ids=["run", "stream"])
+def test_a_table_is_its_hand_written_columns_and_its_metrics(
+        table: type[Base], metrics: list[RunMetric]) -> None:
+    hand = _hand_written("farm/store/models.py", table.__name__) - {"job", "streams", "run"}
     assert not hand & set(NAMES), "declare a metric in farm.run_metrics alone"
-    columns = Run.__table__.columns
-    assert set(columns.keys()) == hand | set(NAMES)
-    for metric in RUN_METRICS:
+    columns = table.__table__.columns
+    assert set(columns.keys()) == hand | {metric.name for metric in metrics}
+    for metric in metrics:
         column = columns[metric.name]
         assert column.type.python_type is PYTHON_TYPES[metric.kind], metric.name
         assert column.nullable is not metric.required, metric.name
@@ -143,13 +147,17 @@ def _result() -> RunResult:
         start=BlockStart(4.0, 0.7))
 
 
-def test_a_run_row_holds_every_metric_its_result_measured() -> None:
+def _row() -> Run:
     checked = SimpleNamespace(
         probe=lambda arm: SimpleNamespace(version="v1"),
         spec=SimpleNamespace(arm=lambda arm: SimpleNamespace(build=SimpleNamespace(source=None)),
                              model=SimpleNamespace(provenance=None)),
         model=SimpleNamespace(file_name="m.gguf", size=3, sha256="0" * 64))
-    row = run_row(1, _result(), cast(Preflight, checked), "host", "default")
+    return run_row(1, _result(), cast(Preflight, checked), "host", "default")
+
+
+def test_a_run_row_holds_every_metric_its_result_measured() -> None:
+    row = _row()
     values = {name: getattr(row, name) for name in NAMES}
     assert [name for name, value in values.items() if value is None] == []
     # The streams' window: 1.01 s to 1.45 s, both decoding from 1.06 s to 1.40 s.
@@ -157,6 +165,13 @@ def test_a_run_row_holds_every_metric_its_result_measured() -> None:
                                             "server_start_s", "overlap")} == {
         "decode_tok_s": 50.0, "spec_drafted": 9, "spec_draft_ms": 1.5, "server_start_s": 4.0,
         "overlap": pytest.approx(0.34 / 0.44)}
+
+
+def test_each_stream_row_holds_every_metric_declared_per_stream() -> None:
+    streams = _row().streams
+    assert [stream.stream for stream in streams] == [0, 1]
+    assert [(stream.stream, metric.name) for stream in streams for metric in PER_STREAM
+            if getattr(stream, metric.name) is None] == []
 
 
 def test_each_metric_summarized_per_arm_is_a_run_fact_its_sql_makes(tmp_path: Path) -> None:
