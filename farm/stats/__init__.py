@@ -9,6 +9,7 @@ another package of the farm but ``farm.words`` (a phrase the reports read back).
     speedup        pair values, paired t, the crossover model, a job's estimate
     twostage       the two-stage rule: pairs planned from the first stage, run on to target
     sequential     a look after each pair: the decision and the precision designs
+    race           many settings raced against one baseline: the fastest within epsilon
     pooling        jobs combined: random-effects over log speedups, variance shrinkage
     acceptance     accepted over drafted with prompts as clusters, per position
     agreement      variant outputs against the baseline's, against the baseline's repeats

@@ -230,7 +230,8 @@ def test_every_t_interval_is_made_by_the_one_margin_helper() -> None:
                                               "farm/stats/traffic.py"}
     # The F distribution tests variances (the two-stage rule's, the drift test's misfit).
     assert _callers("f_cdf") == {"farm/stats/twostage.py", "farm/stats/drift.py"}
-    assert _callers("shrunk_variances") == {"farm/stats/pooling.py", "farm/stats/curve.py"}
+    assert _callers("shrunk_variances") == {"farm/stats/pooling.py", "farm/stats/curve.py",
+                                            "farm/stats/race.py"}
 
 
 def _contracts() -> list[dict[str, object]]:
