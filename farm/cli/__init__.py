@@ -1,7 +1,8 @@
 """The ``farm`` command: one flat group of verbs (``farm run``, ``farm report``; ``farm db``
 and ``farm board`` have subcommands), registered on ``base.cli`` by modules that each hold
 one topic's verbs: start (the first hour), running, results, database, fleet, builds,
-peers, track, bisect (its workflow in ``farm.workflows``), board (``farm share`` and the board).
+peers, track, bisect and tune (their workflows in ``farm.workflows``), board (``farm share``
+and the board).
 What the verbs print or write lives beside them (show, show_history, show_peers, dry_run,
 progress and its arithmetic in forecast, output); every command's examples in ``helptext``.
 
@@ -22,12 +23,13 @@ from farm.cli import (
     running,
     start,
     track,
+    tune,
 )
 from farm.cli.base import cli
 from farm.cli.helptext import teach
 
 __all__ = ["bisect", "board", "builds", "cli", "database", "fleet", "main", "peers", "results",
-           "running", "start", "track"]
+           "running", "start", "track", "tune"]
 
 teach(cli)
 

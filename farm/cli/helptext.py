@@ -53,6 +53,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "bisect": ("farm bisect nightly.yaml --good b9200 --bad master --dry-run",
                "farm bisect nightly.yaml --good b9200 --bad master --series variant "
                "--series draft"),
+    "tune": ("farm tune SmolLM2-135M-Instruct.Q4_1 --dry-run",
+             "farm tune qwen35-mtp-oracle --spec-type draft-mtp --budget 30m",
+             "farm tune model.gguf --space spec-draft-n-max=2,3,4 --space "
+             "spec-draft-p-min=0,0.6 --drafter draft.gguf"),
     "share": ("farm share smollm2-ngram --dry-run",
               "farm share smollm2-ngram -o mine.zip --sign ~/.farm-key"),
     "board": ("farm board add mine.zip theirs.zip", "farm board show --format md"),

@@ -51,8 +51,14 @@ def run(matrix: Path, dry_run: bool, gpu_class: str | None, as_class: str | None
     from farm.matrix.options import check_allowances
     from farm.runner import check_matrix, this_machine
     from farm.workflows.reports import measured_costs
+    from farm.workflows.tune import is_tune
 
     settings = load_settings()
+    if is_tune(matrix):  # a race, not every job (farm tune)
+        from farm.cli.tune import run_tune
+
+        run_tune(matrix, settings, (gpu_class, as_class), "table", None, dry_run)
+        return
     console = Console(stderr=True)
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     say_sandbox(settings, console)

@@ -261,6 +261,39 @@ class EngineCurve(Strict):
         return arms
 
 
+class Tune(Strict):
+    """A race over settings (`farm tune`, docs/tune.md): every combination of the `space`
+    flags' values is a candidate against the baseline; candidates run a few pairs each,
+    the ones shown slower than the leader by more than `epsilon` drop out, the rest run on
+    until one setting is named within `epsilon` of the fastest."""
+
+    space: Annotated[FlagSpec, Field(min_length=1, description=(
+        "The candidates' flags on top of the baseline's; a list sweeps a flag, every "
+        "combination being a candidate."))]
+    epsilon: float = Field(0.02, gt=0.0, lt=0.5, description=(
+        "The margin within which any setting is a fair choice (0.02 = 2%)."))
+    budget_pairs: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        None, description="Most block pairs in all (default: every candidate at max-pairs).")
+    budget_minutes: Annotated[float, Field(gt=0, le=100_000)] | None = Field(
+        None, description="Most minutes in all, made pairs at the first round's pace.")
+    max_pairs: Annotated[int, Field(ge=4, le=100, multiple_of=2)] = Field(
+        24, description="Most block pairs one candidate runs (an even number: a round adds "
+                        "one pair of each order).")
+
+    @model_validator(mode="after")
+    def _no_empty_sweep(self) -> Tune:
+        for name, value in self.space.items():
+            if isinstance(value, list) and not value:
+                raise ValueError(f"space: {name} sweeps no value; give one or more")
+        if self.budget_pairs is not None and self.budget_minutes is not None:
+            raise ValueError("give budget-pairs or budget-minutes, not both")
+        return self
+
+    def arms(self) -> list[Variant]:
+        """The space as one variant whose lists sweep (one job per candidate)."""
+        return [Variant(name="tune", flags=self.space)]
+
+
 class Matrix(Strict):
     """A campaign as the user writes it: models, builds, prompts, the baseline, variants, design."""
 
@@ -327,6 +360,8 @@ class Matrix(Strict):
     engine_curve: EngineCurve | None = Field(
         None, description="Shorthand for synthetic-acceptance variants: the engine's speedup "
                           "per draft length and acceptance length.")
+    tune: Tune | None = Field(None, description="A race for the fastest of many settings "
+                              "instead of variants (`farm tune`, docs/tune.md).")
 
     @model_validator(mode="after")
     def _draft_models_remote(self) -> Matrix:
@@ -339,8 +374,11 @@ class Matrix(Strict):
 
     @model_validator(mode="after")
     def _pairs_in_order(self) -> Matrix:
-        if not self.variants and self.engine_curve is None:
-            raise ValueError("give `variants` (at least one) or an `engine-curve`")
+        if self.tune is not None and (self.variants or self.engine_curve is not None):
+            raise ValueError("a `tune` matrix races its `space`: remove `variants` and "
+                             "`engine-curve`")
+        if not self.variants and self.engine_curve is None and self.tune is None:
+            raise ValueError("give `variants` (at least one), an `engine-curve` or `tune`")
         if self.engine_curve is not None and not self.engine_curve.arms():
             raise ValueError("engine-curve: every synth-len is above draft-n-max + 1, which no "
                              "draft reaches; give lengths from 1 to the largest draft-n-max + 1")
@@ -386,8 +424,9 @@ class Matrix(Strict):
         return _distinct(self.prompt_length)
 
     def all_variants(self) -> list[Variant]:
-        """``variants``, then the arms ``engine-curve`` expands to."""
-        return [*self.variants, *(self.engine_curve.arms() if self.engine_curve else [])]
+        """``variants``, then the arms ``engine-curve`` expands to, or ``tune``'s space."""
+        return [*self.variants, *(self.engine_curve.arms() if self.engine_curve else []),
+                *(self.tune.arms() if self.tune else [])]
 
     def build_entries(self) -> list[BuildEntry]:
         """``build`` as a list of entries, a bare name becoming ``{name}``."""

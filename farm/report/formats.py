@@ -112,7 +112,7 @@ def _wrapped(lines: list[str], width: int | None, *, whole_brackets: bool = Fals
 
 def _text_renderers(fmt: str) -> dict[type, Renderer]:
     """The renderers a table (``fmt`` table) and markdown (md) share."""
-    from farm.report import bisect
+    from farm.report import bisect, tune
 
     def peers(result: kinds.Peers, target: Target) -> str:
         from farm.report.text import peer_sheets
@@ -156,6 +156,10 @@ def _text_renderers(fmt: str) -> dict[type, Renderer]:
         kinds.BisectAnswer: lambda result, _: (bisect.bisect_markdown if fmt == "md" else
                                                bisect.bisect_text)(result.answer),
         kinds.BisectPlan: lambda result, _: bisect.plan_text(result.plan),
+        kinds.TuneAnswer: lambda result, target: (
+            tune.tune_markdown(result.answer) if fmt == "md"
+            else tune.tune_text(result.answer, target.width)),
+        kinds.TuneSpace: lambda result, _: tune.space_text(result.space),
         kinds.Peers: peers, kinds.Curves: curves, kinds.Recommendations: recommendations,
         kinds.Board: board}
 
@@ -236,6 +240,8 @@ _JSON: dict[type, Renderer] = {
     kinds.History: _history_json,
     kinds.BisectAnswer: lambda result, _: json.dumps(result.answer, indent=2),
     kinds.BisectPlan: lambda result, _: json.dumps(result.plan, indent=2),
+    kinds.TuneAnswer: lambda result, _: json.dumps(result.answer, indent=2),
+    kinds.TuneSpace: lambda result, _: json.dumps(result.space, indent=2),
     kinds.Peers: _peers_json,
     kinds.Curves: lambda result, _: _frames_json(curves=result.curves, points=result.points),
     kinds.Recommendations: lambda result, _: _frames_json(recommendations=result.chosen,

@@ -91,6 +91,20 @@ class BisectPlan:
 
 
 @dataclass(frozen=True)
+class TuneAnswer:
+    """``farm tune``'s answer, as ``--format json`` writes it (``farm.report.tune``)."""
+
+    answer: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TuneSpace:
+    """``farm tune --dry-run``'s space, as ``--format json`` writes it."""
+
+    space: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Peers:
     """``farm peers``: imported figures beside the farm's matching arms, then the rest."""
 

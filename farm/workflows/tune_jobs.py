@@ -1,0 +1,37 @@
+"""How a tune's round runs (``farm.workflows.tune.RunRound``): here, on ``farm run``'s
+path, its progress drawn on the ``farm.runner.Progress`` that ``progress`` makes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from farm.settings import Settings
+from farm.workflows.tune import Pick, RunRound
+
+if TYPE_CHECKING:
+    from farm.runner import CheckedMatrix, Progress
+
+
+def check_round(path: Path, settings: Settings, pick: Pick, classes: tuple[str | None,
+                str | None], say: Callable[[str], None], *,
+                make_builds: bool = True) -> CheckedMatrix:
+    """A round's jobs checked here as `farm run` checks a matrix (builds, models, every
+    flag against the build's `--help`, a drafter's vocabulary): nothing started."""
+    from farm.runner import check_matrix, this_machine
+
+    picked, run_as = this_machine(settings, *classes)
+    return check_matrix(path, settings, gpu_class=picked, run_as=run_as, pick=pick,
+                        make_builds=make_builds, say=say)
+
+
+def run_here(settings: Settings, classes: tuple[str | None, str | None],
+             say: Callable[[str], None], progress: Callable[[], Progress]) -> RunRound:
+    """Runs a round's jobs here, each as `farm run` runs a job (``workers.lifecycle``);
+    a job the store has finished is not run again."""
+    def run(path: Path, pick: Pick) -> None:
+        from farm.runner import run_matrix
+
+        run_matrix(check_round(path, settings, pick, classes, say), settings, progress())
+    return run

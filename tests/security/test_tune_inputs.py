@@ -1,0 +1,68 @@
+"""`farm tune`'s command line is a matrix's `tune:` space by another route: crafted spaces
+(options that run code, listen or name files; shell syntax and control characters in
+values; empty sweeps), a margin of zero or less, budgets of nothing or smaller than one
+round, and a drafter whose vocabulary is not the model's are refused with one line and exit
+2, before any file is left behind or any server starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli
+from workers.setup.provision import Provisioned
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    """A file named like a GGUF: every refusal here comes before it is opened."""
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    return tmp_path / "m.gguf"
+
+
+def _refused(result: object, data_dir: Path) -> None:
+    output, stderr = result.output, result.stderr  # type: ignore[attr-defined]
+    assert result.exit_code == 2, output  # type: ignore[attr-defined]
+    assert stderr.splitlines()[-1].startswith("error: "), stderr
+    assert stderr.count("\n") == 1, stderr
+    assert "Traceback" not in output and "\x1b" not in stderr and "\x07" not in stderr
+    # Nothing left behind: no matrix, no trial of one, no store.
+    assert not [path for path in data_dir.rglob("*") if path.is_file()]
+    assert not Path("/tmp/pwned").exists()
+
+
+@pytest.mark.parametrize("space", [
+    "", "=1,2", "spec-draft-n-max=", "spec-draft-n-max=1,,2",
+    "tools=1,2",                                   # runs programs
+    "host=0.0.0.0,127.0.0.2",                      # a listener
+    "log-file=/tmp/a,/tmp/b",                      # writes files
+    "spec-draft-model=/etc/passwd,../../x.gguf",   # files outside the models dir
+    "spec-type=ngram-simple;touch /tmp/pwned,ngram-mod",
+    "spec-type=$(touch /tmp/pwned),ngram-mod",
+    "spec-type=ngram\x1b]0;owned\x07,ngram-mod",   # a terminal's title
+    "spec-draft-n-max=1\n2,3",
+])
+def test_a_crafted_space_is_refused_before_anything_is_written(
+        model: Path, isolated_data_dir: Path, space: str) -> None:
+    _refused(run_cli("tune", str(model), "--space", space), isolated_data_dir)
+
+
+@pytest.mark.parametrize("option", [
+    ("--epsilon", "0"), ("--epsilon", "-0.02"), ("--budget", "0"), ("--budget", "-5m"),
+    ("--budget", "lots"), ("--budget", "2.5"),
+    ("--budget", "7"),  # one round is 3 candidates x 4 pairs
+])
+def test_a_margin_or_budget_it_cannot_run_is_refused(
+        model: Path, isolated_data_dir: Path, option: tuple[str, str]) -> None:
+    _refused(run_cli("tune", str(model), "--space", "spec-draft-n-max=1,2,3", *option),
+             isolated_data_dir)
+
+
+def test_a_drafter_of_another_vocabulary_is_refused_before_a_server_starts(
+        provisioned: Provisioned, smollm2: Path, isolated_data_dir: Path) -> None:
+    oracle = provisioned.models["qwen35-mtp-oracle-cpu"]
+    result = run_cli("tune", str(oracle), "--drafter", str(smollm2), "--space",
+                     "spec-draft-n-max=2,3", "--prompt-mode", "completion")
+    _refused(result, isolated_data_dir)
+    assert "vocabulary" in result.stderr
