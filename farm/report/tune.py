@@ -15,8 +15,8 @@ STOPS = {"one-left": "one candidate left",
          "leader-within": "the leader is within ε of the fastest (no survivor can be more "
                           "than ε faster)",
          "fair-choice": "every survivor is within ε of the leader: any is a fair choice",
-         "budget": "the budget ran out: the leader is the best so far, without the race's "
-                   "guarantee"}
+         "budget": "the budget (or every open candidate's max pairs) ran out: the leader is "
+                   "the best so far, without the race's guarantee"}
 
 
 def _ratio(value: float | None) -> str:
@@ -24,6 +24,8 @@ def _ratio(value: float | None) -> str:
 
 
 def _deficit(row: dict[str, Any]) -> str:
+    if row["vs_leader_low"] == row["vs_leader_high"] == 1.0:
+        return "leader"
     return (f"{(row['vs_leader'] - 1) * 100:+.1f}% [{(row['vs_leader_low'] - 1) * 100:+.1f}%, "
             f"{(row['vs_leader_high'] - 1) * 100:+.1f}%]")
 
@@ -57,7 +59,7 @@ def _sheets(answer: dict[str, Any]) -> list[Sheet]:
                  for row in answer["survivors"]]
     sheets = [Sheet(f"{answer['campaign']}: survivors, leader first",
                     [_column("candidate", "candidate"), _column("speedup [CI]", "speedup"),
-                     _column("vs leader [simultaneous CI]", "deficit"),
+                     _column("vs leader [CI]", "deficit"),
                      _column("pairs", "pairs", True)], survivors)]
     dropped: list[Row] = [{"candidate": row["candidate"], "deficit": _deficit(row),
                 "leader": row["leader"], "look": row["look"], "spent": row["spent"],
@@ -65,7 +67,7 @@ def _sheets(answer: dict[str, Any]) -> list[Sheet]:
     if dropped:
         sheets.append(Sheet(f"{answer['campaign']}: dropped, slower than the leader by more "
                             "than ε", [_column("candidate", "candidate"),
-                                       _column("vs leader [simultaneous CI]", "deficit"),
+                                       _column("vs leader [CI]", "deficit"),
                                        _column("leader then", "leader"),
                                        _column("at look", "look", True),
                                        _column("pairs run by then", "spent", True),
