@@ -1,6 +1,6 @@
 """The ``farm`` command: one flat group of verbs (``farm run``, ``farm report``; ``farm db``
 and ``farm board`` have subcommands), registered on ``base.cli`` by modules that each hold
-one topic's verbs: start (the first hour), running, results, database, fleet, builds,
+one topic's verbs: start (the first hour), running, results, database, fleet, slurm, builds,
 peers, track, bisect and tune (their workflows in ``farm.workflows``), board (``farm share``
 and the board).
 What the verbs print or write lives beside them (show, show_history, show_peers, dry_run,
@@ -21,6 +21,7 @@ from farm.cli import (
     peers,
     results,
     running,
+    slurm,
     start,
     track,
     tune,
@@ -29,7 +30,7 @@ from farm.cli.base import cli
 from farm.cli.helptext import teach
 
 __all__ = ["bisect", "board", "builds", "cli", "database", "fleet", "main", "peers", "results",
-           "running", "start", "track", "tune"]
+           "running", "slurm", "start", "track", "tune"]
 
 teach(cli)
 

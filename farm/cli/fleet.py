@@ -2,48 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import os
 from pathlib import Path
 
 import click
 from rich.console import Console
 
 from farm.cli.base import cli
-from farm.errors import ConfigError, ModelUnavailable
-from farm.matrix.schema import Matrix
-from farm.matrix.spec import JobSpec
-from farm.settings import Settings, load_settings
+from farm.errors import ConfigError
+from farm.settings import load_settings
 from farm.words import plural
-
-
-def _pinned(loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
-            ) -> tuple[Matrix, list[JobSpec]]:
-    """The jobs with every Hub model's revision pinned to a commit, once, here: every
-    worker then downloads the same bytes (huggingface_hub is loaded only when needed)."""
-    matrix, specs = loaded
-    if not any(spec.model.hf for spec in specs):
-        return loaded
-    from workers.setup.hub import HubAccess, pin_specs
-
-    return matrix, pin_specs(specs, HubAccess.of(settings), settings.downloads_dir, click.echo)
-
-
-def _dry_run(matrix: Path, settings: Settings, allow: frozenset[str]) -> None:
-    # Imported only here: the node's runner brings pandas, a second of start-up that a
-    # 10,000-job submit cannot spare.
-    from farm.cli.dry_run import print_worker_check
-    from farm.matrix.load import load_matrix
-    from farm.runner import check_as_worker
-    from workers.paths import NodePaths
-
-    loaded, note = load_matrix(matrix, allow), None
-    try:
-        loaded = _pinned(loaded, settings)
-    except ModelUnavailable as exc:  # a dry run still shows the jobs (with the revision)
-        note = f"not pinned: {exc}"
-    found = check_as_worker(matrix, *loaded, NodePaths.of(settings), allow)
-    print_worker_check(replace(found, unchecked=[*filter(None, [note]), *found.unchecked]),
-                       Console())
 
 
 @cli.command()
@@ -61,27 +29,18 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: boo
            allow_options: tuple[str, ...]) -> None:
     """Store MATRIX as a campaign and post every job not done whose message is not already
     waiting in the broker; running jobs are left alone."""
-    from farm.fleet.app import make_app
-    from farm.fleet.submit import require_fleet
-    from farm.fleet.submit import submit as do_submit
-    from farm.matrix.load import load_matrix
     from farm.matrix.options import check_allowances
-    from farm.store.db import connected
-    from workers.job.admission import on_coordinator
-    from workers.paths import NodePaths
+    from farm.workflows.fleet import check_as_submitted, submit_matrix
 
     settings = load_settings()
     allowed = check_allowances(allow_options, "--allow-option")
     if dry_run:
-        _dry_run(matrix, settings, allowed)
+        from farm.cli.dry_run import print_worker_check
+
+        print_worker_check(check_as_submitted(matrix, settings, allowed, click.echo), Console())
         return
-    require_fleet(settings)
-    # Bad input fails before services are touched; Hub revisions are pinned before too.
-    loaded = _pinned(load_matrix(matrix, allowed), settings)
-    with connected(settings.database_url) as engine:
-        result = do_submit(matrix, loaded, settings, make_app(settings), engine,
-                           admit=on_coordinator(NodePaths.of(settings), allowed),
-                           retry_failed=retry_failed, retry_cancelled=retry_cancelled)
+    result = submit_matrix(matrix, settings, allowed, retry_failed=retry_failed,
+                           retry_cancelled=retry_cancelled, say=click.echo)
     posted = ", ".join(f"{n} to {queue}" for queue, n in sorted(result.posted.items()))
     already = ", ".join(f"{n} {state}" for state, n in sorted(result.already.items()))
     click.echo(f"campaign {result.campaign}: {plural(result.jobs, 'job')}; "
@@ -98,47 +57,28 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: boo
 @click.argument("campaign", required=False)
 def status(campaign: str | None) -> None:
     """Jobs of CAMPAIGN (default: the latest) by state, who runs what, failures, time left."""
-    from farm.fleet.status import campaign_status
     from farm.report.status import render_status
-    from farm.store.db import open_store
-    from farm.store.leases import beat_seconds
+    from farm.workflows.fleet import campaign_progress
 
-    settings = load_settings()
-    # Embedded jobs never go through a broker: none waits to be posted.
-    repost_after = None if settings.embedded else settings.repost_after
-    beat = None if settings.embedded else beat_seconds(settings.lease_seconds)
-    with open_store(settings) as engine:
-        render_status(campaign_status(engine, campaign, repost_after, beat), Console())
+    render_status(campaign_progress(load_settings(), campaign), Console())
 
 
 @cli.command()
 def workers() -> None:
     """Registered workers, live and dead, with their builds and models."""
-    from farm.fleet.status import worker_rows
-    from farm.fleet.submit import require_fleet
     from farm.report.status import render_workers
-    from farm.store.db import connected
-    from farm.store.leases import beat_seconds
+    from farm.workflows.fleet import fleet_workers
 
-    settings = load_settings()
-    require_fleet(settings)
-    with connected(settings.database_url) as engine:
-        render_workers(worker_rows(engine, beat_seconds(settings.lease_seconds),
-                                   settings.lease_seconds))
+    render_workers(fleet_workers(load_settings()))
 
 
 @cli.command()
 @click.argument("campaign")
 def cancel(campaign: str) -> None:
     """Cancel CAMPAIGN's pending jobs and stop its running ones."""
-    from farm.fleet.submit import cancel as do_cancel
-    from farm.fleet.submit import require_fleet
-    from farm.store.db import connected
+    from farm.workflows.fleet import cancel_campaign
 
-    settings = load_settings()
-    require_fleet(settings)
-    with connected(settings.database_url) as engine:
-        count = do_cancel(engine, campaign)
+    count = cancel_campaign(load_settings(), campaign)
     click.echo(f"campaign {campaign}: {plural(count, 'job')} cancelled")
 
 
@@ -158,55 +98,43 @@ def parse_devices(value: str | None) -> list[int] | None:
 @click.option("--devices", help="GPU indices, e.g. 0 or 0,1 for a tensor-split set.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="Worker config: name, gpu-class, devices, models-dir, builds.")
+@click.option("--name", help="This worker's name (default: the config's, else "
+                             "CLASS@HOST-DEVICES); one per running worker.")
 @click.option("--selftest", "check_first", is_flag=True,
               help="Run `farm selftest` on this worker's devices and first build before "
                    "registering; a node that fails never joins.")
+@click.option("--exit-when-idle", metavar="SECONDS",
+              help="Exit once nothing was reserved and the store had no pending job of the "
+                   "class for this long (frees an allocation's GPU).")
+@click.option("--max-jobs", metavar="N", help="Exit after claiming N jobs.")
+@click.option("--deadline", metavar="TIME",
+              help="Be gone by TIME (ISO 8601, or seconds from now): claim no job whose "
+                   "estimate ends later; 60 s before it, hand the running job back and exit. "
+                   "Default under Slurm: the allocation's end (squeue's %e).")
 def worker(gpu_class: str | None, devices: str | None, config_path: Path | None,
-           check_first: bool) -> None:
+           name: str | None, check_first: bool, exit_when_idle: str | None,
+           max_jobs: str | None, deadline: str | None) -> None:
     """Run a Celery worker for one GPU (or GPU set): concurrency 1, late acks."""
-    from workers.fleet.config import load_worker_config
-    from workers.fleet.daemon import run_worker
-    from workers.paths import NodePaths
+    from farm.workflows.fleet import WorkerOptions, prepare_worker, serve_worker
 
     if not gpu_class and not config_path:
         raise click.UsageError("give --gpu-class or a --config that names one")
     settings = load_settings()
-    config = load_worker_config(config_path, NodePaths.of(settings), gpu_class=gpu_class,
-                                devices=parse_devices(devices))
-    if config.devices:
-        from workers.job.telemetry.nvml import require_gpus
-
-        require_gpus(config.devices, f"--devices {devices}" if devices else
-                     f"{config_path}: devices")
-    _require_own_name(settings, config.worker_name)
+    options = WorkerOptions(gpu_class=gpu_class, devices=parse_devices(devices),
+                            devices_shown=devices, config_path=config_path, name=name,
+                            exit_when_idle=exit_when_idle, max_jobs=max_jobs,
+                            deadline=deadline)
+    # Slurm's variables are read here, the one place below which nothing reads them.
+    slurm = {key: value for key, value in os.environ.items()
+             if key in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
+                        "SLURM_JOB_END_TIME")}
+    prepared = prepare_worker(settings, options, slurm)
     if check_first:
-        from rich.console import Console
-
         from farm.selftest import report_failures, selftest, testbed_for
 
-        name, binary = next(iter(config.builds.items()))
-        node = testbed_for({"name": name, "path": str(binary)}, config.devices or None)
+        node = testbed_for(prepared.first_build, prepared.devices or None)
         report_failures(selftest(settings, node, Console()))
-    run_worker(settings, config)
-
-
-def _require_own_name(settings: Settings, name: str) -> None:
-    """Refuse to start a second worker under a name a running one of this host has (two
-    workers of one class and devices get the same default name)."""
-    import socket
-
-    from farm.fleet.submit import require_fleet
-    from farm.store.db import connected, require_current_schema
-    from farm.store.registry import running_namesake
-
-    require_fleet(settings)
-    with connected(settings.database_url) as engine:
-        require_current_schema(engine)
-        pid = running_namesake(engine, name, socket.gethostname())
-    if pid is not None:
-        raise ConfigError(f"worker {name} already runs on this host (pid {pid}): give this one "
-                          "its own `name:` in its --config file (the default, CLASS@HOST-"
-                          "DEVICES, is the same for two workers of one class and devices)")
+    serve_worker(settings, prepared)
 
 
 @cli.command()

@@ -13,4 +13,6 @@
   ``export``, ``history``): the store opened, the campaign found, frames loaded.
 - ``node``: this machine's places and model files (``farm paths``), its builds made,
   registered, listed and pruned (``farm build``, ``builds``), provisioned (``provision``).
+- ``fleet``: the fleet's verbs (``farm submit``, ``status``, ``workers``, ``cancel``, and
+  ``farm worker``'s checks before it serves); ``fleet_slurm``: ``farm slurm launch``.
 """

@@ -302,8 +302,30 @@ HELP: dict[tuple[str, ...], Help] = {
         {"--gpu-class TEXT": "The class this worker serves (queue gpu.CLASS).",
          "--devices TEXT": "GPU indices, e.g. 0 or 0,1 for a tensor-split set.",
          "--config PATH": "Worker config: name, gpu-class, devices, models-dir, builds.",
+         "--name TEXT": "This worker's name (default: the config's, else CLASS@HOST-DEVICES); "
+                        "one per running worker.",
          "--selftest": "Run `farm selftest` on this worker's devices and first build before "
-                       "registering; a node that fails never joins."}),
+                       "registering; a node that fails never joins.",
+         "--exit-when-idle SECONDS": "Exit once nothing was reserved and the store had no "
+                                     "pending job of the class for this long (frees an "
+                                     "allocation's GPU).",
+         "--max-jobs N": "Exit after claiming N jobs.",
+         "--deadline TIME": "Be gone by TIME (ISO 8601, or seconds from now): claim no job "
+                            "whose estimate ends later; 60 s before it, hand the running job "
+                            "back and exit. Default under Slurm: the allocation's end "
+                            "(squeue's %e)."}),
+    ("slurm",): Help(
+        "farm slurm [OPTIONS] COMMAND [ARGS]...",
+        "Workers on a Slurm cluster (deploy/slurm/, docs/deployment.md)."),
+    ("slurm", "launch"): Help(
+        "farm slurm launch [OPTIONS] CLASS [-- SBATCH_OPTION...]",
+        "Submit one array task per pending job of CLASS in the store, up to --cap; each task "
+        "runs a worker that drains the class and exits when idle. Options after `--` go to "
+        "sbatch (e.g. -- --time=2:00:00 --partition=gpu).",
+        {"--cap INTEGER RANGE": "Most array tasks (workers, one GPU each) to submit. "
+                                "[default: 10; x>=1]",
+         "--script PATH": "The worker's sbatch script (default: a checkout's "
+                          "deploy/slurm/specfarm-worker.sbatch)."}),
     ("selftest",): Help(
         "farm selftest [OPTIONS]",
         "Check this node and the farm against known answers: the MTP oracle accepts every "

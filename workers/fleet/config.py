@@ -72,8 +72,8 @@ class WorkerConfig(Strict):
 
 
 def load_worker_config(path: Path | None, paths: NodePaths, *, gpu_class: str | None,
-                       devices: list[int] | None) -> WorkerConfig:
-    """The config file (if any) with the command line's class and devices on top.
+                       devices: list[int] | None, name: str | None = None) -> WorkerConfig:
+    """The config file (if any) with the command line's class, devices and name on top.
 
     Without a models dir the node's (``FARM_MODELS_DIR``) is used; without a downloads dir
     the node's (``FARM_DOWNLOADS_DIR``) where it sets one apart, else the models dir;
@@ -86,6 +86,8 @@ def load_worker_config(path: Path | None, paths: NodePaths, *, gpu_class: str | 
         data["gpu-class"] = gpu_class
     if devices is not None:
         data["devices"] = devices
+    if name is not None:
+        data["name"] = name
     data.setdefault("models-dir", str(paths.models_dir))
     # FARM_DOWNLOADS_DIR where the node sets one apart, else the models dir (the config's).
     data.setdefault("downloads-dir", data["models-dir"] if paths.downloads_dir ==

@@ -10,8 +10,10 @@ import threading
 from dataclasses import asdict
 
 from celery import Celery
+from celery.platforms import EX_OK
 from celery.signals import worker_shutting_down
 from celery.worker import WorkController
+from celery.worker import state as worker_state
 from sqlalchemy import Engine
 
 from farm.fleet.app import make_app, queue_name, worker_queue
@@ -23,6 +25,7 @@ from farm.store import leases, registry
 from farm.store.db import make_engine, require_current_schema
 from workers.fleet import task
 from workers.fleet.advertise import advertise
+from workers.fleet.allocation import Allocation, Claims, Watch
 from workers.fleet.config import WorkerConfig
 from workers.job.runtime.sandbox import Sandbox, sandbox_status
 from workers.job.telemetry import cpu_info, gpus_for_devices
@@ -102,8 +105,23 @@ def _forward_stop(worker: WorkController) -> None:
     worker_shutting_down.connect(forward, weak=False)
 
 
-def run_worker(settings: Settings, config: WorkerConfig) -> None:
-    """Serve the class's queue until stopped; llama-server children die with the worker."""
+def _drain() -> None:
+    """Stop taking messages and exit once the running job (if any) ends: Celery's warm
+    shutdown without the SIGTERM that ``_forward_stop`` would pass to the job."""
+    worker_state.should_stop = EX_OK
+
+
+def _watch(engine: Engine, claims: Claims | None, gpu_class: str) -> Watch | None:
+    if claims is None:
+        return None
+    return Watch(engine, claims, gpu_class, busy=lambda: bool(worker_state.reserved_requests),
+                 drain=_drain)
+
+
+def run_worker(settings: Settings, config: WorkerConfig,
+               allocation: Allocation | None = None) -> None:
+    """Serve the class's queue until stopped, idle, done with its jobs or at its deadline
+    (``allocation``); llama-server children die with the worker."""
     require_fleet(settings)
     if config.sandbox is not None:  # the worker's config decides for its node
         settings = settings.model_copy(update={"sandbox": config.sandbox})
@@ -121,11 +139,14 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
         **asdict(advertisement), "gpu_class": config.gpu_class, "devices": config.devices,
         "gpus": [asdict(gpu) for gpu in gpus] or [cpu_info()],
         "driver": gpus[0].driver if gpus else None, "pid": os.getpid()})
-    app.farm_worker = task.WorkerContext(settings=settings, config=config, gpus=gpus)
+    claims = Claims(allocation) if allocation else None  # before the pool forks
+    app.farm_worker = task.WorkerContext(settings=settings, config=config, gpus=gpus,
+                                         claims=claims)
     logging.getLogger("celery.app.trace").addFilter(_RejectWithoutTraceback())
     heartbeat = Heartbeat(engine, app, settings, config.worker_name)
     heartbeat.beat()
     heartbeat.start()
+    watch = _watch(engine, claims, config.gpu_class)
     try:
         # Its class's queue, and its own: jobs that other workers of the class refused.
         queues = [queue_name(config.gpu_class), worker_queue(config.worker_name)]
@@ -144,8 +165,12 @@ def run_worker(settings: Settings, config: WorkerConfig) -> None:
                             soft_time_limit=settings.task_time_limit,
                             time_limit=settings.task_time_limit + 300)
         _forward_stop(worker)
+        if watch:
+            watch.start()
         worker.start()
     finally:
+        if watch:
+            watch.stop()
         heartbeat.stop()
         registry.mark_stopped(engine, config.worker_name)
         engine.dispose()

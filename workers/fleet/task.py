@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from types import FrameType, TracebackType
 from typing import TypeVar
@@ -43,6 +43,7 @@ from farm.settings import Settings
 from farm.store import leases, registry
 from farm.store.db import make_engine
 from farm.store.models import Job, JobState
+from workers.fleet.allocation import Claims
 from workers.fleet.config import WorkerConfig
 from workers.job.executor import host_name
 from workers.job.resolve import resolve
@@ -62,6 +63,8 @@ class WorkerContext:
     settings: Settings
     config: WorkerConfig
     gpus: list[GpuInfo]
+    # What bounds this worker's claims (--max-jobs, --deadline); None: nothing does.
+    claims: Claims | None = None
     _engine: Engine | None = None
     _engine_pid: int = 0
 
@@ -176,11 +179,17 @@ def execute_job_task(self: WorkerTask, job_id: int) -> str:
     worker = self.worker
     engine, settings = worker.engine(), worker.settings
     patient = _patient(settings.repost_after, job_id)
+    claims = worker.claims
+    if claims is not None:
+        _may_claim(patient(lambda: claims.refusal(engine, job_id, datetime.now(UTC)),
+                           "checking its estimate"), job_id)
     lease = patient(lambda: leases.claim(engine, job_id, worker.config.worker_name,
                                          settings.lease_seconds), "claiming")
     if lease is None:
         return (f"job {job_id}: not claimable (running elsewhere, finished, waiting out a "
                 "retry or out of attempts)")
+    if claims:
+        claims.counted()
     spec, max_attempts = patient(lambda: _load_spec(engine, job_id), "reading its spec")
     if isinstance(spec, ConfigError):
         return _retry_or_fail(engine, lease, max_attempts, spec, patient)
@@ -189,6 +198,14 @@ def execute_job_task(self: WorkerTask, job_id: int) -> str:
             return _run(worker, lease, spec, max_attempts)
         except WorkerStopping:
             return _hand_back(engine, lease, settings)
+
+
+def _may_claim(refusal: str | None, job_id: int) -> None:
+    """Hand the message back unclaimed if the worker's allocation refuses the job."""
+    if refusal:
+        log.warning("job %s: not claimed: %s", job_id, refusal)
+        time.sleep(1)  # the worker is stopping (allocation.Watch): no loop on one message
+        raise Reject(f"job {job_id}: not claimed; message handed back", requeue=True)
 
 
 def _patient(within: float, job_id: int) -> Callable[[Callable[[], T], str], T]:
