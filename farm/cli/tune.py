@@ -58,12 +58,13 @@ def run_tune(path: Path, settings: Settings, classes: tuple[str | None, str | No
     from farm.cli.progress import RunProgress
     from farm.report.formats import Target, write
     from farm.workflows.tune import answer, space, tune
-    from farm.workflows.tune_jobs import run_here
+    from farm.workflows.tune_jobs import check_first_round, run_here
 
-    if dry_run:
+    console = Console(stderr=True)
+    if dry_run:  # checked as a run checks it (`farm run --dry-run` of a tune matrix too)
+        check_first_round(path, settings, classes, _say(console), make_builds=False)
         write(kinds.TuneSpace(space(path)), fmt, Target(output=output))
         return
-    console = Console(stderr=True)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stops as Ctrl-C does
     say = _say(console)
     tuned = tune(path, settings, run_here(settings, classes, say,
@@ -152,18 +153,15 @@ def _checked_then_written(body: dict[str, Any], path: Path, settings: Settings,
     run` checks a matrix (nothing started), then moved to ``path``: a check that fails
     leaves no file."""
     from farm.matrix.yaml_file import matrix_yaml
-    from farm.workflows.tune import race_plan, round_pick, tune_matrix
-    from farm.workflows.tune_jobs import check_round
+    from farm.workflows.tune_jobs import check_first_round
 
     path.parent.mkdir(parents=True, exist_ok=True)
     trial = path.with_name(f".{path.name}.checking")
     trial.write_text(f"# Written by `farm tune`; `farm run {path}` runs it again.\n"
                      + matrix_yaml(body), encoding="utf-8")
     try:
-        matrix, specs = tune_matrix(trial)
-        race_plan(trial, matrix, len(specs))
-        check_round(trial, settings, round_pick(1, 4, frozenset(range(len(specs)))), classes,
-                    _say(Console(stderr=True)), make_builds=not dry_run)
+        check_first_round(trial, settings, classes, _say(Console(stderr=True)),
+                          make_builds=not dry_run)
         trial.replace(path)
     except ConfigError as exc:
         exc.args = (str(exc).replace(str(trial), "farm tune's command line"),)

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from farm.settings import Settings
-from farm.workflows.tune import Pick, RunRound
+from farm.stats.race import FIRST_ROUND
+from farm.workflows.tune import Pick, RunRound, race_plan, round_pick, tune_matrix
 
 if TYPE_CHECKING:
     from farm.runner import CheckedMatrix, Progress
@@ -24,6 +25,17 @@ def check_round(path: Path, settings: Settings, pick: Pick, classes: tuple[str |
     picked, run_as = this_machine(settings, *classes)
     return check_matrix(path, settings, gpu_class=picked, run_as=run_as, pick=pick,
                         make_builds=make_builds, say=say)
+
+
+def check_first_round(path: Path, settings: Settings,
+                      classes: tuple[str | None, str | None], say: Callable[[str], None], *,
+                      make_builds: bool = True) -> None:
+    """A tune's matrix and race checked, then its first round's jobs as `farm run` checks
+    them (``check_round``): every bad input refused before any server starts."""
+    matrix, specs = tune_matrix(path)
+    race_plan(path, matrix, len(specs))
+    check_round(path, settings, round_pick(1, FIRST_ROUND, frozenset(range(len(specs)))),
+                classes, say, make_builds=make_builds)
 
 
 def run_here(settings: Settings, classes: tuple[str | None, str | None],

@@ -66,3 +66,10 @@ def test_a_drafter_of_another_vocabulary_is_refused_before_a_server_starts(
                      "spec-draft-n-max=2,3", "--prompt-mode", "completion")
     _refused(result, isolated_data_dir)
     assert "vocabulary" in result.stderr
+
+
+def test_an_option_the_build_lacks_is_refused_before_a_server_starts(
+        smollm2: Path, isolated_data_dir: Path) -> None:
+    result = run_cli("tune", str(smollm2), "--space", "spec-ngram-size-n=2,3")
+    _refused(result, isolated_data_dir)
+    assert "removed --spec-ngram-size-n" in result.stderr
