@@ -7,9 +7,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import islice
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from farm.stats.distributions import f_cdf
@@ -80,10 +83,8 @@ def fit_ar1(design: Floats, values: Floats, correlations: Floats = CORRELATIONS
     n = design.shape[0]
     rho = correlations[:, None, None]
     first = np.sqrt(1.0 - rho * rho)
-    # Prais-Winsten: each block less rho times the one before, the first scaled.
-    white = np.concatenate([first * design[None, :1],
-                            design[None, 1:] - rho * design[None, :-1]], axis=1)
-    inverse = np.linalg.inv(white.transpose(0, 2, 1) @ white)
+    white, inverse = _whitened(np.asarray(design, dtype=float).tobytes(), design.shape,
+                               np.asarray(correlations, dtype=float).tobytes())
     rows = values[None, :, :]
     white_values = np.concatenate([first * rows[:, :, :1],
                                    rows[:, :, 1:] - rho * rows[:, :, :-1]], axis=2)
@@ -96,6 +97,24 @@ def fit_ar1(design: Floats, values: Floats, correlations: Floats = CORRELATIONS
     error = np.sqrt(squares[best, row] / max(n - design.shape[1], 1)
                     * inverse[best, -1, -1])
     return likelihood[best, row], coefficients[best, row], error
+
+
+@lru_cache(maxsize=64)
+def _whitened(design_bytes: bytes, shape: tuple[int, ...], correlations_bytes: bytes
+              ) -> tuple[Floats, Floats]:
+    """``fit_ar1``'s design (given as its bytes and shape) at each correlation (given as
+    its bytes) after Prais-Winsten, and the inverse of its cross product: the same for
+    every job whose blocks ran alike, so made once (read-only)."""
+    design = np.frombuffer(design_bytes).reshape(shape)
+    rho = np.frombuffer(correlations_bytes)[:, None, None]
+    first = np.sqrt(1.0 - rho * rho)
+    # Prais-Winsten: each block less rho times the one before, the first scaled.
+    white = np.concatenate([first * design[None, :1],
+                            design[None, 1:] - rho * design[None, :-1]], axis=1)
+    inverse = np.linalg.inv(white.transpose(0, 2, 1) @ white)
+    white.setflags(write=False)
+    inverse.setflags(write=False)
+    return white, inverse
 
 
 def likelihood_ratio(design: Floats, values: Floats, slope: Floats | float = 0.0) -> Floats:
@@ -151,6 +170,15 @@ def _interval_end(design: Floats, value: Floats, full: float, slope: float, step
 def block_values(runs: pd.DataFrame) -> pd.Series:
     """Each block's value, indexed by block: the mean over the job's prompts (those measured
     in every block) of the log median decode tok/s; empty without such a prompt."""
+    block, value = _block_values(runs)
+    if not value.size:
+        return pd.Series(dtype=float)
+    return pd.Series(value, index=pd.Index(block, name="block"))
+
+
+def _block_values(runs: pd.DataFrame) -> tuple[npt.NDArray[Any], Floats]:
+    """``block_values``' blocks (sorted) and values, as arrays: none without a prompt
+    measured in every block."""
     valid = usable(runs)
     block, at_block = np.unique(runs["block"].to_numpy()[valid], return_inverse=True)
     prompt, at_prompt = np.unique(runs["prompt_id"].to_numpy(dtype=str)[valid],
@@ -167,9 +195,9 @@ def block_values(runs: pd.DataFrame) -> pd.Series:
     medians = np.where(counts > 0, middle, np.nan).reshape(block.size, prompt.size)
     every = ~np.isnan(medians).any(axis=0)
     if not every.any():
-        return pd.Series(dtype=float)
-    return pd.Series(np.log(medians[:, every]).mean(axis=1),
-                     index=pd.Index(block, name="block"))
+        return block[:0], np.empty(0)
+    value: Floats = np.log(medians[:, every]).mean(axis=1)
+    return block, value
 
 
 @dataclass(frozen=True)
@@ -190,14 +218,13 @@ def job_blocks(runs: pd.DataFrame) -> Blocks | None:
     """The job's ``Blocks``; None when there is no trend to test: fewer than 6 blocks, a
     design without every term (every block in one arm or place), or residuals of rounding
     size (a machine that did not move at all)."""
-    values = block_values(runs)
-    if len(values) < 6:
+    index, value = _block_values(runs)
+    if len(value) < 6:
         return None
-    block = values.index.to_numpy(dtype=float)
-    value = values.to_numpy(dtype=float)
+    block = index.astype(float)
     # Each block's arm and place, from its first run.
     blocks, first = np.unique(runs["block"].to_numpy(), return_index=True)
-    at = first[np.searchsorted(blocks, values.index.to_numpy())]
+    at = first[np.searchsorted(blocks, index)]
     design = np.column_stack([np.ones_like(block),
                               runs["arm"].to_numpy()[at] == "variant",
                               runs["position"].to_numpy()[at] == 0, block]).astype(float)
@@ -212,8 +239,8 @@ def job_blocks(runs: pd.DataFrame) -> Blocks | None:
 def block_layout(runs: pd.DataFrame) -> frozenset[tuple[str, int]]:
     """The prompts and repetitions a job ran in a block: jobs alike in it average the same
     run noise into a block's value."""
-    return frozenset(zip(runs["prompt_id"].astype(str), runs["repetition"].astype(int),
-                         strict=True))
+    return frozenset(zip(runs["prompt_id"].astype(str).tolist(),
+                         runs["repetition"].astype(int).tolist(), strict=True))
 
 
 @dataclass(frozen=True)
@@ -236,34 +263,56 @@ def _grid() -> tuple[Floats, Floats]:
     return rho.ravel(), white.ravel()
 
 
+@lru_cache(maxsize=8)
+def _grid_inverses(n: int) -> tuple[tuple[slice, Floats, Floats], ...]:
+    """For ``n`` blocks, the grid's covariance matrices (``_grid``) inverted, with their
+    log determinants, in chunks of at most ``CHUNK`` numbers: the same for every job of
+    ``n`` blocks, so made once (read-only)."""
+    rho, white = _grid()
+    lag = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
+    step = max(1, CHUNK // (n * n))
+    chunks: list[tuple[slice, Floats, Floats]] = []
+    for start in range(0, rho.size, step):
+        grid = slice(start, start + step)
+        # Each of unit variance, so that a slope's variance at unit scale means the same
+        # at every grid point: the scale is the blocks' variance.
+        covariance = ((rho[grid, None, None] ** lag[None]
+                       + white[grid, None, None] * np.eye(n)[None])
+                      / (1.0 + white[grid, None, None]))
+        inverse = np.asarray(np.linalg.inv(covariance), dtype=float)
+        log_determinant = np.asarray(np.linalg.slogdet(covariance)[1], dtype=float)
+        inverse.setflags(write=False)
+        log_determinant.setflags(write=False)
+        chunks.append((grid, inverse, log_determinant))
+    return tuple(chunks)
+
+
 def _restricted(jobs: Sequence[Blocks]) -> _Restricted:
     """``_Restricted`` for ``jobs`` at every grid covariance (``_grid``), by block count."""
-    rho, white = _grid()
-    shape = (rho.size, len(jobs))
+    shape = (MACHINE_CORRELATIONS.size * WHITE_RATIOS.size, len(jobs))
     squares, determinants, slope, variance = (np.empty(shape) for _ in range(4))
     for n in sorted({job.values.size for job in jobs}):
         which = [i for i, job in enumerate(jobs) if job.values.size == n]
-        design = np.stack([jobs[i].design for i in which])
         values = np.stack([jobs[i].values for i in which])
-        lag = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
-        step = max(1, CHUNK // (n * n))
-        for start in range(0, rho.size, step):
-            grid = slice(start, start + step)
-            # Each of unit variance, so that a slope's variance at unit scale means the same
-            # at every grid point: the scale is the blocks' variance.
-            covariance = ((rho[grid, None, None] ** lag[None]
-                           + white[grid, None, None] * np.eye(n)[None])
-                          / (1.0 + white[grid, None, None]))
-            inverse = np.linalg.inv(covariance)[:, None]  # grid point x 1 x n x n
-            weighted = inverse @ design[None]  # grid point x job x n x p
+        # Jobs alike share a design (arms in the same blocks): each distinct one's pieces
+        # are made once, ``at`` says which is each job's.
+        distinct: dict[bytes, Floats] = {}
+        for i in which:
+            distinct.setdefault(jobs[i].design.tobytes(), jobs[i].design)
+        place = {key: k for k, key in enumerate(distinct)}
+        at = np.array([place[jobs[i].design.tobytes()] for i in which])
+        design = np.stack(list(distinct.values()))
+        for grid, inverses, log_determinant in _grid_inverses(n):
+            inverse = inverses[:, None]  # grid point x 1 x n x n
+            weighted = inverse @ design[None]  # grid point x design x n x p
             normal = design.transpose(0, 2, 1)[None] @ weighted
-            normal_inverse = np.linalg.inv(normal)
-            moment = (values[None, :, None, :] @ weighted)[:, :, 0, :]
+            normal_inverse = np.linalg.inv(normal)[:, at]  # grid point x job x p x p
+            moment = (values[None, :, None, :] @ weighted[:, at])[:, :, 0, :]
             fitted = (normal_inverse @ moment[..., None])[..., 0]
             total = np.einsum("jn,gjn->gj", values, (inverse @ values[None, :, :, None])[..., 0])
             squares[grid, which] = total - np.einsum("gjp,gjp->gj", moment, fitted)
-            determinants[grid, which] = (np.linalg.slogdet(covariance)[1][:, None]
-                                         + np.linalg.slogdet(normal)[1])
+            determinants[grid, which] = (log_determinant[:, None]
+                                         + np.linalg.slogdet(normal)[1][:, at])
             slope[grid, which] = fitted[:, :, -1]
             variance[grid, which] = normal_inverse[:, :, -1, -1]
     df = np.array([job.values.size - job.design.shape[1] for job in jobs], dtype=float)
