@@ -217,20 +217,35 @@ def gate(points: pd.DataFrame, rate: float = FDR, paired: pd.DataFrame | None = 
     changes = _tests(points, paired, newest_only=True)
     changes["verdict"] = ""
     _gate(changes, rate)
-    return changes.loc[changes["gate_verdict"] != ""].drop(columns="tracked_b")[
-        list(CHANGE_COLUMNS)]
+    return changes.loc[changes["gate_verdict"] != "", list(CHANGE_COLUMNS)]
 
 
 def _gate(changes: pd.DataFrame, rate: float) -> None:
     """Each key's newest tracked transition, every series of every key as one family:
     Benjamini-Hochberg over it, into ``q_value`` and ``gate_verdict``."""
-    tracked = changes[changes["family"] == TRACKED]
-    newest = tracked.groupby("key")["order_b"].transform("max")
-    gated = tracked.index[tracked["order_b"] == newest]
-    q_values = adjusted_p_values(changes.loc[gated, "p_value"].astype(float).tolist())
-    changes.loc[gated, "q_value"] = q_values
-    changes.loc[gated, "gate_verdict"] = _verdicts(
-        changes.loc[gated], [math.isfinite(q) and q <= rate for q in q_values])
+    tracked = (changes["family"] == TRACKED).to_numpy()
+    keys, order_b = changes["key"].tolist(), changes["order_b"].tolist()
+    newest: dict[Any, Any] = {}  # each key's newest tracked transition (missing: none)
+    for key, order, one in zip(keys, order_b, tracked, strict=True):
+        if one and not (_missing(key) or _missing(order)):
+            newest[key] = max(newest.get(key, order), order)
+    gated = np.array([bool(one) and order == newest.get(key)
+                      for key, order, one in zip(keys, order_b, tracked, strict=True)],
+                     dtype=bool)
+    p_values = changes["p_value"].to_numpy(dtype=float)
+    q_values = adjusted_p_values(p_values[gated].tolist())
+    q_column = changes["q_value"].to_numpy(dtype=float, copy=True)
+    q_column[gated] = q_values
+    verdicts = changes["gate_verdict"].to_numpy(dtype=object, copy=True)
+    verdicts[gated] = _verdicts(changes.loc[gated],
+                                [math.isfinite(q) and q <= rate for q in q_values])
+    changes["q_value"] = q_column
+    changes["gate_verdict"] = verdicts
+
+
+def _missing(value: Any) -> bool:
+    """None or NaN: what a pandas group by leaves out."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _verdicts(changes: pd.DataFrame, called: Any) -> list[str]:
