@@ -10,7 +10,7 @@ import numpy as np
 
 from farm.stats.design import MIN_SECOND_STAGE, Design, StopDecision
 from farm.stats.distributions import f_cdf
-from farm.stats.frame import LogRatios, Orders
+from farm.stats.frame import Floats, LogRatios, Orders
 from farm.stats.speedup import aligned_pairs, crossover, crossover_margin, estimate, order_factor
 from farm.words import NOT_REACHABLE
 
@@ -65,11 +65,33 @@ def _plan(variance: float, df: int, opens: int, design: Design, level: float) ->
         # The probability that the second stage's variance over the first's, times the
         # factor, stays below (limit / margin)^2, the ratio at which it meets the target.
         factors = np.exp(2.0 / total + 2.0 / math.sqrt(total) * _NODES)
-        meets = sum(weight * f_cdf((limit / margin) ** 2 / factor, second, df)
-                    for factor, weight in zip(factors, _WEIGHTS, strict=True))
-        if meets >= design.assurance:
+        if _meets((limit / margin) ** 2, factors, second, df, design.assurance):
             return total
     return design.max_pairs
+
+
+# The nodes by weight, heaviest first: the order ``_meets`` computes its terms in.
+_HEAVIEST = [int(node) for node in np.argsort(-_WEIGHTS, kind="stable")]
+# How far from the assurance bounds on the sum decide without its last terms: far beyond
+# the sum's rounding.
+_DECIDED = 1e-9
+
+
+def _meets(ratio: float, factors: Floats, second: int, df: int, assurance: float) -> bool:
+    """Whether sum(weight * f_cdf(ratio / factor, second, df)) over the nodes, in their
+    order, reaches ``assurance``: the terms made heaviest first, each in [0, weight], and
+    none more once those made settle the answer (most totals before the plan miss it by
+    far), so the answer is the whole sum's."""
+    terms: dict[int, float] = {}
+    rest = 1.0  # the weight of the terms not made yet
+    for node in _HEAVIEST:
+        weight = _WEIGHTS[node]
+        terms[node] = weight * f_cdf(ratio / factors[node], second, df)
+        rest -= weight
+        made = sum(terms.values())
+        if made + rest < assurance - _DECIDED or made > assurance + _DECIDED:
+            return bool(made > assurance)
+    return bool(sum(terms[node] for node in range(len(_NODES))) >= assurance)
 
 
 def stop_decision(values: LogRatios, orders: Orders,
