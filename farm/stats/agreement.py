@@ -45,8 +45,9 @@ def _has_tokens(value: object) -> bool:
 
 
 def _as_sequence(value: object, use_tokens: bool) -> Sequence[object]:
-    if use_tokens:
-        return list(value) if isinstance(value, list | tuple | np.ndarray) else []
+    if use_tokens:  # a list as it is (only read), else as a list: compared with lists
+        return value if isinstance(value, list) else (
+            list(value) if isinstance(value, tuple | np.ndarray) else [])
     return value if isinstance(value, str) else ""
 
 
