@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -75,15 +77,23 @@ class Simulated:
 
     def runs(self, job: int) -> pd.DataFrame:
         """One job's runs as the store's tidy frame."""
-        pairs = self.log_speed.shape[1]
-        index = np.indices((pairs, 2, PROMPTS, REPS)).reshape(4, -1)
-        pair, position, prompt, rep = index
-        variant = self.variant[job, pair, position]
-        return pd.DataFrame({
-            "job_id": job, "arm": np.where(variant, "variant", "baseline"),
-            "block": 2 * pair + position, "pair": pair, "position": position,
-            "prompt_id": np.char.add("p", prompt.astype(str)), "repetition": rep,
-            "decode_tok_s": np.exp(self.log_speed[job].reshape(-1))})
+        runs = _runs_layout(self.log_speed.shape[1], bool(self.variant[job, 0, 0])).copy()
+        runs["job_id"] = job
+        runs["decode_tok_s"] = np.exp(self.log_speed[job].reshape(-1))
+        return runs
+
+
+@lru_cache(maxsize=8)
+def _runs_layout(pairs: int, opens_variant: bool) -> pd.DataFrame:
+    """``Simulated.runs``' frame of a job of ``pairs`` pairs, whatever its number and
+    speeds (0): the same for every job whose first pair opens with the same arm (copy it)."""
+    pair, position, prompt, rep = np.indices((pairs, 2, PROMPTS, REPS)).reshape(4, -1)
+    variant = (pair + position + opens_variant) % 2 == 1
+    return pd.DataFrame({
+        "job_id": 0, "arm": np.where(variant, "variant", "baseline"),
+        "block": 2 * pair + position, "pair": pair, "position": position,
+        "prompt_id": np.char.add("p", prompt.astype(str)), "repetition": rep,
+        "decode_tok_s": np.zeros(pair.size)})
 
 
 def simulate(rng: np.random.Generator, scenario: Scenario, ratio: np.ndarray,
@@ -223,29 +233,62 @@ def _outputs(rng: np.random.Generator, flips: float, count: int) -> np.ndarray:
     return np.minimum(rng.geometric(flips, count) - 1, TOKENS)
 
 
-def _agreement_job(rng: np.random.Generator, *, baseline_flips: float, variant_flips: float,
-                   early_bug: bool, pairs: int = 8) -> pd.DataFrame:
-    rows: list[dict[str, object]] = []
-    canonical = [list(range(1000 * prompt, 1000 * prompt + TOKENS)) for prompt in range(PROMPTS)]
+# Each prompt's canonical greedy output, as token ids.
+CANONICAL = [list(range(1000 * prompt, 1000 * prompt + TOKENS)) for prompt in range(PROMPTS)]
+
+
+@cache
+def _own_text(row: int) -> list[int]:
+    """The text of a job's ``row``-th output after it leaves the canonical one: ids no
+    other output has (the first ``TOKENS - at`` of them follow a departure at ``at``)."""
+    own = -1 - row * TOKENS
+    return list(range(own, own - TOKENS, -1))
+
+
+@lru_cache(maxsize=4)
+def _agreement_layout(pairs: int) -> tuple[dict[str, Any], list[str], list[int]]:
+    """A job's columns but its tokens (AB then BA pairs, prompts, then repetitions, in a
+    block), each block's arm and each run's prompt: the same for every job (read-only)."""
+    columns: dict[str, list[object]] = {name: [] for name in (
+        "arm", "block", "pair", "prompt_id", "repetition", "text")}
+    arms: list[str] = []
+    prompts: list[int] = []
     for pair in range(pairs):
         for position, arm in enumerate(("baseline", "variant") if pair % 2 == 0
                                        else ("variant", "baseline")):
-            flips = variant_flips if arm == "variant" else baseline_flips
-            parts = _outputs(rng, flips, PROMPTS * REPS).reshape(PROMPTS, REPS)
+            arms.append(arm)
             for prompt in range(PROMPTS):
                 for rep in range(REPS):
-                    at = int(parts[prompt, rep])
-                    # The bug: prompt 0's variant output changes in its first 16 tokens in
-                    # 70% of the runs.
-                    if early_bug and arm == "variant" and prompt == 0 and rng.random() < 0.7:
-                        at = min(at, int(rng.integers(0, 16)))
-                    # After it leaves, a text of its own: ids no other output has.
-                    own = -1 - len(rows) * TOKENS
-                    tokens = canonical[prompt][:at] + list(range(own, own - TOKENS + at, -1))
-                    rows.append({"arm": arm, "block": 2 * pair + position, "pair": pair,
-                                 "prompt_id": f"p{prompt}", "repetition": rep,
-                                 "text": "", "tokens": tokens})
-    return pd.DataFrame(rows)
+                    prompts.append(prompt)
+                    for name, value in (("arm", arm), ("block", 2 * pair + position),
+                                        ("pair", pair), ("prompt_id", f"p{prompt}"),
+                                        ("repetition", rep), ("text", "")):
+                        columns[name].append(value)
+    arrays = {name: np.array(values, dtype=object if name in ("arm", "prompt_id", "text")
+                             else np.int64) for name, values in columns.items()}
+    for array in arrays.values():
+        array.setflags(write=False)
+    return arrays, arms, prompts
+
+
+def _agreement_job(rng: np.random.Generator, *, baseline_flips: float, variant_flips: float,
+                   early_bug: bool, pairs: int = 8) -> pd.DataFrame:
+    columns, arms, prompts = _agreement_layout(pairs)
+    at: list[int] = []  # where each run's output leaves the canonical one
+    for arm in arms:
+        flips = variant_flips if arm == "variant" else baseline_flips
+        parts = _outputs(rng, flips, PROMPTS * REPS).tolist()
+        # The bug: prompt 0's variant output (the block's first runs) changes in its first
+        # 16 tokens in 70% of the runs.
+        for rep in range(REPS if early_bug and arm == "variant" else 0):
+            if rng.random() < 0.7:
+                parts[rep] = min(parts[rep], int(rng.integers(0, 16)))
+        at += parts
+    # After it leaves, a text of its own.
+    tokens = [CANONICAL[prompt] if where == TOKENS
+              else CANONICAL[prompt][:where] + _own_text(row)[:TOKENS - where]
+              for row, (prompt, where) in enumerate(zip(prompts, at, strict=True))]
+    return pd.DataFrame(columns | {"tokens": tokens})
 
 
 @pytest.mark.parametrize(("baseline_flips", "variant_flips", "early_bug", "low", "high"), [
