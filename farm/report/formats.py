@@ -154,12 +154,12 @@ def _text_renderers(fmt: str) -> dict[type, Renderer]:
         kinds.Tables: lambda result, target: _sheets(result.sheets, target, fmt),
         kinds.History: history_text,
         kinds.BisectAnswer: lambda result, _: (bisect.bisect_markdown if fmt == "md" else
-                                               bisect.bisect_text)(result.answer),
-        kinds.BisectPlan: lambda result, _: bisect.plan_text(result.plan),
+                                               bisect.bisect_text)(result.body),
+        kinds.BisectPlan: lambda result, _: bisect.plan_text(result.body),
         kinds.TuneAnswer: lambda result, target: (
-            tune.tune_markdown(result.answer) if fmt == "md"
-            else tune.tune_text(result.answer, target.width)),
-        kinds.TuneSpace: lambda result, _: tune.space_text(result.space),
+            tune.tune_markdown(result.body) if fmt == "md"
+            else tune.tune_text(result.body, target.width)),
+        kinds.TuneSpace: lambda result, _: tune.space_text(result.body),
         kinds.Peers: peers, kinds.Curves: curves, kinds.Recommendations: recommendations,
         kinds.Board: board}
 
@@ -238,10 +238,8 @@ _JSON: dict[type, Renderer] = {
     kinds.JobReport: _job_report_json,
     kinds.Tables: lambda result, _: _frame_json(result.frame),
     kinds.History: _history_json,
-    kinds.BisectAnswer: lambda result, _: json.dumps(result.answer, indent=2),
-    kinds.BisectPlan: lambda result, _: json.dumps(result.plan, indent=2),
-    kinds.TuneAnswer: lambda result, _: json.dumps(result.answer, indent=2),
-    kinds.TuneSpace: lambda result, _: json.dumps(result.space, indent=2),
+    **{kind: lambda result, _: json.dumps(result.body, indent=2)
+       for kind in (kinds.BisectAnswer, kinds.BisectPlan, kinds.TuneAnswer, kinds.TuneSpace)},
     kinds.Peers: _peers_json,
     kinds.Curves: lambda result, _: _frames_json(curves=result.curves, points=result.points),
     kinds.Recommendations: lambda result, _: _frames_json(recommendations=result.chosen,

@@ -77,31 +77,27 @@ class History:
 
 
 @dataclass(frozen=True)
-class BisectAnswer:
-    """``farm bisect``'s answer, as ``--format json`` writes it (``farm.report.bisect``)."""
+class Document:
+    """A workflow's answer or plan as ``--format json`` writes it (``body``); each kind
+    below is one, its text and markdown made by its own renderer."""
 
-    answer: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class BisectPlan:
-    """``farm bisect --dry-run``'s plan, as ``--format json`` writes it."""
-
-    plan: dict[str, Any]
+    body: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class TuneAnswer:
-    """``farm tune``'s answer, as ``--format json`` writes it (``farm.report.tune``)."""
-
-    answer: dict[str, Any]
+class BisectAnswer(Document):
+    """``farm bisect``'s answer (``farm.report.bisect``)."""
 
 
-@dataclass(frozen=True)
-class TuneSpace:
-    """``farm tune --dry-run``'s space, as ``--format json`` writes it."""
+class BisectPlan(Document):
+    """``farm bisect --dry-run``'s plan."""
 
-    space: dict[str, Any]
+
+class TuneAnswer(Document):
+    """``farm tune``'s answer (``farm.report.tune``)."""
+
+
+class TuneSpace(Document):
+    """``farm tune --dry-run``'s space."""
 
 
 @dataclass(frozen=True)
