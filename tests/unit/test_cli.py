@@ -393,6 +393,43 @@ HELP: dict[tuple[str, ...], Help] = {
          "--build TEXT": "The llama-server build (`farm builds` lists them). [default: cpu]",
          "-o, --output PATH": "Where to write the matrix it runs (default: in the data dir, "
                               "beside the results; `farm paths` shows it)."}),
+    ("tune",): Help(
+        "farm tune [OPTIONS] MODEL",
+        "Which speculative setting makes MODEL fastest here? Every candidate of a space runs "
+        "a few block pairs against the baseline; those shown slower than the leader by more "
+        "than --epsilon drop out, the rest run on until one is named within --epsilon of the "
+        "fastest (or the budget ends). Each round is a stored campaign: the same command "
+        "resumes.",
+        {"--drafter GGUF": "A draft model (-md): the default space is then draft-simple's.",
+         "--spec-type TYPE": "The speculation to tune (default: draft-simple with --drafter, "
+                             "else ngram-simple); draft-mtp for a model with MTP heads.",
+         "--space FLAG=V1,V2": "A flag and the values to race (repeatable; every combination "
+                               "is a candidate); default: the spec type's space, over the "
+                               "options the build's --help lists.",
+         "--epsilon FLOAT": "Settings within this of the fastest are a fair choice (0.02 = "
+                            "2%). [default: 0.02]",
+         "--budget PAIRS|MINUTESm": "Most block pairs (200) or minutes (30m) the race spends.",
+         "-t, --threads INTEGER": "Baseline: CPU threads (-t).",
+         "-ngl, --n-gpu-layers INTEGER": "Baseline: layers on the GPU.",
+         "--args FLAGS": "More baseline flags as one string.",
+         "--n-predict INTEGER RANGE": "Tokens generated per run. [default: 128; 2<=x<=32768]",
+         "--repetitions INTEGER RANGE": "Runs per prompt per block. [default: 3; 1<=x<=1000]",
+         "--prompt-suite CATEGORY": "Built-in prompts of this category. [default: tutorial]",
+         "--prompt-mode [chat|completion]": "chat: the model's chat template; completion: "
+                                            "raw. [default: chat]",
+         "--build TEXT": "The llama-server build. [default: cpu]",
+         "--write-matrix PATH": "Where to write the tune's matrix (default: the data dir); "
+                                "`farm run` runs it again (resuming), a confirmatory run "
+                                "edits its `tune:` away.",
+         "--dry-run": "Check the space against the build and model; print it and its size; "
+                      "run nothing.",
+         "--format [table|md|json]": "table: a table fitted to the terminal; md: markdown "
+                                     "tables (for a PR or issue); json: JSON, every column. "
+                                     "[default: table]",
+         "-o, --output FILE": "Write the chosen format to this file instead of the terminal.",
+         "--as-class CLASS": "Run MATRIX's jobs of GPU class CLASS on this machine although "
+                             "it is another (FARM_GPU_CLASS, default `default`); each run "
+                             "records this machine's class."}),
     ("init",): Help(
         "farm init [OPTIONS] [OUTPUT]",
         "Write a commented starter matrix to OUTPUT (default matrix.yaml), ready for `farm "
