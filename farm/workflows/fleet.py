@@ -24,11 +24,17 @@ if TYPE_CHECKING:
     from workers.fleet.config import WorkerConfig
 
 
-def _pinned(loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
+def _pinned(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
             say: Callable[[str], None]) -> tuple[Matrix, list[JobSpec]]:
     """The jobs with every Hub model's revision pinned to a commit, once, here: every
-    worker then downloads the same bytes (huggingface_hub is loaded only when needed)."""
+    worker then downloads the same bytes (huggingface_hub is loaded only when needed). A
+    `tune:` matrix is refused: its race decides each round from the last, which the fleet
+    does not run (its space posted whole would be the full grid)."""
     matrix, specs = loaded
+    if matrix.tune is not None:
+        raise ConfigError(f"{path}: tune: the fleet does not race a space yet; run the race "
+                          "here with `farm run` or `farm tune`, or replace `tune:` by "
+                          "`variants:` to submit every candidate as a job")
     if not any(spec.model.hf for spec in specs):
         return loaded
     from workers.setup.hub import HubAccess, pin_specs
@@ -48,7 +54,7 @@ def check_as_submitted(matrix: Path, settings: Settings, allow: frozenset[str],
 
     loaded, note = load_matrix(matrix, allow), None
     try:
-        loaded = _pinned(loaded, settings, say)
+        loaded = _pinned(matrix, loaded, settings, say)
     except ModelUnavailable as exc:  # a dry run still shows the jobs (with the revision)
         note = f"not pinned: {exc}"
     found = check_as_worker(matrix, *loaded, NodePaths.of(settings), allow)
@@ -68,7 +74,7 @@ def submit_matrix(matrix: Path, settings: Settings, allow: frozenset[str], *,
 
     require_fleet(settings)
     # Bad input fails before services are touched; Hub revisions are pinned before too.
-    loaded = _pinned(load_matrix(matrix, allow), settings, say)
+    loaded = _pinned(matrix, load_matrix(matrix, allow), settings, say)
     with connected(settings.database_url) as engine:
         return submit(matrix, loaded, settings, make_app(settings), engine,
                       admit=on_coordinator(NodePaths.of(settings), allow),

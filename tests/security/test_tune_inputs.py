@@ -73,3 +73,19 @@ def test_an_option_the_build_lacks_is_refused_before_a_server_starts(
     result = run_cli("tune", str(smollm2), "--space", "spec-ngram-size-n=2,3")
     _refused(result, isolated_data_dir)
     assert "removed --spec-ngram-size-n" in result.stderr
+
+
+def test_a_tune_matrix_submitted_to_the_fleet_is_refused_not_posted_as_the_full_grid(
+        tmp_path: Path, isolated_data_dir: Path) -> None:
+    """The fleet does not race: `farm submit` of a `tune:` matrix (dry run or not) is one
+    line and exit 2, before any service is reached, where it would have posted every
+    candidate at max pairs."""
+    matrix = tmp_path / "tune.yaml"
+    matrix.write_text("campaign: raced\nmodels: [{name: m, file: m.gguf}]\nprompts: [hi]\n"
+                      "tune: {space: {spec-type: draft-mtp, spec-draft-n-max: [1, 2, 3]}}\n")
+    env = {"FARM_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none",
+           "FARM_BROKER_URL": "redis://127.0.0.1:1/0"}
+    for args in (("submit", "--dry-run", str(matrix)), ("submit", str(matrix))):
+        result = run_cli(*args, env=env)
+        _refused(result, isolated_data_dir)
+        assert "tune: the fleet does not race" in result.stderr
