@@ -46,6 +46,10 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: boo
     click.echo(f"campaign {result.campaign}: {plural(result.jobs, 'job')}; "
                + (f"posted {posted or 'none'}" + (f"; not posted: {already}" if already else "")
                   if result.stored else "none a live worker can run: nothing stored"))
+    for gpu_class in sorted(result.waiting):
+        click.echo(f"class {gpu_class}: no live worker can run some jobs; they wait for a "
+                   "stopped one to start (a Slurm array or KEDA scales on them: "
+                   "docs/deployment.md)")
     for spec, reason in result.unrunnable:
         click.echo(f"cannot run {spec.job_key[:10]} {spec.model.name} {spec.variant.name}: "
                    f"{reason}", err=True)

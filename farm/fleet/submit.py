@@ -23,7 +23,7 @@ from farm.settings import Settings
 from farm.store import repo
 from farm.store.db import require_current_schema
 from farm.store.models import Campaign, Job, JobState, Worker
-from farm.store.registry import live_workers
+from farm.store.registry import live_workers, stopped_workers
 from farm.store.roles import require_owner
 from farm.unreachable import broker_unreachable
 
@@ -82,6 +82,9 @@ class SubmitResult:
     posted: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     already: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     unrunnable: list[tuple[JobSpec, str]] = field(default_factory=list)
+    # Classes whose jobs only a stopped worker can run: stored and posted, they wait for
+    # one to start (a Slurm array or a KEDA ScaledJob starts them on pending jobs).
+    waiting: set[str] = field(default_factory=set)
     # False when no job could run: nothing was stored (no empty campaign left behind).
     stored: bool = True
 
@@ -116,10 +119,14 @@ def submit(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
     require_owner(engine, "farm submit")
     require_broker(app)
     workers = live_workers(engine, timedelta(seconds=settings.lease_seconds))
+    stopped = stopped_workers(engine)
     result = SubmitResult(campaign=matrix.campaign, jobs=len(specs))
     runnable = []
     for spec in specs:
         reason = _why_unrunnable(spec, workers)
+        if reason and _why_unrunnable(spec, stopped) is None:
+            result.waiting.add(spec.gpu_class)
+            reason = None
         if reason:
             result.unrunnable.append((spec, reason))
         else:

@@ -52,6 +52,15 @@ def live_workers(engine: Engine, within: timedelta) -> list[Worker]:
         return list(session.scalars(query))
 
 
+def stopped_workers(engine: Engine) -> list[Worker]:
+    """Workers that said they stopped (idle, their job count or deadline reached, or an
+    operator's stop): an allocation's worker, which its scheduler starts again with the
+    same builds and models when jobs wait (docs/deployment.md, On Slurm)."""
+    query = select(Worker).where(Worker.stopped_at.is_not(None)).order_by(Worker.name)
+    with Session(engine) as session:
+        return list(session.scalars(query))
+
+
 def live_by_class(engine: Engine, within: timedelta) -> dict[str, list[str]]:
     """The live workers of each class by name, those holding no lease first."""
     live = select(Worker.gpu_class, Worker.name).where(_live(within)).order_by(Worker.name)

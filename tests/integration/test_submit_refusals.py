@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import redis
 import yaml
 from click.testing import CliRunner, Result
 from sqlalchemy import func, insert, select
@@ -14,6 +15,7 @@ from sqlalchemy.exc import ProgrammingError
 
 from farm.cli import cli
 from farm.errors import ConfigError
+from farm.store import registry
 from farm.store.db import make_engine, upgrade
 from farm.store.models import Campaign, Job
 from farm.unreachable import service_error
@@ -95,3 +97,29 @@ def test_any_refusal_of_the_worker_role_met_anywhere_is_one_line(
                           "campaign; is FARM_DATABASE_URL the worker role's? `farm submit`, "
                           "`cancel` and `db` need the owner's URL, the role that ran `farm db "
                           "upgrade`")
+
+
+def test_jobs_only_a_stopped_worker_can_run_are_stored_and_wait_for_it(
+        matrix: Path, owner_url: str) -> None:
+    """A Slurm or Kubernetes fleet scales from zero: its workers exit when idle (a clean
+    stop), and their scheduler starts them again on pending jobs. Such jobs are stored and
+    posted, and the submit says they wait; a worker that died without saying so counts for
+    nothing (the test above)."""
+    engine = make_engine(owner_url)
+    try:
+        registry.register(engine, "nobody@slurm-1-0", {
+            "host": "node1", "gpu_class": "nobody", "devices": [], "gpus": [], "driver": None,
+            "builds": {"cpu": "version: 11434"}, "sources": [], "models": ["m.gguf"],
+            "pid": 1})
+        registry.mark_stopped(engine, "nobody@slurm-1-0")
+    finally:
+        engine.dispose()
+    try:
+        result = farm("submit", str(matrix), FARM_DATABASE_URL=owner_url)
+        assert result.exit_code == 0, result.output
+        assert "posted 1 to gpu.nobody" in result.stdout
+        assert "class nobody: no live worker can run some jobs; they wait for a stopped " \
+               "one to start" in result.stdout
+        assert _stored(owner_url) == (1, 1)
+    finally:
+        redis.Redis.from_url(BROKER).delete("gpu.nobody")
