@@ -16,9 +16,9 @@ from rich.console import Console
 from farm.cli.base import as_class_option, cli
 from farm.cli.output import output_options
 from farm.errors import ConfigError
+from farm.matrix.schema import Tune
 from farm.report import kinds
 from farm.settings import Settings, load_settings
-from farm.stats.race import EPSILON
 
 
 def _budget(text: str | None) -> dict[str, Any]:
@@ -83,7 +83,8 @@ def run_tune(path: Path, settings: Settings, classes: tuple[str | None, str | No
               help="A flag and the values to race (repeatable; every combination is a "
                    "candidate); default: the spec type's space, over the options the "
                    "build's --help lists.")
-@click.option("--epsilon", type=float, default=EPSILON, show_default=True,
+@click.option("--epsilon", type=float, default=Tune.model_fields["epsilon"].default,
+              show_default=True,
               help="Settings within this of the fastest are a fair choice (0.02 = 2%).")
 @click.option("--budget", metavar="PAIRS|MINUTESm",
               help="Most block pairs (200) or minutes (30m) the race spends.")
