@@ -30,6 +30,17 @@ MEANINGS: tuple[tuple[str, str], ...] = (
     ("target not reachable", "the job ran its max-pairs and its interval is still wider "
                              "than the target (its half-width): the interval holds, but to "
                              "reach the target quiet the machine or raise `max-pairs`"),
+    ("faster (decided", "the decision design's answer at its first look that decided: the "
+                        "speedup's interval, at the level its looks spend, lay above 1x"),
+    ("slower (decided", "the decision design's answer at its first look that decided: the "
+                        "speedup's interval, at the level its looks spend, lay below 1x"),
+    ("within ±", "the decision design's answer at its first look that decided: the speedup's "
+                 "interval lay inside that margin of 1x, so no gain or loss larger than it"),
+    ("undecided", "the decision design stopped without an answer (at max pairs, or where "
+                  "more pairs would not have decided it): the interval holds, but a quieter "
+                  "machine or a larger `max-pairs` may decide it"),
+    ("target met", "the precision design stopped at its first look whose interval (adjusted "
+                   "for looking after each pair) was within the target"),
     ("busy node", "other processes used the CPU or GPU during some blocks; set `busy-node: "
                   "wait` in the matrix to hold each block until the node is quiet "
                   "(docs/busy-node.md)"),

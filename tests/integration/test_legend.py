@@ -25,6 +25,21 @@ def test_each_flag_shown_gets_its_line_in_the_report_order() -> None:
     assert flag_legend(["", ""]) == []
 
 
+def test_a_sequential_designs_stop_is_explained_as_its_answer_not_as_a_failure() -> None:
+    """A decision or precision job shows how it stopped among its flags; each wording of
+    farm.stats.sequential gets its meaning, none the failure-class line."""
+    meaning = dict(MEANINGS)
+    shown = ["faster (decided after 4 of at most 12 pairs)",
+             "slower (decided after 6 of at most 12 pairs)",
+             "within ±3% (decided after 9 of at most 12 pairs)",
+             "undecided after 5 of at most 12 pairs: more pairs would not decide it",
+             "undecided at max pairs (12)",
+             "target met at 7 of at most 12 pairs (±2.8%)"]
+    assert flag_legend(shown) == [
+        f"{name}: {meaning[name]}" for name in (
+            "faster (decided", "slower (decided", "within ±", "undecided", "target met")]
+
+
 def test_farm_report_explains_the_flags_of_its_table_and_only_those(
         tmp_path: Path, isolated_data_dir: Path) -> None:
     isolated_data_dir.mkdir()
