@@ -204,7 +204,7 @@ def test_a_server_that_does_not_speculate_has_no_statistics_and_is_not_waited_fo
                            "processing: n_tokens = 144, truncated = 0"])
     started = time.monotonic()
     assert SpecStatsLog(path, 0, wait=5.0).request(0) is None
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 3.0  # not the 5 s wait, with room for a loaded box
 
 
 def test_a_print_that_lands_after_the_response_is_waited_for_whole(tmp_path: Path) -> None:
