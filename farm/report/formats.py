@@ -117,18 +117,18 @@ def _text_renderers(fmt: str) -> dict[type, Renderer]:
     def peers(result: kinds.Peers, target: Target) -> str:
         from farm.report.text import peer_sheets
 
-        return _sheets(peer_sheets(result.matched, result.unmatched, result.title), target,
+        return _sheets(peer_sheets(result.first, result.second, result.title), target,
                        fmt)
 
     def curves(result: kinds.Curves, target: Target) -> str:
         from farm.report.text import curve_sheets
 
-        return _sheets(curve_sheets(result.curves, result.points, result.title), target, fmt)
+        return _sheets(curve_sheets(result.first, result.second, result.title), target, fmt)
 
     def recommendations(result: kinds.Recommendations, target: Target) -> str:
         from farm.report.text import recommendation_sheets
 
-        return _sheets(recommendation_sheets(result.chosen, result.candidates, result.title),
+        return _sheets(recommendation_sheets(result.first, result.second, result.title),
                        target, fmt)
 
     def history_text(result: kinds.History, target: Target) -> str:
@@ -188,9 +188,8 @@ def _job_report_csv(report: kinds.JobReport, _: Target) -> str:
 _CSV: dict[type, Renderer] = {
     kinds.JobReport: _job_report_csv,
     kinds.Tables: lambda result, _: to_csv(result.frame),
-    kinds.Peers: lambda result, _: to_csv(result.matched),
-    kinds.Curves: lambda result, _: to_csv(result.curves),
-    kinds.Recommendations: lambda result, _: to_csv(result.chosen),
+    **{kind: lambda result, _: to_csv(result.first)
+       for kind in (kinds.Peers, kinds.Curves, kinds.Recommendations)},
     kinds.Runs: lambda result, _: to_csv(result.runs)}
 
 
@@ -218,8 +217,8 @@ def _job_report_json(report: kinds.JobReport, _: Target) -> str:
 
 
 def _peers_json(result: kinds.Peers, _: Target) -> str:
-    return json.dumps({"beside": json.loads(_frame_json(result.matched)),
-                       "unmatched": json.loads(_frame_json(result.unmatched))}, indent=1)
+    return json.dumps({"beside": json.loads(_frame_json(result.first)),
+                       "unmatched": json.loads(_frame_json(result.second))}, indent=1)
 
 
 def _board_json(result: kinds.Board, _: Target) -> str:
@@ -241,9 +240,9 @@ _JSON: dict[type, Renderer] = {
     **{kind: lambda result, _: json.dumps(result.body, indent=2)
        for kind in (kinds.BisectAnswer, kinds.BisectPlan, kinds.TuneAnswer, kinds.TuneSpace)},
     kinds.Peers: _peers_json,
-    kinds.Curves: lambda result, _: _frames_json(curves=result.curves, points=result.points),
-    kinds.Recommendations: lambda result, _: _frames_json(recommendations=result.chosen,
-                                                          candidates=result.candidates),
+    kinds.Curves: lambda result, _: _frames_json(curves=result.first, points=result.second),
+    kinds.Recommendations: lambda result, _: _frames_json(recommendations=result.first,
+                                                          candidates=result.second),
     kinds.Runs: lambda result, _: _frame_json(result.runs),
     kinds.Board: _board_json}
 

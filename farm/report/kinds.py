@@ -101,30 +101,25 @@ class TuneSpace(Document):
 
 
 @dataclass(frozen=True)
-class Peers:
+class FramePair:
+    """A command's main table (``first``: CSV carries it alone), a second one JSON writes
+    beside it (``second``), and the title; each kind below says what the two hold."""
+
+    first: pd.DataFrame
+    second: pd.DataFrame
+    title: str
+
+
+class Peers(FramePair):
     """``farm peers``: imported figures beside the farm's matching arms, then the rest."""
 
-    matched: pd.DataFrame
-    unmatched: pd.DataFrame
-    title: str
+
+class Curves(FramePair):
+    """``farm curve``: the engine cost curve per draft length, then the points it fits."""
 
 
-@dataclass(frozen=True)
-class Curves:
-    """``farm curve``: the engine cost curve per draft length and the points it fits."""
-
-    curves: pd.DataFrame
-    points: pd.DataFrame
-    title: str
-
-
-@dataclass(frozen=True)
-class Recommendations:
-    """``farm recommend``: the pick per GPU class x model x category and the candidates."""
-
-    chosen: pd.DataFrame
-    candidates: pd.DataFrame
-    title: str
+class Recommendations(FramePair):
+    """``farm recommend``: the pick per GPU class x model x category, then the candidates."""
 
 
 @dataclass(frozen=True)
