@@ -61,8 +61,11 @@ def run_tune(path: Path, settings: Settings, classes: tuple[str | None, str | No
     from farm.workflows.tune_jobs import check_first_round, run_here
 
     console = Console(stderr=True)
-    if dry_run:  # checked as a run checks it (`farm run --dry-run` of a tune matrix too)
-        check_first_round(path, settings, classes, _say(console), make_builds=False)
+    # Checked as a run checks it (`farm run --dry-run` of a tune matrix too), before the
+    # race opens its store: a bad matrix leaves nothing behind.
+    check_first_round(path, settings, classes,
+                      _say(console) if dry_run else lambda _line: None, make_builds=False)
+    if dry_run:
         write(kinds.TuneSpace(space(path)), fmt, Target(output=output))
         return
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stops as Ctrl-C does
