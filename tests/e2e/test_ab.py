@@ -15,9 +15,10 @@ import yaml
 from tests.e2e.test_farm_run import farm, report_rows
 from workers.setup.provision import Provisioned
 
-# Shared phase: it checks the design's stops and records, not a speed. The CPU-paying MTP
-# oracle read about 1.5x at one thread on earlier machines (decided at 4 pairs); this
-# machine's read 1.04-1.09x [0.84, 1.42], undecided after 4-5 pairs, alone or not.
+# Shared phase: it checks the design's stops and records, not a speed. The plain MTP oracle
+# (drafts always right, their cost paid on this CPU) decodes 0.5-0.6x at one thread here and
+# is decided slower after 5-6 pairs (18 s); the CPU-paying oracle, 1.04-1.09x here, ran
+# undecided to 12 pairs in the suite (44-87 s).
 pytestmark = pytest.mark.server
 
 ANSWER = re.compile(r"answer: the variant decodes (?P<speedup>\d+\.\d\d)x as fast as the "
@@ -29,7 +30,7 @@ ANSWER = re.compile(r"answer: the variant decodes (?P<speedup>\d+\.\d\d)x as fas
 
 def test_farm_ab_stops_at_its_first_deciding_look_and_writes_a_matrix_that_reruns_adding_no_run(
         provisioned: Provisioned, isolated_data_dir: Path) -> None:
-    oracle = provisioned.models["qwen35-mtp-oracle-cpu"]
+    oracle = provisioned.models["qwen35-mtp-oracle"]
     args = ("ab", str(oracle), "--prompt-mode", "completion", "--n-predict", "32",
             "--repetitions", "1", "--prompt-suite", "extraction", "-c", "1024", "-t", "1",
             "--", "--spec-type", "draft-mtp", "--spec-draft-n-max", "3")
@@ -44,6 +45,8 @@ def test_farm_ab_stops_at_its_first_deciding_look_and_writes_a_matrix_that_rerun
     assert low <= speedup <= high
     if found["reason"].startswith("faster"):
         assert low > 1.0
+    if found["reason"].startswith("slower"):
+        assert high < 1.0
     path = Path(written.removeprefix("matrix: ").split(" (")[0])
     assert path.parent == isolated_data_dir / "ab"
     assert list(path.parent.iterdir()) == [path]  # the matrix, once checked: nothing else
