@@ -10,7 +10,7 @@ from rich.console import Console
 
 from farm.cli.base import cli
 from farm.errors import ConfigError
-from farm.settings import load_settings
+from farm.settings import Settings, load_settings
 from farm.words import plural
 
 
@@ -28,11 +28,16 @@ from farm.words import plural
 def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: bool,
            allow_options: tuple[str, ...]) -> None:
     """Store MATRIX as a campaign and post every job not done whose message is not already
-    waiting in the broker; running jobs are left alone."""
+    waiting in the broker; running jobs are left alone. A matrix with `tune:` is raced:
+    this command posts each round, waits for it and prints the answer (docs/tune.md)."""
     from farm.matrix.options import check_allowances
     from farm.workflows.fleet import check_as_submitted, submit_matrix
+    from farm.workflows.tune import is_tune
 
     settings = load_settings()
+    if is_tune(matrix):
+        _race(matrix, settings, dry_run, retry_failed or retry_cancelled, allow_options)
+        return
     allowed = check_allowances(allow_options, "--allow-option")
     if dry_run:
         from farm.cli.dry_run import print_worker_check
@@ -55,6 +60,18 @@ def submit(matrix: Path, dry_run: bool, retry_failed: bool, retry_cancelled: boo
                    f"{reason}", err=True)
     if result.unrunnable:
         raise click.exceptions.Exit(1)
+
+
+def _race(matrix: Path, settings: Settings, dry_run: bool, retry: bool,
+          allow_options: tuple[str, ...]) -> None:
+    """``farm submit`` of a tune matrix: its race on the fleet (``farm.cli.tune.run_tune``)."""
+    from farm.cli.tune import run_tune
+
+    if retry or allow_options:
+        raise ConfigError(f"{matrix}: tune: a race posts its rounds itself and takes no "
+                          "--retry-failed, --retry-cancelled or --allow-option; a failed "
+                          "round ends it (`farm report` shows why)")
+    run_tune(matrix, settings, (None, None), "table", None, dry_run, fleet=True)
 
 
 @cli.command()

@@ -52,27 +52,35 @@ def _say(console: Console) -> Any:
 
 
 def run_tune(path: Path, settings: Settings, classes: tuple[str | None, str | None],
-             fmt: str, output: Path | None, dry_run: bool = False) -> None:
-    """Race the tune matrix at ``path`` here and write its answer (``farm tune``, and
-    ``farm run`` of a matrix with `tune:`); ``dry_run``: its space only."""
+             fmt: str, output: Path | None, dry_run: bool = False, *,
+             fleet: bool = False) -> None:
+    """Race the tune matrix at ``path`` and write its answer (``farm tune``, and ``farm
+    run`` of a matrix with `tune:`); ``dry_run``: its space only. Each round's jobs run here,
+    or with ``fleet`` (``farm submit`` of a tune matrix) on the fleet's workers of its GPU
+    class while this process decides the race."""
     from farm.cli.progress import RunProgress
     from farm.report.formats import Target, write
     from farm.workflows.tune import answer, space, tune
-    from farm.workflows.tune_jobs import check_first_round, run_here
+    from farm.workflows.tune_jobs import check_first_round, check_race, run_here, submit_round
 
     console = Console(stderr=True)
-    # Checked as a run checks it (`farm run --dry-run` of a tune matrix too), before the
-    # race opens its store: a bad matrix leaves nothing behind.
-    check_first_round(path, settings, classes,
-                      _say(console) if dry_run else lambda _line: None, make_builds=False)
+    say = _say(console)
+    # Checked before the race opens its store (a bad matrix leaves nothing behind): here as
+    # a run checks it (`farm run --dry-run` of a tune matrix too); for the fleet the race,
+    # each round's jobs then admitted as `farm submit` admits them.
+    if fleet:
+        check_race(path)
+    else:
+        check_first_round(path, settings, classes, say if dry_run else lambda _line: None,
+                          make_builds=False)
     if dry_run:
         write(kinds.TuneSpace(space(path)), fmt, Target(output=output))
         return
+    run_round = submit_round(settings, say) if fleet else run_here(
+        settings, classes, say, lambda: RunProgress(console))
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stops as Ctrl-C does
-    say = _say(console)
-    tuned = tune(path, settings, run_here(settings, classes, say,
-                                          lambda: RunProgress(console)), say)
-    write(kinds.TuneAnswer(answer(tuned)), fmt, Target(output=output))
+    write(kinds.TuneAnswer(answer(tune(path, settings, run_round, say))), fmt,
+          Target(output=output))
 
 
 @cli.command(name="tune")

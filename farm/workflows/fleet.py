@@ -28,13 +28,12 @@ def _pinned(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings
             say: Callable[[str], None]) -> tuple[Matrix, list[JobSpec]]:
     """The jobs with every Hub model's revision pinned to a commit, once, here: every
     worker then downloads the same bytes (huggingface_hub is loaded only when needed). A
-    `tune:` matrix is refused: its race decides each round from the last, which the fleet
-    does not run (its space posted whole would be the full grid)."""
+    `tune:` matrix is raced round by round (``farm.cli.tune.run_tune``), never posted
+    whole: its space would be the full grid."""
     matrix, specs = loaded
     if matrix.tune is not None:
-        raise ConfigError(f"{path}: tune: the fleet does not race a space yet; run the race "
-                          "here with `farm run` or `farm tune`, or replace `tune:` by "
-                          "`variants:` to submit every candidate as a job")
+        raise ConfigError(f"{path}: tune: a race is posted round by round: `farm submit "
+                          f"{path}` races it on the fleet")
     if not any(spec.model.hf for spec in specs):
         return loaded
     from workers.setup.hub import HubAccess, pin_specs

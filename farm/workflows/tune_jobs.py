@@ -1,5 +1,7 @@
 """How a tune's round runs (``farm.workflows.tune.RunRound``): here, on ``farm run``'s
-path, its progress drawn on the ``farm.runner.Progress`` that ``progress`` makes."""
+path, its progress drawn on the ``farm.runner.Progress`` that ``progress`` makes; or posted
+to the fleet's workers of its GPU class, on ``farm submit``'s path, and waited for in the
+store while this process decides the race."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from farm.errors import ConfigError, JobsFailed
 from farm.settings import Settings
 from farm.stats.race import FIRST_ROUND
 from farm.workflows.tune import Pick, RunRound, race_plan, round_pick, tune_matrix
@@ -27,14 +30,21 @@ def check_round(path: Path, settings: Settings, pick: Pick, classes: tuple[str |
                         make_builds=make_builds, say=say)
 
 
+def check_race(path: Path) -> int:
+    """A tune's matrix and the race its `tune:` asks for checked (ConfigError naming the
+    key); its number of candidates."""
+    matrix, specs = tune_matrix(path)
+    race_plan(path, matrix, len(specs))
+    return len(specs)
+
+
 def check_first_round(path: Path, settings: Settings,
                       classes: tuple[str | None, str | None], say: Callable[[str], None], *,
                       make_builds: bool = True) -> None:
     """A tune's matrix and race checked, then its first round's jobs as `farm run` checks
     them (``check_round``): every bad input refused before any server starts."""
-    matrix, specs = tune_matrix(path)
-    race_plan(path, matrix, len(specs))
-    check_round(path, settings, round_pick(1, FIRST_ROUND, frozenset(range(len(specs)))),
+    candidates = check_race(path)
+    check_round(path, settings, round_pick(1, FIRST_ROUND, frozenset(range(candidates))),
                 classes, say, make_builds=make_builds)
 
 
@@ -46,4 +56,43 @@ def run_here(settings: Settings, classes: tuple[str | None, str | None],
         from farm.runner import run_matrix
 
         run_matrix(check_round(path, settings, pick, classes, say), settings, progress())
+    return run
+
+
+def submit_round(settings: Settings, say: Callable[[str], None]) -> RunRound:
+    """Posts a round's jobs to the workers of the tune's GPU class (``farm submit``'s path:
+    each admitted as a worker would admit it) and waits for each in the store; a job that
+    did not finish ends the race (JobsFailed). A coordinator stopped while waiting leaves
+    the round to the fleet: the same command posts nothing twice, and reads or waits.
+    The fleet's store and broker are required here, before the race opens the store."""
+    from farm.fleet.app import make_app
+    from farm.fleet.submit import require_fleet
+
+    require_fleet(settings)
+    app = make_app(settings)
+
+    def run(path: Path, pick: Pick) -> None:
+        from farm.fleet.submit import submit, wait_ended
+        from farm.store.db import connected
+        from farm.words import plural
+        from workers.job.admission import on_coordinator
+        from workers.paths import NodePaths
+
+        matrix, specs = pick(*tune_matrix(path))
+        with connected(settings.database_url) as engine:
+            submitted = submit(path, (matrix, specs), settings, app, engine,
+                               admit=on_coordinator(NodePaths.of(settings)),
+                               retry_failed=False)
+            if submitted.unrunnable:
+                spec, reason = submitted.unrunnable[0]
+                raise ConfigError(f"{path}: {matrix.campaign}'s job {spec.job_key[:10]} "
+                                  f"cannot run on the fleet: {reason}")
+            say(f"{matrix.campaign}: {plural(len(specs), 'job')} on the workers of class "
+                f"{specs[0].gpu_class} (Ctrl-C leaves them to the fleet; the same command "
+                "resumes)")
+            ended = [(spec.job_key, wait_ended(engine, spec.job_key, say)) for spec in specs]
+        for key, end in ended:
+            if end.state != "done":
+                raise JobsFailed(f"job {key[:12]} {end.state} ({end.failure_class}): "
+                                 f"{end.error}", matrix.campaign)
     return run

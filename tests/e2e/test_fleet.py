@@ -322,3 +322,42 @@ def test_unreachable_services_give_one_message_and_exit_1(tmp_path: Path,
     with Session(engine) as session:
         assert session.scalar(select(func.count()).select_from(Job)) == 0  # nothing half-stored
     engine.dispose()
+
+
+# A race on the fleet: `farm submit` of a matrix with `tune:` posts its round to a real
+# worker of the matrix's GPU class, waits for it in the store while this process decides the
+# race and prints the answer; the same command answers again from the store, posting
+# nothing. Two n-gram settings, a budget of one round: the mechanics, not which setting
+# wins (tests/unit/test_race.py).
+def test_a_tune_matrix_submitted_is_raced_on_the_fleet_and_answers_again_from_the_store(
+        fleet: Fleet, provisioned: Provisioned) -> None:
+    matrix = fleet.root / "raced.yaml"
+    matrix.write_text(yaml.safe_dump({
+        "campaign": "raced", "gpu-classes": ["class-a"],
+        "models": [{"name": "smollm2", "file": "smollm2.gguf"}],
+        "prompts": [COPY_PROMPT], "n-predict": 16, "repetitions": 1,
+        "flags": {"ctx-size": 1024, "threads": 1},
+        "tune": {"space": {"spec-type": ["ngram-simple", "ngram-mod"]},
+                 "budget-pairs": 8}}))
+    dry = fleet.farm("submit", "--dry-run", str(matrix))
+    assert dry.returncode == 0, dry.stderr
+    assert "raced: 2 candidates" in dry.stdout and not fleet.jobs()
+
+    fleet.start_worker("alpha", "class-a", provisioned.server)
+    raced = fleet.farm("submit", str(matrix))
+    assert raced.returncode == 0, raced.stderr
+    assert "raced-r1: 2 jobs on the workers of class class-a" in raced.stderr
+    best = next(line for line in raced.stdout.splitlines() if line.startswith("best: "))
+    assert best.split(":")[1].strip() in ("spec-type=ngram-simple", "spec-type=ngram-mod")
+    assert "campaigns: raced-r1" in raced.stdout and "8 pairs" in raced.stdout
+    jobs = fleet.jobs()
+    assert [(job.state, job.lease_owner, job.attempt) for job in jobs] == [
+        ("done", "alpha", 1)] * 2
+    runs = len(fleet.run_keys())
+    assert runs == 2 * 4 * 2  # two candidates, four pairs of two blocks, one run a block
+
+    again = fleet.farm("submit", str(matrix))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == raced.stdout and "round 1" not in again.stderr
+    assert len(fleet.jobs()) == 2 and len(fleet.run_keys()) == runs
+

@@ -75,20 +75,26 @@ def test_an_option_the_build_lacks_is_refused_before_a_server_starts(
     assert "removed --spec-ngram-size-n" in result.stderr
 
 
-def test_a_tune_matrix_submitted_to_the_fleet_is_refused_not_posted_as_the_full_grid(
+def test_a_tune_matrix_submitted_is_raced_never_posted_whole(
         tmp_path: Path, isolated_data_dir: Path) -> None:
-    """The fleet does not race: `farm submit` of a `tune:` matrix (dry run or not) is one
-    line and exit 2, before any service is reached, where it would have posted every
-    candidate at max pairs."""
+    """`farm submit` of a `tune:` matrix races it round by round (tests/e2e/test_fleet.py);
+    a retry or an allowance, which a race does not take, and an unreachable fleet are each
+    one line before anything is stored or posted, never the whole space at max pairs."""
     matrix = tmp_path / "tune.yaml"
     matrix.write_text("campaign: raced\nmodels: [{name: m, file: m.gguf}]\nprompts: [hi]\n"
                       "tune: {space: {spec-type: draft-mtp, spec-draft-n-max: [1, 2, 3]}}\n")
     env = {"FARM_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none",
            "FARM_BROKER_URL": "redis://127.0.0.1:1/0"}
-    for args in (("submit", "--dry-run", str(matrix)), ("submit", str(matrix))):
-        result = run_cli(*args, env=env)
+    for flag in ("--retry-failed", "--retry-cancelled", "--allow-option=spec-p-min"):
+        result = run_cli("submit", flag, str(matrix), env=env)
         _refused(result, isolated_data_dir)
-        assert "tune: the fleet does not race" in result.stderr
+        assert "a race posts its rounds itself and takes no --retry-failed" in result.stderr
+    dry = run_cli("submit", "--dry-run", str(matrix), env=env)
+    assert dry.exit_code == 0 and "raced: 3 candidates" in dry.stdout, dry.output
+    down = run_cli("submit", str(matrix), env=env)
+    assert down.exit_code != 0 and "Traceback" not in down.output
+    assert len(down.stderr.strip().splitlines()) == 1, down.stderr
+    assert not [path for path in isolated_data_dir.rglob("*") if path.is_file()]
 
 
 @pytest.mark.parametrize("tune", [
