@@ -69,14 +69,11 @@ def submit_step(say: Callable[[str], None], app: Celery) -> RunStep:
     or waits for it."""
     def run(path: Path, settings: Settings, commit: str, older: str,
             pick: Pick) -> tuple[str, float | None]:
-        from farm.errors import JobsFailed
-        from farm.fleet.submit import submit, wait_ended
         from farm.matrix.crossbuild import cross_build_specs
         from farm.matrix.load import load_matrix
         from farm.results.history import finished_job
         from farm.store.db import connected
-        from workers.job.admission import on_coordinator
-        from workers.paths import NodePaths
+        from farm.workflows.fleet import post_and_wait
 
         loaded, specs = load_matrix(path, frozenset(), commit)
         matrix, specs = pick(loaded, cross_build_specs(specs, older))
@@ -84,17 +81,6 @@ def submit_step(say: Callable[[str], None], app: Celery) -> RunStep:
         with connected(settings.database_url) as engine:
             if finished_job(engine, spec.job_key):
                 return spec.job_key, None
-            submitted = submit(path, (matrix, specs), settings, app, engine,
-                               admit=on_coordinator(NodePaths.of(settings)),
-                               retry_failed=False)
-            if submitted.unrunnable:
-                raise ConfigError(f"{path}: the job of {matrix.campaign} cannot run on the "
-                                  f"fleet: {submitted.unrunnable[0][1]}")
-            say(f"{matrix.campaign}: on the workers of class {spec.gpu_class} "
-                "(Ctrl-C leaves it to them; the same command resumes)")
-            ended = wait_ended(engine, spec.job_key, say)
-        if ended.state != "done":  # the step is skipped (an end: the bisect stops)
-            raise JobsFailed(f"job {spec.job_key[:12]} {ended.state} ({ended.failure_class})"
-                             f": {ended.error}", matrix.campaign)
+        [ended] = post_and_wait(path, (matrix, specs), settings, app, say)
         return spec.job_key, ended.build_seconds or 0.0
     return run

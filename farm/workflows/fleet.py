@@ -1,7 +1,8 @@
 """The fleet's verbs as steps on the store, the broker and this node, each returning what
 ``farm.cli.fleet`` renders: ``farm submit`` (the jobs pinned, checked as a worker would
 or posted), ``status``, ``workers``, ``cancel``, and ``farm worker`` (its config, devices,
-name and allocation checked, then served)."""
+name and allocation checked, then served); and a workflow's jobs posted and waited for
+(``post_and_wait``: a bisect's step, a tune's round)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from farm.errors import ConfigError, ModelUnavailable
+from farm.errors import ConfigError, JobsFailed, ModelUnavailable
 from farm.matrix.schema import Matrix
 from farm.matrix.spec import JobSpec
 from farm.settings import Settings
 
 if TYPE_CHECKING:
+    from celery import Celery
+
     from farm.fleet.status import CampaignStatus
-    from farm.fleet.submit import SubmitResult
+    from farm.fleet.submit import Ended, SubmitResult
     from farm.runner import WorkerCheck
     from workers.fleet.allocation import Allocation
     from workers.fleet.config import WorkerConfig
@@ -78,6 +81,38 @@ def submit_matrix(matrix: Path, settings: Settings, allow: frozenset[str], *,
         return submit(matrix, loaded, settings, make_app(settings), engine,
                       admit=on_coordinator(NodePaths.of(settings), allow),
                       retry_failed=retry_failed, retry_cancelled=retry_cancelled)
+
+
+def post_and_wait(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings,
+                  app: Celery, say: Callable[[str], None]) -> list[Ended]:
+    """A workflow's jobs posted to the workers of their GPU class as ``farm submit`` posts
+    them (each admitted as a worker would admit it; a failed one not posted again), then
+    waited for in the store: how each ended, all done. A job no worker can run is a
+    ConfigError naming it, one that did not finish JobsFailed. A caller stopped while
+    waiting leaves the jobs to the fleet: the same call posts nothing twice."""
+    from farm.fleet.submit import submit, wait_ended
+    from farm.store.db import connected
+    from farm.words import plural
+    from workers.job.admission import on_coordinator
+    from workers.paths import NodePaths
+
+    matrix, specs = loaded
+    with connected(settings.database_url) as engine:
+        submitted = submit(path, loaded, settings, app, engine,
+                           admit=on_coordinator(NodePaths.of(settings)), retry_failed=False)
+        if submitted.unrunnable:
+            spec, reason = submitted.unrunnable[0]
+            raise ConfigError(f"{path}: job {spec.job_key[:10]} of {matrix.campaign} cannot "
+                              f"run on the fleet: {reason}")
+        say(f"{matrix.campaign}: on the workers of class {specs[0].gpu_class} "
+            f"({plural(len(specs), 'job')}; Ctrl-C leaves them to the fleet; the same "
+            "command resumes)")
+        ended = [wait_ended(engine, spec.job_key, say) for spec in specs]
+    for spec, end in zip(specs, ended, strict=True):
+        if end.state != "done":
+            raise JobsFailed(f"job {spec.job_key[:12]} {end.state} ({end.failure_class}): "
+                             f"{end.error}", matrix.campaign)
+    return ended
 
 
 def campaign_progress(settings: Settings, campaign: str | None) -> CampaignStatus:

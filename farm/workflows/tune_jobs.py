@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from farm.errors import ConfigError, JobsFailed
 from farm.settings import Settings
 from farm.stats.race import FIRST_ROUND
 from farm.workflows.tune import Pick, RunRound, race_plan, round_pick, tune_matrix
@@ -60,39 +59,16 @@ def run_here(settings: Settings, classes: tuple[str | None, str | None],
 
 
 def submit_round(settings: Settings, say: Callable[[str], None]) -> RunRound:
-    """Posts a round's jobs to the workers of the tune's GPU class (``farm submit``'s path:
-    each admitted as a worker would admit it) and waits for each in the store; a job that
-    did not finish ends the race (JobsFailed). A coordinator stopped while waiting leaves
-    the round to the fleet: the same command posts nothing twice, and reads or waits.
-    The fleet's store and broker are required here, before the race opens the store."""
-    from farm.fleet.app import make_app
-    from farm.fleet.submit import require_fleet
+    """Posts a round's jobs to the workers of the tune's GPU class and waits for them
+    (``farm.workflows.fleet.post_and_wait``): a job that did not finish ends the race. A
+    coordinator stopped while waiting leaves the round to the fleet; the same command
+    posts nothing twice, and reads or waits. The fleet's store and broker are required
+    here, before the race opens the store."""
+    from farm.workflows.bisect_jobs import fleet_app
+    from farm.workflows.fleet import post_and_wait
 
-    require_fleet(settings)
-    app = make_app(settings)
+    app = fleet_app(settings, None)
 
     def run(path: Path, pick: Pick) -> None:
-        from farm.fleet.submit import submit, wait_ended
-        from farm.store.db import connected
-        from farm.words import plural
-        from workers.job.admission import on_coordinator
-        from workers.paths import NodePaths
-
-        matrix, specs = pick(*tune_matrix(path))
-        with connected(settings.database_url) as engine:
-            submitted = submit(path, (matrix, specs), settings, app, engine,
-                               admit=on_coordinator(NodePaths.of(settings)),
-                               retry_failed=False)
-            if submitted.unrunnable:
-                spec, reason = submitted.unrunnable[0]
-                raise ConfigError(f"{path}: {matrix.campaign}'s job {spec.job_key[:10]} "
-                                  f"cannot run on the fleet: {reason}")
-            say(f"{matrix.campaign}: {plural(len(specs), 'job')} on the workers of class "
-                f"{specs[0].gpu_class} (Ctrl-C leaves them to the fleet; the same command "
-                "resumes)")
-            ended = [(spec.job_key, wait_ended(engine, spec.job_key, say)) for spec in specs]
-        for key, end in ended:
-            if end.state != "done":
-                raise JobsFailed(f"job {key[:12]} {end.state} ({end.failure_class}): "
-                                 f"{end.error}", matrix.campaign)
+        post_and_wait(path, pick(*tune_matrix(path)), settings, app, say)
     return run

@@ -346,7 +346,7 @@ def test_a_tune_matrix_submitted_is_raced_on_the_fleet_and_answers_again_from_th
     fleet.start_worker("alpha", "class-a", provisioned.server)
     raced = fleet.farm("submit", str(matrix))
     assert raced.returncode == 0, raced.stderr
-    assert "raced-r1: 2 jobs on the workers of class class-a" in raced.stderr
+    assert "raced-r1: on the workers of class class-a (2 jobs;" in raced.stderr
     best = next(line for line in raced.stdout.splitlines() if line.startswith("best: "))
     assert best.split(":")[1].strip() in ("spec-type=ngram-simple", "spec-type=ngram-mod")
     assert "campaigns: raced-r1" in raced.stdout and "8 pairs" in raced.stdout
