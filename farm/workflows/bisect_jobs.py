@@ -49,16 +49,15 @@ def run_here(gpu_class: str | None, as_class: str | None, say: Callable[[str], N
 
 
 def fleet_app(settings: Settings, as_class: str | None) -> Celery:
-    """--submit's Celery app: the fleet's store and broker set, no --as-class (the workers
-    of the job's own class measure)."""
-    from farm.fleet.app import make_app
-    from farm.fleet.submit import require_fleet
+    """--submit's Celery app (``farm.workflows.fleet.fleet_app``), no --as-class (the
+    workers of the job's own class measure)."""
+    from farm.workflows.fleet import fleet_app as app_of
 
-    require_fleet(settings)
+    app = app_of(settings)
     if as_class is not None:
         raise ConfigError(f"--as-class {as_class}: with --submit each step runs on the "
                           "workers of the job's own class (--job picks the job)")
-    return make_app(settings)
+    return app
 
 
 def submit_step(say: Callable[[str], None], app: Celery) -> RunStep:

@@ -67,20 +67,28 @@ def submit_matrix(matrix: Path, settings: Settings, allow: frozenset[str], *,
                   retry_failed: bool, retry_cancelled: bool,
                   say: Callable[[str], None]) -> SubmitResult:
     """``farm submit``: MATRIX stored as a campaign, every job not done posted."""
-    from farm.fleet.app import make_app
-    from farm.fleet.submit import require_fleet, submit
+    from farm.fleet.submit import submit
     from farm.matrix.load import load_matrix
     from farm.store.db import connected
     from workers.job.admission import on_coordinator
     from workers.paths import NodePaths
 
-    require_fleet(settings)
+    app = fleet_app(settings)
     # Bad input fails before services are touched; Hub revisions are pinned before too.
     loaded = _pinned(matrix, load_matrix(matrix, allow), settings, say)
     with connected(settings.database_url) as engine:
-        return submit(matrix, loaded, settings, make_app(settings), engine,
+        return submit(matrix, loaded, settings, app, engine,
                       admit=on_coordinator(NodePaths.of(settings), allow),
                       retry_failed=retry_failed, retry_cancelled=retry_cancelled)
+
+
+def fleet_app(settings: Settings) -> Celery:
+    """The fleet's Celery app, once its store and broker are set (``require_fleet``)."""
+    from farm.fleet.app import make_app
+    from farm.fleet.submit import require_fleet
+
+    require_fleet(settings)
+    return make_app(settings)
 
 
 def post_and_wait(path: Path, loaded: tuple[Matrix, list[JobSpec]], settings: Settings,

@@ -64,10 +64,9 @@ def submit_round(settings: Settings, say: Callable[[str], None]) -> RunRound:
     coordinator stopped while waiting leaves the round to the fleet; the same command
     posts nothing twice, and reads or waits. The fleet's store and broker are required
     here, before the race opens the store."""
-    from farm.workflows.bisect_jobs import fleet_app
-    from farm.workflows.fleet import post_and_wait
+    from farm.workflows.fleet import fleet_app, post_and_wait
 
-    app = fleet_app(settings, None)
+    app = fleet_app(settings)
 
     def run(path: Path, pick: Pick) -> None:
         post_and_wait(path, pick(*tune_matrix(path)), settings, app, say)
